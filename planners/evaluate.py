@@ -298,9 +298,9 @@ def check_plan(
                 out.append(
                     Violation("capacity", f"node {node} holds {used:g} CPU > {capacity[node]:g}")
                 )
-    h, node = worst_node_failure(graph, blist, assignment)
+    h, worst_node = worst_node_failure(graph, blist, assignment)
     if h > bound + eps:
         out.append(
-            Violation("bound", f"losing node {node} recovers in {h:g}s > bound {bound:g}s")
+            Violation("bound", f"losing node {worst_node} recovers in {h:g}s > bound {bound:g}s")
         )
     return out

@@ -67,7 +67,9 @@ def test_nodes_turn_ready_and_run_scheduled_pods(
     # deleting a pod on a live node completes, as a kubelet would make it
     core.delete_namespaced_pod("p", namespace)
     wait_for(
-        lambda: not [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name == "p"],
+        lambda: (
+            not [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name == "p"]
+        ),
         20,
         "the pod deletion to finish",
     )

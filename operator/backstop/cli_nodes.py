@@ -7,6 +7,7 @@ Ready after a delay.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Annotated
 
@@ -55,7 +56,7 @@ def create(
 ) -> None:
     """Create COUNT simulated nodes with allocatable CPU/memory and zone/rack labels."""
     sim = _sim(kubeconfig)
-    zone_list = [z for z in zones.split(",") if z] or [None]
+    zone_list: list[str | None] = [z for z in zones.split(",") if z] or [None]
     shape = NodeShape(cpu=cpu, memory=memory)
     for i in range(start, start + count):
         zone = zone_list[i % len(zone_list)]
@@ -140,10 +141,8 @@ def run(
 ) -> None:
     """Run the simulator loop: heartbeats, Ready, pods Running (until Ctrl-C)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s nodesim %(message)s")
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         _sim(kubeconfig).run(interval)
-    except KeyboardInterrupt:
-        pass
 
 
 def register(app: typer.Typer) -> None:

@@ -20,6 +20,7 @@ All simulator state lives on the Node objects (labels and annotations), so the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
@@ -335,10 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stop = Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         sim.run(args.interval, stop)
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

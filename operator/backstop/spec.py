@@ -93,7 +93,7 @@ class OperatorSpec(_Model):
     name: str = Field(pattern=DNS_LABEL, max_length=40, description="DNS-1123 label.")
     parallelism: int = Field(1, ge=1, le=1000, description="Number of tasks.")
     image: str | None = Field(None, description="Task image; default spec.image.")
-    resources: Resources = Field(default_factory=Resources)  # type: ignore[arg-type]
+    resources: Resources = Field(default_factory=Resources)
     reprocessing_latency: float = Field(
         gt=0, description="Seconds a task needs to reprocess from its last checkpoint (t_v)."
     )
@@ -159,7 +159,7 @@ class StreamTopologySpec(_Model):
     topology_key: str | None = Field(
         None, description="Node label of a failure domain (zone/rack) the plan must survive."
     )
-    recovery: RecoveryPolicy = Field(default_factory=RecoveryPolicy)  # type: ignore[arg-type]
+    recovery: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
     replication: ReplicationPolicy | None = None
     reoptimization: ReoptimizationPolicy | None = None
 
@@ -182,7 +182,7 @@ class Metadata(BaseModel):
 class StreamTopology(_Model):
     """A whole ``StreamTopology`` manifest."""
 
-    api_version: Literal["streams.backstop.dev/v1alpha1"] = API_VERSION
+    api_version: Literal["streams.backstop.dev/v1alpha1"] = "streams.backstop.dev/v1alpha1"
     kind: Literal["StreamTopology"] = "StreamTopology"
     metadata: Metadata
     spec: StreamTopologySpec
