@@ -67,6 +67,9 @@ def print_json(obj: Any) -> None:
 from backstop import cli_nodes  # noqa: E402
 
 cli_nodes.register(app)
+from backstop import cli_place  # noqa: E402
+
+cli_place.register(app)
 # ---- end of command registration ------------------------------------------
 
 
