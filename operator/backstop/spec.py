@@ -67,8 +67,16 @@ def cpu_cores(quantity: str | int | float) -> float:
 class Resources(_Model):
     """Requests of one task; the CPU request is the task's weight in the planners."""
 
-    cpu: str = Field("100m", description="CPU request per task (Kubernetes quantity).")
-    memory: str = Field("128Mi", description="Memory request per task (Kubernetes quantity).")
+    cpu: str = Field(
+        "100m",
+        description="CPU request per task (Kubernetes quantity).",
+        json_schema_extra={"x-kubernetes-int-or-string": True},
+    )
+    memory: str = Field(
+        "128Mi",
+        description="Memory request per task (Kubernetes quantity).",
+        json_schema_extra={"x-kubernetes-int-or-string": True},
+    )
 
     @field_validator("cpu", "memory", mode="before")
     @classmethod
@@ -125,7 +133,15 @@ class RecoveryPolicy(_Model):
 class ReplicationPolicy(_Model):
     """Selective active replication on spare capacity."""
 
-    spare_cpu: str = Field(description="CPU budget for active replicas (Kubernetes quantity).")
+    spare_cpu: str = Field(
+        description="CPU budget for active replicas (Kubernetes quantity).",
+        json_schema_extra={"x-kubernetes-int-or-string": True},
+    )
+
+    @field_validator("spare_cpu", mode="before")
+    @classmethod
+    def _quantity(cls, value: Any) -> str:
+        return Resources._quantity(value)
     strategy: str = Field("qod-lu", description="Importance: qod, lu, qod-lu, or random.")
 
 

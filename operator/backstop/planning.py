@@ -1,0 +1,260 @@
+"""From a parsed StreamTopology and the live nodes to the pods that should exist.
+
+This is the domain layer between the pure planners and the Kopf handlers: it
+calls the joint backup + placement planner, keeps pods where they already are
+when an equivalent plan allows it (so a spec change moves only the pods whose
+node or role changes), checks the result with the failure-effect evaluator,
+and turns it into desired pod manifests and a diff against the pods that exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ortools.graph.python import linear_sum_assignment
+
+from backstop.manifests import (
+    ANN_HASH,
+    ANN_NODE,
+    LABEL_ROLE,
+    LABEL_TASK,
+    Owner,
+    TaskRole,
+    build_task_pod,
+)
+from backstop.spec import BackupMode, StreamTopologySpec
+from planners import TaskGraph
+from planners.evaluate import (
+    check_plan,
+    node_failure_latency,
+    tasks_by_node,
+    worst_node_failure,
+)
+from planners.placement import Node, NodePool, Placement, place, plan_joint
+
+DEFAULT_TIME_LIMIT = 3.0
+
+
+@dataclass(frozen=True)
+class TopologyPlan:
+    """A verified plan: which tasks keep backups and where every task runs."""
+
+    placement: Placement
+    backups: frozenset[str]
+    worst_by_node: dict[str, float]
+    moved: int
+
+    @property
+    def worst(self) -> float:
+        return self.placement.worst
+
+
+def _relabel(
+    placement: Placement, graph: TaskGraph, nodes: Sequence[Node], current: Mapping[str, str]
+) -> dict[str, str]:
+    """Rename the plan's nodes to keep as many tasks as possible where they run now.
+
+    A plan is a partition of the tasks into groups; which node hosts which group
+    is free as long as the group fits. A min-cost assignment (OR-Tools) between
+    groups and nodes maximises the tasks that stay put. Failure domains make
+    node identity matter, so callers skip this when domains are in use.
+    """
+    groups = placement.by_node()
+    if not current or not groups:
+        return dict(placement.assignment)
+    names = list(groups)
+    load = {g: sum(graph.weight[graph.index(t)] for t in groups[g]) for g in names}
+    solver = linear_sum_assignment.SimpleLinearSumAssignment()
+    for gi, g in enumerate(names):
+        for ni, n in enumerate(nodes):
+            if load[g] <= n.cpu + 1e-9:
+                stay = sum(1 for t in groups[g] if current.get(t) == n.name)
+                solver.add_arc_with_cost(gi, ni, -stay)
+    if solver.solve() != solver.OPTIMAL:
+        return dict(placement.assignment)
+    rename = {names[gi]: nodes[solver.right_mate(gi)].name for gi in range(len(names))}
+    return {t: rename[n] for t, n in placement.assignment.items()}
+
+
+def plan_topology(
+    spec: StreamTopologySpec,
+    graph: TaskGraph,
+    nodes: Sequence[Node],
+    *,
+    current: Mapping[str, str] | None = None,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+) -> TopologyPlan:
+    """Plan backups and placement for ``spec`` on ``nodes`` and verify the result.
+
+    Parameters
+    ----------
+    spec, graph:
+        The parsed topology and its expanded task DAG.
+    nodes:
+        Ready, schedulable nodes with the CPU available to this topology.
+    current:
+        ``{task: node}`` of pods that run now; an equivalent plan keeps them.
+    time_limit:
+        Planner budget in seconds.
+
+    Raises
+    ------
+    planners.Infeasible
+        No placement keeps the bound on these nodes (the message says why).
+    """
+    pool = NodePool.of(nodes)
+    domains = pool.domains() if spec.topology_key else None
+    bound = spec.recovery_latency_bound
+    if spec.backups is BackupMode.all:
+        plan = place(
+            graph,
+            pool,
+            bound=bound,
+            backups=None,
+            algorithm=spec.placement_algorithm,
+            time_limit=time_limit,
+            domains=domains,
+        )
+    else:
+        plan = plan_joint(
+            graph,
+            pool,
+            bound=bound,
+            algorithm=spec.placement_algorithm,
+            time_limit=time_limit,
+            domains=domains,
+        )
+    assignment = dict(plan.assignment)
+    if current and not domains:
+        assignment = _relabel(plan, graph, nodes, current)
+    backups = None if plan.backups is None else list(plan.backups)
+    violations = check_plan(
+        graph,
+        bound=bound,
+        backups=backups,
+        assignment=assignment,
+        capacity={n.name: n.cpu for n in nodes},
+    )
+    if violations:  # the planners promise this never happens; refuse to act on it
+        raise RuntimeError("planner returned an invalid plan: " + violations[0].message)
+    final = Placement(
+        algorithm=plan.algorithm,
+        bound=bound,
+        assignment=assignment,
+        backups=plan.backups,
+        nodes_used=len(set(assignment.values())),
+        worst=worst_node_failure(graph, backups, assignment)[0],
+        optimal=plan.optimal,
+    )
+    flags = frozenset(graph.tasks) if backups is None else frozenset(backups)
+    moved = sum(1 for t, n in assignment.items() if current and t in current and current[t] != n)
+    return TopologyPlan(final, flags, per_node_worst(graph, backups, assignment), moved)
+
+
+def per_node_worst(
+    graph: TaskGraph, backups: Iterable[str] | None, assignment: Mapping[str, str]
+) -> dict[str, float]:
+    """``{node: H(K_node)}``: the recovery latency if exactly that node fails."""
+    blist = None if backups is None else list(backups)
+    return {
+        node: node_failure_latency(graph, blist, tasks)
+        for node, tasks in sorted(tasks_by_node(assignment).items())
+    }
+
+
+def task_roles(
+    graph: TaskGraph, plan_backups: frozenset[str], assignment: Mapping[str, str]
+) -> list[TaskRole]:
+    """The role of every task under a plan."""
+    roles = []
+    for i, task in enumerate(graph.tasks):
+        op = graph.operator[i]
+        roles.append(
+            TaskRole(
+                task=task,
+                operator=op,
+                index=int(task.rsplit("-", 1)[1]),
+                upstream=tuple(graph.tasks[u] for u in graph.preds[i]),
+                keeps_backup=task in plan_backups,
+                node=assignment[task],
+            )
+        )
+    return roles
+
+
+def desired_pods(
+    owner: Owner,
+    spec: StreamTopologySpec,
+    graph: TaskGraph,
+    plan_backups: frozenset[str],
+    assignment: Mapping[str, str],
+    replicas: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """``{pod name: manifest}`` of every primary task pod and active replica."""
+    out: dict[str, dict[str, Any]] = {}
+    for role in task_roles(graph, plan_backups, assignment):
+        pod = build_task_pod(owner, spec, role)
+        out[pod["metadata"]["name"]] = pod
+        for k, node in enumerate((replicas or {}).get(role.task, ())):
+            rep = build_task_pod(
+                owner,
+                spec,
+                TaskRole(
+                    role.task, role.operator, role.index, role.upstream, role.keeps_backup, node
+                ),
+                replica=k,
+            )
+            out[rep["metadata"]["name"]] = rep
+    return out
+
+
+@dataclass
+class PodDiff:
+    """What to change so the pods match the plan."""
+
+    create: list[dict[str, Any]] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+    terminating: list[str] = field(default_factory=list)
+    unchanged: int = 0
+
+
+def diff_pods(desired: Mapping[str, Mapping[str, Any]], existing: Iterable[Any]) -> PodDiff:
+    """Compare desired manifests with existing pods (kubernetes client objects).
+
+    A pod is kept only if its ``spec-hash`` matches (same node and role); pods
+    being deleted are reported so the caller waits before recreating them.
+    """
+    diff = PodDiff()
+    seen: set[str] = set()
+    for pod in existing:
+        name = pod.metadata.name
+        seen.add(name)
+        if pod.metadata.deletion_timestamp is not None:
+            diff.terminating.append(name)
+            continue
+        want = desired.get(name)
+        have = (pod.metadata.annotations or {}).get(ANN_HASH)
+        if want is None or want["metadata"]["annotations"][ANN_HASH] != have:
+            diff.delete.append(name)
+        else:
+            diff.unchanged += 1
+    replaced = set(diff.delete) | set(diff.terminating)
+    for name, manifest in desired.items():
+        if name not in seen or name in replaced:
+            diff.create.append(dict(manifest))
+    return diff
+
+
+def current_assignment(pods: Iterable[Any]) -> dict[str, str]:
+    """``{task: node}`` of live primary pods (bound or planned)."""
+    out: dict[str, str] = {}
+    for pod in pods:
+        labels = pod.metadata.labels or {}
+        if labels.get(LABEL_ROLE) != "primary" or pod.metadata.deletion_timestamp is not None:
+            continue
+        node = pod.spec.node_name or (pod.metadata.annotations or {}).get(ANN_NODE)
+        if node and LABEL_TASK in labels:
+            out[labels[LABEL_TASK]] = node
+    return out
