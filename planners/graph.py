@@ -113,7 +113,8 @@ class TaskGraph:
                 raise InvalidTopology(f"task {u!r} feeds itself (cycle {u} -> {u})")
             dg.add_edge(u, v)
         try:
-            cycle = nx.find_cycle(dg)
+            # is_directed_acyclic_graph is linear; find_cycle alone is slow on large DAGs.
+            cycle = None if nx.is_directed_acyclic_graph(dg) else nx.find_cycle(dg)
         except nx.NetworkXNoCycle:
             cycle = None
         if cycle:
