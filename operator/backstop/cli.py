@@ -64,6 +64,9 @@ def print_json(obj: Any) -> None:
 
 # ---- command registration: each command module adds itself here ----------
 # (one import per module; keep them alphabetical)
+from backstop import cli_backups  # noqa: E402
+
+cli_backups.register(app)
 from backstop import cli_nodes  # noqa: E402
 
 cli_nodes.register(app)
