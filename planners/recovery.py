@@ -262,7 +262,7 @@ class _Problem:
         return sum(self.weight[p] for p in self.bits(mask))
 
     def priority(self, mask: int) -> float:
-        return sum(p for m, p in zip(self.qmask, self.qprio, strict=True) if m & ~mask == 0)
+        return float(sum(p for m, p in zip(self.qmask, self.qprio, strict=True) if m & ~mask == 0))
 
     def step(
         self,

@@ -1,0 +1,122 @@
+"""``backstop recover``: JSON shape, the table, and clean errors (no tracebacks)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from backstop.cli import app
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "twitter-sentiment.yaml"
+NODES = """\
+apiVersion: v1
+kind: List
+items:
+- {kind: Node, metadata: {name: n1}, status: {allocatable: {cpu: "4"}}}
+- {kind: Node, metadata: {name: n2}, status: {allocatable: {cpu: "4"}}}
+- {kind: Node, metadata: {name: n3}, status: {allocatable: {cpu: "4"}}}
+"""
+ASSIGNMENT = {
+    "source-0": "n2",
+    "source-1": "n1",
+    "hot-topics-0": "n1",
+    "hot-topics-1": "n1",
+    "hot-topics-2": "n1",
+    "merge-0": "n1",
+    "filter-0": "n1",
+    "filter-1": "n1",
+    "filter-2": "n2",
+    "sentiment-0": "n2",
+    "sentiment-1": "n2",
+    "sentiment-2": "n2",
+    "sink-0": "n2",
+}
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(NODES)
+    assignment = tmp_path / "place.json"
+    assignment.write_text(json.dumps({"algorithm": "x", "assignment": ASSIGNMENT}))
+    return assignment, nodes
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, ["recover", str(EXAMPLE), *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_json_output(files: tuple[Path, Path]) -> None:
+    assignment, nodes = files
+    code, out, _ = run(
+        "--assignment", str(assignment), "--nodes", str(nodes), "--lost", "n1", "--json"
+    )
+    assert code == 0
+    doc = json.loads(out)
+    assert list(doc) == [
+        "algorithm",
+        "recover",
+        "pending",
+        "recoveredQueries",
+        "recoveredPriority",
+        "failedPriority",
+    ]
+    assert set(doc["recover"].values()) == {"n3"}
+    assert doc["recoveredQueries"] == ["sink-0"] and doc["pending"] == []
+    assert doc["recoveredPriority"] == doc["failedPriority"] == 5.0
+
+
+def test_table_and_plain_assignment(files: tuple[Path, Path], tmp_path: Path) -> None:
+    _, nodes = files
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(ASSIGNMENT))
+    code, out, _ = run(
+        "--assignment",
+        str(plain),
+        "--nodes",
+        str(nodes),
+        "--lost",
+        "n1,n2",
+        "--algorithm",
+        "operator-centric",
+    )
+    assert code == 0
+    assert "pending" in out and "operator-centric" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--lost", "n9"], "n9"),
+        (["--lost", "n1", "--algorithm", "greedy"], "unknown recovery algorithm"),
+        (["--lost", "n1", "--utilization", "0"], "--utilization"),
+    ],
+)
+def test_bad_input_is_a_clear_error(
+    files: tuple[Path, Path], extra: list[str], message: str
+) -> None:
+    assignment, nodes = files
+    code, out, err = run("--assignment", str(assignment), "--nodes", str(nodes), *extra)
+    assert code != 0 and message in err and "Traceback" not in out + err
+
+
+def test_unknown_task_and_missing_files(files: tuple[Path, Path], tmp_path: Path) -> None:
+    _, nodes = files
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**ASSIGNMENT, "ghost-0": "n1"}))
+    code, _, err = run("--assignment", str(bad), "--nodes", str(nodes), "--lost", "n1")
+    assert code != 0 and "ghost-0" in err
+    code, _, err = run(
+        "--assignment", str(tmp_path / "no.json"), "--nodes", str(nodes), "--lost", "n1"
+    )
+    assert code != 0 and "cannot read" in err
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(ASSIGNMENT))
+    code, _, err = run(
+        "--assignment", str(good), "--nodes", str(tmp_path / "no.yaml"), "--lost", "n1"
+    )
+    assert code != 0 and "cannot read" in err
