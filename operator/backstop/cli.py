@@ -73,6 +73,9 @@ cli_nodes.register(app)
 from backstop import cli_place  # noqa: E402
 
 cli_place.register(app)
+from backstop import cli_recover  # noqa: E402
+
+cli_recover.register(app)
 # ---- end of command registration ------------------------------------------
 
 
