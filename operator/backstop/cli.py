@@ -70,6 +70,9 @@ cli_backups.register(app)
 from backstop import cli_nodes  # noqa: E402
 
 cli_nodes.register(app)
+from backstop import cli_operator  # noqa: E402
+
+cli_operator.register(app)
 from backstop import cli_place  # noqa: E402
 
 cli_place.register(app)

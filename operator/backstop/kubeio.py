@@ -1,0 +1,132 @@
+"""The operator's I/O: reading nodes and pods, applying pod diffs, writing status.
+
+Handlers decide *what* to do with pure functions (:mod:`backstop.planning`,
+:mod:`backstop.manifests`); this module is the only place that *does* it, so the
+decisions stay testable without a cluster and the API calls stay in one place.
+API errors that may pass (conflicts, throttling, a restarting API server) become
+``kopf.TemporaryError`` in the handlers; nothing here swallows them silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from backstop.manifests import LABEL_TOPOLOGY
+from backstop.nodes import nodes_from_manifests
+from backstop.planning import PodDiff
+from backstop.spec import GROUP, VERSION
+from planners.placement import Node
+
+DONE_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass
+class ClusterView:
+    """What the planner may use: Ready schedulable nodes and this topology's pods."""
+
+    nodes: list[Node]
+    own_pods: list[Any]
+    node_objects: dict[str, Any]
+
+
+def _pod_stub(pod: Any) -> dict[str, Any]:
+    """The fields of a pod that capacity accounting needs, as a manifest dict."""
+    containers = [
+        {"resources": {"requests": dict((c.resources and c.resources.requests) or {})}}
+        for c in pod.spec.containers or []
+    ]
+    return {
+        "kind": "Pod",
+        "metadata": {"name": pod.metadata.name},
+        "spec": {"nodeName": pod.spec.node_name, "containers": containers},
+        "status": {"phase": pod.status.phase if pod.status else None},
+    }
+
+
+class Kube:
+    """Thin wrapper over the API groups the operator uses."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    # ------------------------------------------------------------------ reading
+    def own_pods(self, namespace: str, topology: str) -> list[Any]:
+        return list(
+            self.core.list_namespaced_pod(
+                namespace, label_selector=f"{LABEL_TOPOLOGY}={topology}"
+            ).items
+        )
+
+    def view(self, namespace: str, topology: str, topology_key: str | None) -> ClusterView:
+        """Nodes with the CPU left for this topology (other pods' requests subtracted)."""
+        node_list = self.core.list_node().items
+        node_dicts = [self.api.sanitize_for_serialization(n) for n in node_list]
+        for d in node_dicts:
+            d["kind"] = "Node"
+        others: list[dict[str, Any]] = []
+        own: list[Any] = []
+        for pod in self.core.list_pod_for_all_namespaces().items:
+            labels = pod.metadata.labels or {}
+            if pod.metadata.namespace == namespace and labels.get(LABEL_TOPOLOGY) == topology:
+                own.append(pod)
+            elif pod.spec.node_name:
+                others.append(_pod_stub(pod))
+        nodes = nodes_from_manifests(node_dicts, topology_key, pods=others)
+        tainted = {n.metadata.name for n in node_list if _tainted(n)}
+        usable = [n for n in nodes if n.name not in tainted]
+        return ClusterView(usable, own, {n.metadata.name: n for n in node_list})
+
+    # ------------------------------------------------------------------ writing
+    def apply_pod_diff(self, namespace: str, diff: PodDiff) -> tuple[int, int]:
+        """Delete outdated pods, then create missing ones. Returns (deleted, created).
+
+        Pods that are outdated are deleted first; a pod is recreated under the same
+        name only once the old one is gone (the caller retries until then).
+        """
+        deleted = 0
+        for name in diff.delete:
+            try:
+                self.core.delete_namespaced_pod(name, namespace)
+                deleted += 1
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+        created = 0
+        blocked = set(diff.delete) | set(diff.terminating)
+        for manifest in diff.create:
+            if manifest["metadata"]["name"] in blocked:
+                continue
+            try:
+                self.core.create_namespaced_pod(namespace, manifest)
+                created += 1
+            except ApiException as err:
+                if err.status != 409:  # already exists: a previous attempt created it
+                    raise
+        return deleted, created
+
+    def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch the topology's status subresource (the write-ahead log)."""
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, "streamtopologies", name, {"status": dict(status)}
+        )
+
+    def force_delete(self, namespace: str, names: Iterable[str]) -> None:
+        """Remove pods stuck Terminating on a dead node (no kubelet will confirm)."""
+        for name in names:
+            try:
+                self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+
+
+def _tainted(node: Any) -> bool:
+    """Whether a node carries a NoSchedule/NoExecute taint our task pods don't tolerate."""
+    return any(t.effect in ("NoSchedule", "NoExecute") for t in node.spec.taints or [])
