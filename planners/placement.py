@@ -73,7 +73,7 @@ __all__ = [
 
 _EPS = 1e-9
 _SCALE = 1000  # CP-SAT works on integers: milli-seconds and milli-cores
-_EXACT_MAX_TASKS = 40  # "auto" calls CP-SAT only up to this many tasks
+_EXACT_MAX_TASKS = 60  # "auto" calls CP-SAT only up to this many tasks
 _EXACT_MAX_VARS = 60_000  # ... and only if the model stays this small
 
 
@@ -1220,7 +1220,7 @@ def place_auto(
     Runs the seed's RTAP-BF/RTAP-FF, the BFDH/FFDH baselines and best fit in
     three more orders (WUD, CPU, topological), keeps the fewest nodes, then
     moves tasks off the emptiest nodes while every node failure keeps the bound.
-    Small instances (≤ 40 tasks) then go to CP-SAT with the result as a hint.
+    Small instances (≤ 60 tasks) then go to CP-SAT with the result as a hint.
     The result never uses more nodes than :func:`place_rtap_bf`.
 
     Parameters
@@ -1505,7 +1505,7 @@ def plan_joint(
     is dropped); then backups are dropped greedily, in the order that drops the
     most, while every node failure stays within the bound. With ``auto`` a local
     search then drops more backups by moving tasks between the used nodes, and
-    small instances (≤ 40 tasks) go to CP-SAT minimising nodes, then backups.
+    small instances (≤ 60 tasks) go to CP-SAT minimising nodes, then backups.
     With ``exact``, CP-SAT minimises nodes and then backups directly.
 
     Parameters
