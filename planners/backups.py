@@ -626,13 +626,22 @@ def backups_exhaustive(graph: TaskGraph, bound: float, *, time_limit: float = 10
 
 
 def _scale(values: Iterable[float]) -> tuple[int, bool]:
-    """A power of ten that makes every value integral, or 10^6 and ``False``."""
+    """A power of ten (up to 10⁶) that makes every value integral, with ``True``.
+
+    Otherwise ``(S, False)`` with ``S`` as fine as int64 comfortably allows (up to
+    10¹²), so that rounding every latency of a path changes its sum by far less
+    than the evaluator's tolerance :data:`EPS`.
+    """
     vals = list(values)
     for k in range(7):
         s = 10**k
         if all(abs(x * s - round(x * s)) <= 1e-9 * max(1.0, abs(x * s)) for x in vals):
             return s, True
-    return 10**6, False
+    top = max(max(vals, default=1.0), 1.0)
+    k = 12
+    while k > 6 and top * 10**k > 1e15:
+        k -= 1
+    return 10**k, False
 
 
 def _to_int(x: float, scale: int, up: bool) -> int:
@@ -750,9 +759,11 @@ def _exact(
     """CP-SAT on scaled latencies, sound for the float evaluator; (flags, proven)."""
     deadline = time.monotonic() + time_limit
     scale, exact_scale = _scale([*graph.latency, bound])
-    # Latencies rounded up and the bound down: an integer plan is a float plan.
+    # Latencies rounded up and the bound (with the evaluator's tolerance when the
+    # scaling is inexact) down: an integer plan is a float plan.
+    slack = 0.0 if exact_scale else EPS
     t_up = [_to_int(x, scale, up=True) for x in graph.latency]
-    r_down = _to_int(bound, scale, up=False)
+    r_down = _to_int(bound + slack, scale, up=False)
     flags, proven, _ = _solve_cpsat(
         graph, t_up, r_down, time_limit=time_limit, hint=hint, tie_break=True, patience=patience
     )
@@ -764,7 +775,7 @@ def _exact(
     if left <= 0.05:
         return flags, False
     t_down = [_to_int(x, scale, up=False) for x in graph.latency]
-    r_up = _to_int(bound, scale, up=True)
+    r_up = _to_int(bound + slack, scale, up=True)
     _, _, lower = _solve_cpsat(graph, t_down, r_up, time_limit=left, hint=flags, tie_break=False)
     return flags, math.ceil(lower - 1e-6) >= sum(flags)
 
@@ -809,9 +820,10 @@ def backups_exact(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -
     linearization), minimizing ``Σ m_u``. Tasks with ``t_u + t_w > R`` for a
     consumer ``w`` are fixed to backups, and sinks never are. Latencies are
     scaled by the smallest power of ten (up to 10⁶) that makes them integral;
-    otherwise they are rounded up and the bound down, so every integer plan
-    passes the float evaluator, and a second solve with the opposite rounding
-    gives the lower bound that proves it optimal. The DAG heuristic's plan
+    otherwise they are scaled by up to 10¹², rounded up and the bound (plus
+    the evaluator's tolerance) down, so every integer plan passes the float
+    evaluator, and a second solve with the opposite rounding gives the lower
+    bound that proves it optimal. The DAG heuristic's plan
     (with local improvement) seeds the solver as a hint. NP-hard in general;
     the solver's time is bounded by ``time_limit``.
 
