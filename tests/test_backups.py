@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-from itertools import pairwise
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
