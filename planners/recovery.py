@@ -61,6 +61,8 @@ DEFAULT_UTILIZATION = 0.8
 
 _EPS = 1e-9
 _SCALE = 1000  # CPU in millicores for CP-SAT (Kubernetes' own granularity)
+_AUTO_DP_QUERIES = 20  # auto runs the seed's DP for its pooled bound up to this many
+_RULES = ("best", "worst")  # best fit first: keeps large holes for later plans
 
 
 class InvalidEvent(PlannerError, ValueError):
@@ -293,14 +295,16 @@ def _place(weights: Mapping[int, float], remaining: dict[str, float]) -> dict[in
     """Place items on nodes, largest first; update ``remaining`` only on success.
 
     The seed assigns each recovered partition to the node with the most free
-    resources (worst fit). When that fragments, best fit is tried as well.
+    resources (worst fit). We try best fit first, which keeps large free blocks
+    for the tasks later plans must place (measured in ``bench/bench_recovery.py``:
+    lower unavailability for every algorithm), and fall back to worst fit.
     """
     if not weights:
         return {}
     if sum(weights.values()) > sum(remaining.values()) + _EPS * (1 + len(weights)):
         return None
     order = sorted(weights, key=lambda p: (-weights[p], p))
-    for rule in ("worst", "best"):
+    for rule in _RULES:
         rem = dict(remaining)
         out: dict[int, str] = {}
         for p in order:
@@ -360,8 +364,8 @@ def recover_operator_centric(
 
     Failed tasks are taken level by level (a task's level is the length of the
     longest path from a source to it); within a level the task with the
-    smallest CPU request goes first. Each one is placed on the node with the
-    most free capacity if it fits, and skipped otherwise. Queries play no part
+    smallest CPU request goes first. Each one is placed if some node has room
+    (best fit), and skipped otherwise. Queries play no part
     in the choice.
 
     Parameters
@@ -440,8 +444,8 @@ def recover_best_density(
     empty plan, every single query and every pair of queries that fit; each is
     extended greedily with the densest query that still fits; the plan with the
     highest recovered priority wins. Unlike the seed, a query "fits" only if its
-    new tasks can be packed on the nodes (largest first, onto the node with the
-    most free CPU, falling back to best fit), so the plan is feasible node by node.
+    new tasks can be packed on the nodes (largest first, best fit, falling back
+    to the seed's most-free-node rule), so the plan is feasible node by node.
 
     Parameters
     ----------
@@ -771,6 +775,8 @@ def recover_exact(
         terms = [wint[p] * x[p, n] for p in in_query if (p, n) in x]
         if terms:
             model.add(sum(terms) <= caps[n])
+    # redundant pooled capacity: tightens the relaxation CP-SAT proves bounds with
+    model.add(sum(wint[p] * v for (p, _), v in x.items()) <= sum(caps.values()))
     pint = [round(pr * _SCALE) for pr in prob.qprio]
     model.maximize(sum(pi * yq for pi, yq in zip(pint, y, strict=True)))
     if hint is not None:
@@ -812,7 +818,7 @@ def recover_auto(
     *,
     time_limit: float = 5.0,
 ) -> RecoveryStep:
-    """The default: BestDensity, then CP-SAT seeded with it; the better verified plan wins.
+    """The default: BestDensity, the seed's DP when small, then CP-SAT; the best verified plan.
 
     Parameters
     ----------
@@ -849,8 +855,11 @@ def recover_auto(
 
     Notes
     -----
-    BestDensity's cost plus at most ``time_limit`` seconds of CP-SAT. When
-    BestDensity already recovers every failed query, CP-SAT is skipped.
+    At most about ``time_limit`` seconds: a third each for BestDensity and
+    (with at most 20 failed queries) the DP, the rest for CP-SAT, seeded with
+    the best plan so far. The DP's pooled optimum and CP-SAT's bound are both
+    upper bounds; as soon as a plan meets one, it is proven optimal and the
+    later stages are skipped.
 
     References
     ----------
@@ -858,15 +867,27 @@ def recover_auto(
     Section 5; seed ``incremental-recovery.txt``.
     """
     start = time.monotonic()
-    bd = recover_best_density(graph, failed, capacity, time_limit=time_limit / 2)
+    bd = recover_best_density(graph, failed, capacity, time_limit=time_limit / 3)
     if bd.optimal:
         return replace(bd, algorithm="auto")
+    best, bound = bd, bd.failed_priority
+    if len(failed_queries(graph, failed)) <= _AUTO_DP_QUERIES:
+        dp = recover_dp(graph, failed, capacity, time_limit=time_limit / 3)
+        if dp.upper_bound is not None:
+            bound = min(bound, dp.upper_bound)
+        if dp.recovered_priority > best.recovered_priority + _EPS:
+            best = dp
+        if best.recovered_priority >= bound - _EPS:
+            return replace(best, algorithm="auto", optimal=True, upper_bound=bound)
     left = max(0.05, time_limit - (time.monotonic() - start))
-    ex = recover_exact(graph, failed, capacity, time_limit=left, hint=bd)
+    ex = recover_exact(graph, failed, capacity, time_limit=left, hint=best)
+    if ex.upper_bound is not None:
+        bound = min(bound, ex.upper_bound)
     good_ex = not check_recovery(graph, failed, capacity, ex)
-    if good_ex and ex.recovered_priority >= bd.recovered_priority - _EPS:
-        return replace(ex, algorithm="auto")
-    return replace(bd, algorithm="auto", optimal=False, upper_bound=ex.upper_bound)
+    if good_ex and ex.recovered_priority > best.recovered_priority - _EPS:
+        best = ex
+    proven = best.recovered_priority >= bound - _EPS
+    return replace(best, algorithm="auto", optimal=proven, upper_bound=bound)
 
 
 RECOVERY_ALGORITHMS: dict[str, RecoveryAlgorithm] = {
