@@ -109,9 +109,7 @@ def signalguru(*, uniform: bool = True, seed: int = 0) -> TaskGraph:
     return _from_operators(ops, uniform=uniform, seed=seed)
 
 
-def twitter_sentiment(
-    a: int, b: int, c: int, *, uniform: bool = True, seed: int = 0
-) -> TaskGraph:
+def twitter_sentiment(a: int, b: int, c: int, *, uniform: bool = True, seed: int = 0) -> TaskGraph:
     """Twitter Sentiment at autoscale ``(hot topics, filter, sentiment) = (a, b, c)``.
 
     ``source → hot(a) → merge; merge and source → filter(b) → sentiment(c) →
