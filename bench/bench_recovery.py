@@ -184,7 +184,8 @@ def run(args: argparse.Namespace) -> str:
         HEADING,
         "",
         f"`python bench/bench_recovery.py --trials {args.trials} --queries {args.queries} "
-        f"--lost {args.lost} --seed {args.seed}` — {args.trials} synthetic topologies "
+        f"--lost {args.lost} --time-limit {args.time_limit:g} --seed {args.seed}` — "
+        f"{args.trials} synthetic topologies "
         f"({args.queries} queries, Zipf sharing {args.sharing}), nodes of {args.node_cpu:g} "
         f"cores loaded to about 60 %, utilisation cap {args.utilization}, the {args.lost} "
         f"nodes hosting the most outputs lost at t = 0, one replacement per lost node "
