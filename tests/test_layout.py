@@ -39,7 +39,7 @@ def test_cli_help_on_every_command() -> None:
     assert "nodes" in names
     for name in names:
         res = subprocess.run(
-            [sys.executable, "-m", "backstop.cli", name, "--help"],
+            [sys.executable, "-m", "backstop", name, "--help"],
             capture_output=True,
             text=True,
             check=False,

@@ -85,7 +85,3 @@ cli_recover.register(app)
 @app.callback()
 def _main() -> None:
     """Backstop: plan backups and placement, simulate nodes, run the operator."""
-
-
-if __name__ == "__main__":
-    app()

@@ -47,6 +47,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
+    settings.posting.loggers = True  # Kopf's per-object logs become Events
     settings.posting.level = logging.INFO
     settings.execution.max_workers = 16
     settings.watching.server_timeout = 300
@@ -101,7 +102,7 @@ def reconcile(
                 model, graph, view.nodes, current=current_assignment(view.own_pods)
             )
         except Infeasible as err:
-            problem = _problem(body, generation, "Infeasible", str(err))
+            problem = _problem(body, generation, "Infeasible", f"infeasible: {err}")
             _record(k, namespace, name, generation, {"problem": problem}, status)
             if err.smallest_bound is not None or not view.nodes:
                 return  # the bound itself is impossible: no retry can help

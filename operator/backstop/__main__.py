@@ -1,0 +1,5 @@
+"""``python -m backstop``: the same CLI as the ``backstop`` console script."""
+
+from backstop.cli import app
+
+app()
