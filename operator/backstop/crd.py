@@ -159,13 +159,23 @@ def build_streamtopology_crd() -> dict[str, Any]:
         },
         columns=[
             _col("Ready", "string", '.status.conditions[?(@.type=="Ready")].status', "All running"),
-            _col("Recovering", "string", '.status.conditions[?(@.type=="Recovering")].status',
-                 "A recovery session is running"),
+            _col(
+                "Recovering",
+                "string",
+                '.status.conditions[?(@.type=="Recovering")].status',
+                "A recovery session is running",
+            ),
             _col("Tasks", "integer", ".status.plan.tasks", "Tasks in the topology"),
-            _col("Backups", "integer", ".status.plan.backupCount", "Tasks keeping upstream backups"),
+            _col(
+                "Backups", "integer", ".status.plan.backupCount", "Tasks keeping upstream backups"
+            ),
             _col("Nodes", "integer", ".status.plan.nodesUsed", "Nodes the plan uses"),
-            _col("WorstRecovery", "number", ".status.plan.worstRecoveryLatency",
-                 "Worst recovery latency over single node failures (s)"),
+            _col(
+                "WorstRecovery",
+                "number",
+                ".status.plan.worstRecoveryLatency",
+                "Worst recovery latency over single node failures (s)",
+            ),
             _col("Bound", "number", ".spec.recoveryLatencyBound", "Recovery latency bound (s)"),
             _col("Age", "date", ".metadata.creationTimestamp", "Age"),
         ],

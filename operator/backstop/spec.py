@@ -142,6 +142,7 @@ class ReplicationPolicy(_Model):
     @classmethod
     def _quantity(cls, value: Any) -> str:
         return Resources._quantity(value)
+
     strategy: str = Field("qod-lu", description="Importance: qod, lu, qod-lu, or random.")
 
 
