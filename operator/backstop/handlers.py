@@ -12,23 +12,35 @@ with ``kopf.TemporaryError``.
 from __future__ import annotations
 
 import logging
+import threading
+from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
 from backstop.cluster import api_client
+from backstop.incidents import NodeInfo, node_info
 from backstop.kubeio import Kube
-from backstop.manifests import LABEL_TOPOLOGY, Owner, conditions_changed
+from backstop.manifests import LABEL_TOPOLOGY, Owner, conditions_changed, merge_patch
+from backstop.nodesim import node_is_ready
 from backstop.planning import current_assignment, desired_pods, diff_pods, plan_topology
-from backstop.spec import GROUP, VERSION, cpu_cores, expand, parse_spec
-from backstop.status import PodState, build_plan_status, conditions_patch, pod_state
-from planners import Infeasible, InvalidTopology, PlannerError
+from backstop.spec import GROUP, VERSION, StreamTopologySpec, cpu_cores, expand, parse_spec
+from backstop.status import build_plan_status, conditions_patch, pod_state
+from backstop.supervisor import Tick, converge, pod_states, recovery_tick
+from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
 from planners.replication import select_replicas
 
 PLURAL = "streamtopologies"
 log = logging.getLogger("backstop.operator")
 _kube: Kube | None = None
+_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+
+
+def topology_lock(namespace: str, name: str) -> threading.Lock:
+    """One lock per topology: the reconcile handler and the supervisor never interleave."""
+    return _locks[(namespace, name)]
 
 
 def kube() -> Kube:
@@ -86,8 +98,29 @@ def reconcile(
         _record(k, namespace, name, generation, {"problem": problem}, status)
         return
     owner = Owner(name=name, namespace=namespace, uid=meta["uid"])
-    view = k.view(namespace, name, model.topology_key)
     recorded = dict(status.get("plan") or {})
+    recovering = (status.get("recovery") or {}).get("active")
+    if recovering and recorded.get("generation") == generation:
+        logger.info("a recovery session is running; the supervisor drives the pods")
+        return
+    with topology_lock(namespace, name):
+        _reconcile(k, body, model, graph, owner, generation, recorded, status, patch, logger)
+
+
+def _reconcile(
+    k: Kube,
+    body: kopf.Body,
+    model: StreamTopologySpec,
+    graph: TaskGraph,
+    owner: Owner,
+    generation: int,
+    recorded: dict[str, Any],
+    status: kopf.Status,
+    patch: kopf.Patch,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+) -> None:
+    namespace, name = owner.namespace, owner.name
+    view = k.view(namespace, name, model.topology_key)
     reuse = (
         recorded.get("generation") == generation
         and not status.get("problem")
@@ -130,7 +163,8 @@ def reconcile(
             generation, graph, plan, replicas=replicas, availability=availability
         )
         # write-ahead: the plan is recorded before any pod is touched
-        _record(k, namespace, name, generation, {"plan": plan_status, "problem": None}, status)
+        plan_patch = merge_patch(recorded, plan_status)
+        _record(k, namespace, name, generation, {"plan": plan_patch, "problem": None}, status)
         kopf.info(
             body,
             reason="Planned",
@@ -150,7 +184,8 @@ def reconcile(
         plan_status["assignment"],
         plan_status.get("replicas"),
     )
-    diff = diff_pods(desired, view.own_pods)
+    dead = {n for n, obj in view.node_objects.items() if not node_is_ready(obj)}
+    diff = diff_pods(desired, view.own_pods, dead)
     try:
         deleted, created = k.apply_pod_diff(namespace, diff)
     except ApiException as err:
@@ -161,10 +196,8 @@ def reconcile(
         {**status, "plan": plan_status, "problem": None},
         [pod_state(p) for p in k.own_pods(namespace, name)],
     )
-    if diff.delete or diff.terminating:
-        raise kopf.TemporaryError(
-            f"waiting for {len(diff.delete) + len(diff.terminating)} pods to terminate", delay=1
-        )
+    if diff.waiting:
+        raise kopf.TemporaryError(f"waiting for {diff.waiting} pods to terminate", delay=1)
 
 
 def _record(
@@ -176,7 +209,9 @@ def _record(
     status: kopf.Status,
 ) -> None:
     """Write facts to the status at once (not at the end of the handler)."""
-    merged = {**dict(status), **fields}
+    merged = {**dict(status), **{k_: v for k_, v in fields.items() if k_ != "plan"}}
+    if "plan" in fields:
+        merged["plan"] = {**(status.get("plan") or {}), **fields["plan"]}
     body = {
         **fields,
         "observedGeneration": generation,
@@ -196,45 +231,109 @@ def pods_by_topology(
     return {(namespace, labels[LABEL_TOPOLOGY]): body}
 
 
+@kopf.index("nodes")
+def node_index(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
+    """In-memory view of every Node, for loss detection without API calls."""
+    return {name: node_info(body)}
+
+
+_parsed: dict[tuple[str, str, int], tuple[StreamTopologySpec, TaskGraph]] = {}
+_written: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
+
+
+def _model(
+    namespace: str, name: str, generation: int, spec: Mapping[str, Any]
+) -> tuple[StreamTopologySpec, TaskGraph] | None:
+    key = (namespace, name, generation)
+    if key not in _parsed:
+        try:
+            model = parse_spec(dict(spec))
+        except InvalidTopology:
+            return None
+        _parsed[key] = (model, expand(model))
+    return _parsed[key]
+
+
+def _fresh_status(
+    namespace: str, name: str, meta: kopf.Meta, status: kopf.Status
+) -> dict[str, Any]:
+    """The newest status we know: the watched one, or what we wrote if that is newer."""
+    seen = int(meta.get("resourceVersion") or 0)
+    rv, written = _written.get((namespace, name), (0, {}))
+    return dict(written) if rv > seen else dict(status)
+
+
 @kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=1.0, cancellation_timeout=5.0)
-def readiness(
+def supervise(
     name: str,
     namespace: str | None,
     meta: kopf.Meta,
+    spec: kopf.Spec,
     status: kopf.Status,
+    body: kopf.Body,
     stopped: kopf.DaemonStopped,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
     **kwargs: Any,
 ) -> None:
-    """Keep Placed/Ready (and the other derived conditions) in step with the pods.
+    """Supervise one topology: node-loss recovery, pod convergence, derived conditions.
 
-    A daemon rather than a timer: it polls the in-memory pod index every second
-    and writes only when a condition changes, without logging (and so without
-    posting an Event) on every tick.
+    About once a second: detect lost/returned/new Ready nodes from the node
+    index and advance the recovery session (recorded in the status before any
+    pod is touched), converge the pods to the recorded plan, and rewrite the
+    conditions when they change. Quiet unless something happens.
     """
     assert namespace is not None
-    index: kopf.Index[tuple[str | None, str], Any] = kwargs["pods_by_topology"]
+    pods_index: kopf.Index[tuple[str | None, str], Any] = kwargs["pods_by_topology"]
+    nodes_index: kopf.Index[str, NodeInfo] = kwargs["node_index"]
+    k = kube()
+
+    def emit(reason: str, message: str, warning: bool) -> None:
+        (kopf.warn if warning else kopf.info)(body, reason=reason, message=message)
+
     while not stopped:
         generation = int(meta.get("generation", 1))
-        pods = [_pod_state_from_body(b) for b in index.get((namespace, name), [])]
-        current = list(status.get("conditions") or [])
-        merged = conditions_patch(generation, dict(status), pods)
-        if conditions_changed(current, merged):
-            try:
-                kube().patch_status(namespace, name, {"conditions": merged})
-            except ApiException as err:
-                if err.status == 404:
-                    return
-                log.warning("readiness of %s/%s: %s", namespace, name, err.reason)
+        parsed = _model(namespace, name, generation, spec)
+        current = _fresh_status(namespace, name, meta, status)
+        try:
+            if parsed is not None:
+                model, graph = parsed
+                nodes = {n: info for n, infos in nodes_index.items() for info in infos}
+                tick = Tick(
+                    kube=k,
+                    owner=Owner(name=name, namespace=namespace, uid=meta["uid"]),
+                    model=model,
+                    graph=graph,
+                    generation=generation,
+                    status=current,
+                    nodes=nodes,
+                    emit=emit,
+                )
+                with topology_lock(namespace, name):
+                    obj = recovery_tick(tick)
+                    if obj is not None:
+                        current = dict(obj.get("status") or {})
+                        rv = int(obj["metadata"]["resourceVersion"])
+                        _written[(namespace, name)] = (rv, current)
+                        tick.status = current
+                    dead = {n for n, info in nodes.items() if not info.ready}
+                    dead |= {
+                        n
+                        for n in (current.get("plan") or {}).get("assignment", {}).values()
+                        if n not in nodes
+                    }
+                    deleted, created, _waiting = converge(
+                        tick, list(pods_index.get((namespace, name), [])), force_nodes=dead
+                    )
+                    if deleted or created:
+                        logger.info("pods: %d deleted, %d created", deleted, created)
+            pods = pod_states(list(pods_index.get((namespace, name), [])))
+            merged = conditions_patch(generation, current, pods)
+            if conditions_changed(current.get("conditions"), merged):
+                k.patch_status(namespace, name, {"conditions": merged})
+        except ApiException as err:
+            if err.status == 404:
+                return
+            logger.warning("supervision of %s/%s: %s %s", namespace, name, err.status, err.reason)
+        except PlannerError as err:
+            logger.warning("recovery planning failed: %s", err)
         stopped.wait(1.0)
-
-
-def _pod_state_from_body(body: Any) -> PodState:
-    labels = body.get("metadata", {}).get("labels", {}) or {}
-    return PodState(
-        name=body["metadata"]["name"],
-        task=labels.get("streams.backstop.dev/task", ""),
-        role=labels.get("streams.backstop.dev/role", "primary"),
-        phase=(body.get("status") or {}).get("phase"),
-        node=(body.get("spec") or {}).get("nodeName"),
-        deleting=body["metadata"].get("deletionTimestamp") is not None,
-    )

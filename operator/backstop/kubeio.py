@@ -17,7 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from backstop.manifests import LABEL_TOPOLOGY
-from backstop.nodes import nodes_from_manifests
+from backstop.nodes import nodes_from_manifests, pod_cpu_request
 from backstop.planning import PodDiff
 from backstop.spec import GROUP, VERSION
 from planners.placement import Node
@@ -90,7 +90,8 @@ class Kube:
         Pods that are outdated are deleted first; a pod is recreated under the same
         name only once the old one is gone (the caller retries until then).
         """
-        deleted = 0
+        self.force_delete(namespace, diff.force)
+        deleted = len(diff.force)
         for name in diff.delete:
             try:
                 self.core.delete_namespaced_pod(name, namespace)
@@ -125,6 +126,53 @@ class Kube:
             except ApiException as err:
                 if err.status != 404:
                     raise
+
+    def used_cpu(self) -> dict[str, float]:
+        """CPU requested per node by every pod bound there and not finished."""
+        used: dict[str, float] = {}
+        for pod in self.core.list_pod_for_all_namespaces().items:
+            node = pod.spec.node_name
+            if node and (pod.status is None or pod.status.phase not in DONE_PHASES):
+                used[node] = used.get(node, 0.0) + pod_cpu_request(_pod_stub(pod))
+        return used
+
+    def put_recoveryplan(self, manifest: Mapping[str, Any], phase: str) -> None:
+        """Create the RecoveryPlan (or, if a crashed attempt left one, replace its spec)."""
+        ns = manifest["metadata"]["namespace"]
+        name = manifest["metadata"]["name"]
+        try:
+            self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, ns, "recoveryplans", dict(manifest)
+            )
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, ns, "recoveryplans", name, {"spec": manifest["spec"]}
+            )
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, ns, "recoveryplans", name, {"status": {"phase": phase}}
+        )
+
+    def put_configmap(self, manifest: Mapping[str, Any]) -> None:
+        """Create or update a ConfigMap."""
+        ns = manifest["metadata"]["namespace"]
+        name = manifest["metadata"]["name"]
+        try:
+            self.core.patch_namespaced_config_map(name, ns, {"data": manifest["data"]})
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            self.core.create_namespaced_config_map(ns, dict(manifest))
+
+    def patch_status_returning(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Merge-patch the status and return the updated object."""
+        obj: dict[str, Any] = self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, "streamtopologies", name, {"status": dict(status)}
+        )
+        return obj
 
 
 def _tainted(node: Any) -> bool:

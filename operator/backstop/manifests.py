@@ -238,3 +238,30 @@ def conditions_changed(
         )
 
     return key(current) != key(merged)
+
+
+def merge_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch (RFC 7386) turning ``old`` into ``new``.
+
+    Merge patches merge maps key by key, so keys that disappear must be sent as
+    ``null`` (e.g. tasks removed from ``status.plan.assignment``).
+
+    Examples
+    --------
+    >>> merge_patch({"a": {"x": 1, "y": 2}, "b": 1}, {"a": {"x": 1}})
+    {'b': None, 'a': {'y': None}}
+    """
+    old = old or {}
+    out: dict[str, Any] = {}
+    for key in old:
+        if key not in new:
+            out[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            sub = merge_patch(before, value)
+            if sub:
+                out[key] = sub
+        elif before != value or key not in old:
+            out[key] = value
+    return out

@@ -9,7 +9,7 @@ and turns it into desired pod manifests and a diff against the pods that exist.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,30 +217,46 @@ class PodDiff:
     create: list[dict[str, Any]] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
     terminating: list[str] = field(default_factory=list)
+    force: list[str] = field(default_factory=list)
+    """Pods to remove at once: on a dead node no kubelet will ever confirm their end."""
     unchanged: int = 0
 
+    @property
+    def waiting(self) -> int:
+        """Pods whose graceful termination must finish before their name is reused."""
+        return len(self.delete) + len(self.terminating)
 
-def diff_pods(desired: Mapping[str, Mapping[str, Any]], existing: Iterable[Any]) -> PodDiff:
+
+def diff_pods(
+    desired: Mapping[str, Mapping[str, Any]],
+    existing: Iterable[Any],
+    dead_nodes: Collection[str] = (),
+) -> PodDiff:
     """Compare desired manifests with existing pods (kubernetes client objects).
 
     A pod is kept only if its ``spec-hash`` matches (same node and role); pods
-    being deleted are reported so the caller waits before recreating them.
+    being deleted are reported so the caller waits before recreating them. Pods
+    to delete on ``dead_nodes`` (lost nodes) are force-removed instead, as no
+    kubelet will ever confirm their termination.
     """
     diff = PodDiff()
     seen: set[str] = set()
+    dead = set(dead_nodes)
     for pod in existing:
         name = pod.metadata.name
         seen.add(name)
-        if pod.metadata.deletion_timestamp is not None:
-            diff.terminating.append(name)
-            continue
         want = desired.get(name)
         have = (pod.metadata.annotations or {}).get(ANN_HASH)
-        if want is None or want["metadata"]["annotations"][ANN_HASH] != have:
-            diff.delete.append(name)
-        else:
+        keep = want is not None and want["metadata"]["annotations"][ANN_HASH] == have
+        if pod.metadata.deletion_timestamp is None and keep:
             diff.unchanged += 1
-    replaced = set(diff.delete) | set(diff.terminating)
+        elif pod.spec.node_name in dead:
+            diff.force.append(name)
+        elif pod.metadata.deletion_timestamp is not None:
+            diff.terminating.append(name)
+        else:
+            diff.delete.append(name)
+    replaced = set(diff.delete) | set(diff.terminating) | set(diff.force)
     for name, manifest in desired.items():
         if name not in seen or name in replaced:
             diff.create.append(dict(manifest))

@@ -1,0 +1,258 @@
+"""Node loss as the operator sees it: detection, session bookkeeping, what tasks are told.
+
+The recovery *planning* is the pure ``planners.recovery`` family; this module is
+the layer between it and the Kopf daemon. Everything here is pure so the rules
+(grace period, correlated window, session mode, replay sources, the ConfigMap
+contract with the stream runtime) are unit-tested without a cluster, and so the
+session can live entirely in the topology's status (the write-ahead log) and be
+resumed by a restarted operator.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from backstop.manifests import SESSION_CONFIGMAP_SUFFIX, Owner
+from backstop.spec import GROUP, VERSION, RecoveryMode, RecoveryPolicy, cpu_cores
+from planners import TaskGraph
+from planners.recovery import RecoveryStep
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What recovery needs to know about one Node."""
+
+    name: str
+    ready: bool
+    since: float
+    """Epoch seconds of the Ready condition's last transition."""
+    cpu: float
+    schedulable: bool
+    """Not cordoned and without NoSchedule/NoExecute taints."""
+    cordoned: bool
+
+
+def _epoch(stamp: str | None) -> float:
+    if not stamp:
+        return 0.0
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def node_info(body: Mapping[str, Any]) -> NodeInfo:
+    """A :class:`NodeInfo` from a Node object (a dict, as Kopf delivers it)."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    ready, since = False, 0.0
+    for c in status.get("conditions") or []:
+        if c.get("type") == "Ready":
+            ready = c.get("status") == "True"
+            since = _epoch(c.get("lastTransitionTime"))
+    cpu_raw = (status.get("allocatable") or {}).get("cpu") or "0"
+    tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
+    cordoned = bool(spec.get("unschedulable"))
+    return NodeInfo(
+        name=str(meta.get("name")),
+        ready=ready,
+        since=since,
+        cpu=cpu_cores(cpu_raw),
+        schedulable=ready and not cordoned and not tainted,
+        cordoned=cordoned,
+    )
+
+
+def detect_lost(
+    nodes_in_use: Collection[str],
+    nodes: Mapping[str, NodeInfo],
+    *,
+    grace: float,
+    now: float,
+) -> set[str]:
+    """Nodes in use that count as lost: deleted, or not Ready for longer than ``grace``.
+
+    A node that flaps back to Ready within the grace period is not lost.
+
+    Examples
+    --------
+    >>> n = {"a": NodeInfo("a", False, 100.0, 4, False, False),
+    ...      "b": NodeInfo("b", False, 125.0, 4, False, False)}
+    >>> sorted(detect_lost({"a", "b", "c"}, n, grace=30, now=131))
+    ['a', 'c']
+    """
+    lost = set()
+    for name in nodes_in_use:
+        info = nodes.get(name)
+        if info is None or (not info.ready and now - info.since >= grace):
+            lost.add(name)
+    return lost
+
+
+def session_mode(policy: RecoveryPolicy, lost_at: Mapping[str, float]) -> str:
+    """``incremental`` or ``blocking`` for the session, following the seed's rule.
+
+    ``auto`` is incremental when at least ``correlatedThreshold`` nodes were lost
+    within ``windowSeconds`` of each other (a correlated failure), else blocking.
+
+    Examples
+    --------
+    >>> p = RecoveryPolicy()
+    >>> session_mode(p, {"a": 0.0}), session_mode(p, {"a": 0.0, "b": 10.0})
+    ('blocking', 'incremental')
+    """
+    if policy.mode is not RecoveryMode.auto:
+        return policy.mode.value
+    times = sorted(lost_at.values())
+    best = 0
+    lo = 0
+    for hi, t in enumerate(times):
+        while t - times[lo] > policy.window_seconds:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return "incremental" if best >= policy.correlated_threshold else "blocking"
+
+
+def replay_sources(
+    graph: TaskGraph, backups: Collection[str], failed: Collection[str], task: str
+) -> list[str]:
+    """The upstream tasks that replay their buffered output to a recovering ``task``.
+
+    Following the failure-effect model: a healthy upstream task that keeps an
+    upstream backup replays at once; an upstream task that failed too, or keeps
+    no buffer, recomputes, and the search continues above it. A source reads a
+    replayable log, named ``log:<task>``.
+
+    Examples
+    --------
+    >>> g = TaskGraph.build(["s", "a", "b"], [("s", "a"), ("a", "b")],
+    ...                     latency={"s": 1, "a": 1, "b": 1})
+    >>> replay_sources(g, backups=["a"], failed=["b"], task="b")
+    ['a']
+    >>> replay_sources(g, backups=[], failed=["b"], task="b")
+    ['log:s']
+    """
+    keep, down = set(backups), set(failed)
+    out: list[str] = []
+    seen: set[int] = set()
+    stack = [graph.index(task)]
+    while stack:
+        v = stack.pop()
+        if not graph.preds[v]:
+            name = f"log:{graph.tasks[v]}"
+            if name not in out:
+                out.append(name)
+            continue
+        for u in graph.preds[v]:
+            if u in seen:
+                continue
+            seen.add(u)
+            uid = graph.tasks[u]
+            if uid in keep and uid not in down:
+                out.append(uid)
+            else:
+                stack.append(u)
+    return sorted(out)
+
+
+def now_rfc3339(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def recoveryplan_name(topology: str, session: str, step: int) -> str:
+    return f"{topology}-{session}-{step}"
+
+
+def build_recoveryplan(
+    owner: Owner,
+    *,
+    session: str,
+    step_no: int,
+    trigger: str,
+    lost: Iterable[str],
+    step: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The ``RecoveryPlan`` object of one step (``step`` as recorded in the status)."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "RecoveryPlan",
+        "metadata": {
+            "name": recoveryplan_name(owner.name, session, step_no),
+            "namespace": owner.namespace,
+            "labels": {f"{GROUP}/topology": owner.name, f"{GROUP}/session": session},
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {
+            "topology": owner.name,
+            "session": session,
+            "step": step_no,
+            "trigger": trigger,
+            "algorithm": step["algorithm"],
+            "lostNodes": sorted(lost),
+            "assignments": [{"task": t, "node": n} for t, n in step["recover"].items()],
+            "pending": list(step["pending"]),
+            "recoveredQueries": list(step["recoveredQueries"]),
+            "recoveredPriority": step["recoveredPriority"],
+            "failedPriority": step["failedPriority"],
+        },
+    }
+
+
+def step_record(step: RecoveryStep, *, number: int, trigger: str, at: float) -> dict[str, Any]:
+    """How one plan step is recorded in ``status.recovery.lastStep``."""
+    return {
+        "step": number,
+        "trigger": trigger,
+        "at": now_rfc3339(at),
+        "algorithm": step.algorithm,
+        "recover": dict(step.recover),
+        "pending": list(step.pending),
+        "recoveredQueries": list(step.recovered_queries),
+        "recoveredPriority": step.recovered_priority,
+        "failedPriority": step.failed_priority,
+    }
+
+
+def build_session_configmap(
+    owner: Owner,
+    graph: TaskGraph,
+    backups: Collection[str],
+    recovery: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The ConfigMap every task pod mounts: the contract with the stream runtime.
+
+    ``session.json`` holds the recovery step, the checkpoint to restore from,
+    whether adaptive buffering and order-preserving processing are on (from the
+    first plan until the session completes), and, for each recovered task, the
+    upstream tasks that replay to it. See the README's "Runtime contract".
+    """
+    active = bool(recovery.get("active"))
+    session_failed = set(recovery.get("sessionFailed") or [])
+    recovered = [t for t in recovery.get("recovered") or [] if t in graph._index]
+    doc = {
+        "session": recovery.get("session"),
+        "phase": "Recovering" if active else "Completed",
+        "step": recovery.get("step", 0),
+        "lostNodes": sorted(recovery.get("lost") or {}),
+        "checkpoint": {
+            "restore": "latest-before",
+            "before": recovery.get("startedAt"),
+        },
+        "adaptiveBuffering": active and recovery.get("step", 0) > 0,
+        "orderPreserving": active and recovery.get("step", 0) > 0,
+        "replay": {t: replay_sources(graph, backups, session_failed, t) for t in sorted(recovered)},
+        "pending": sorted(recovery.get("failed") or []),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": owner.name + SESSION_CONFIGMAP_SUFFIX,
+            "namespace": owner.namespace,
+            "labels": {f"{GROUP}/topology": owner.name},
+            "ownerReferences": [owner.reference()],
+        },
+        "data": {"session.json": json.dumps(doc, indent=2, sort_keys=True)},
+    }
