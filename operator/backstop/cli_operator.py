@@ -32,6 +32,33 @@ def operator(
     kubeconfig: Annotated[
         str | None, typer.Option(envvar="KUBECONFIG", help="Path to a kubeconfig.")
     ] = None,
+    grace_period_seconds: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            envvar="BACKSTOP_GRACE_PERIOD_SECONDS",
+            help="Default spec.recovery.gracePeriodSeconds for topologies that omit it.",
+        ),
+    ] = None,
+    utilization_cap: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            max=1,
+            envvar="BACKSTOP_UTILIZATION_CAP",
+            help="Default spec.recovery.utilizationCap for topologies that omit it.",
+        ),
+    ] = None,
+    cluster_scanning: Annotated[
+        bool,
+        typer.Option(
+            help=(
+                "Let Kopf observe Namespaces and CRDs cluster-wide (needs list/watch on both);"
+                " --no-cluster-scanning serves the given namespaces and the CRDs present at"
+                " startup, so namespaced RBAC suffices."
+            ),
+        ),
+    ] = True,
 ) -> None:
     """Run the Backstop operator (Kopf) until interrupted.
 
@@ -49,6 +76,14 @@ def operator(
         raise typer.Exit(2)
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
+    # Operator-wide recovery defaults (Helm values recovery.*), exported for the handlers.
+    if grace_period_seconds is not None:
+        os.environ["BACKSTOP_GRACE_PERIOD_SECONDS"] = str(grace_period_seconds)
+    if utilization_cap is not None:
+        if utilization_cap == 0:
+            typer.echo("error: --utilization-cap must be in (0, 1]", err=True)
+            raise typer.Exit(2)
+        os.environ["BACKSTOP_UTILIZATION_CAP"] = str(utilization_cap)
     import kopf
 
     import backstop.handlers  # noqa: F401  (registers the handlers)
@@ -58,7 +93,10 @@ def operator(
         log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.PLAIN,
     )
     logging.getLogger().setLevel(log_level.upper())
+    settings = kopf.OperatorSettings()
+    settings.scanning.disabled = not cluster_scanning
     kopf.run(
+        settings=settings,
         standalone=True,
         clusterwide=all_namespaces,
         namespaces=[] if all_namespaces else list(namespace or []),

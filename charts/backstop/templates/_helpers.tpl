@@ -1,0 +1,85 @@
+{{/* Names and labels shared by every template. */}}
+{{- define "backstop.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "backstop.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "backstop.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "backstop.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "backstop.labels" -}}
+{{ include "backstop.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "backstop.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "backstop.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "backstop.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* Whether the Spark driver runs on Spark's own Kubernetes scheduler (k8s:// master). */}}
+{{- define "backstop.sparkOnK8s" -}}
+{{- if and .Values.reoptimization.enabled (hasPrefix "k8s://" .Values.reoptimization.sparkMaster) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "backstop.sparkServiceAccountName" -}}
+{{- default (printf "%s-spark" (include "backstop.fullname" .)) .Values.reoptimization.driverServiceAccount.name -}}
+{{- end -}}
+
+{{/*
+What the operator does in every namespace it watches (a Role there, or a ClusterRole when it
+watches all namespaces). Kopf itself needs: list/watch (and patch, for its progress annotations
+and finalizer under streams.backstop.dev) on the handled resource, patch on its status, create
+on core/v1 events (kopf.info/warn and its per-object logs); the pods index needs list/watch.
+*/}}
+{{- define "backstop.namespacedRules" -}}
+# StreamTopologies: kopf watches them and patches its annotations/finalizer; handlers patch status.
+- apiGroups: ["streams.backstop.dev"]
+  resources: ["streamtopologies"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["streams.backstop.dev"]
+  resources: ["streamtopologies/status"]
+  verbs: ["get", "patch"]
+# Task pods carry an owner reference with blockOwnerDeletion: clusters that enforce
+# OwnerReferencesPermissionEnforcement require update on the owner's finalizers.
+- apiGroups: ["streams.backstop.dev"]
+  resources: ["streamtopologies/finalizers"]
+  verbs: ["update"]
+# One RecoveryPlan per step of an incremental recovery.
+- apiGroups: ["streams.backstop.dev"]
+  resources: ["recoveryplans"]
+  verbs: ["create", "get", "list", "patch", "delete"]
+- apiGroups: ["streams.backstop.dev"]
+  resources: ["recoveryplans/status"]
+  verbs: ["get", "patch"]
+# Task pods: created pinned to nodes, deleted (force-deleted on lost nodes), indexed by kopf.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+# The recovery session ConfigMap that task pods mount.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create", "patch", "update"]
+# Events: Planned, NodeLost, RecoveryPlanIssued, ... and kopf's per-object logs.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end -}}
