@@ -60,3 +60,29 @@ bench: $(STAMP) ## run the benchmarks (figures go to docs/benchmarks.md)
 
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache
+
+# ---- docs, CRDs, kind (issue 9) ---------------------------------------------
+.PHONY: docs kind-demo
+KIND_CLUSTER ?= backstop
+KIND_IMAGE ?= ghcr.io/backstop-dev/backstop-operator:dev
+
+docs: $(STAMP) ## regenerate docs/streamtopology.md and docs/cli.md from the code
+	$(BIN)/python hack/gen-docs.py
+
+crds: $(STAMP) ## regenerate crds/ from the pydantic models and copy them into the Helm chart
+	$(BIN)/backstop crd --write crds
+	cp crds/*.yaml charts/backstop/crds/
+
+kind-demo: tools ## needs Docker + kind (not on CI): image, chart and the example on a kind cluster
+	kind get clusters | grep -qx $(KIND_CLUSTER) || kind create cluster --name $(KIND_CLUSTER) --config hack/kind-config.yaml
+	docker build -f operator/Dockerfile -t $(KIND_IMAGE) .
+	kind load docker-image $(KIND_IMAGE) --name $(KIND_CLUSTER)
+	$(TOOLS)/helm upgrade --install backstop charts/backstop --kube-context kind-$(KIND_CLUSTER) \
+	  --namespace backstop-system --create-namespace --set watchNamespaces={default} \
+	  --set image.repository=$(firstword $(subst :, ,$(KIND_IMAGE))) --set image.tag=$(lastword $(subst :, ,$(KIND_IMAGE))) \
+	  --set image.pullPolicy=Never --wait --timeout 5m
+	# the example's task image is a placeholder: run the pause image in its place
+	sed 's#registry.example/sentiment:1.0#registry.k8s.io/pause:3.9#' examples/twitter-sentiment.yaml \
+	  | $(TOOLS)/kubectl --context kind-$(KIND_CLUSTER) apply -n default -f -
+	$(TOOLS)/kubectl --context kind-$(KIND_CLUSTER) -n default wait --for=condition=Ready st/twitter-sentiment --timeout=5m
+	$(TOOLS)/kubectl --context kind-$(KIND_CLUSTER) -n default get st,pods -o wide

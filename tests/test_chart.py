@@ -205,6 +205,21 @@ def test_dockerfile_is_multistage_non_root_and_runs_the_operator() -> None:
     assert "**/.venv" in ignore and "**/.tools" in ignore
 
 
+def test_kind_config_has_zoned_workers_and_make_kind_demo_uses_it() -> None:
+    cfg = yaml.safe_load((ROOT / "hack" / "kind-config.yaml").read_text())
+    assert (cfg["kind"], cfg["apiVersion"]) == ("Cluster", "kind.x-k8s.io/v1alpha4")
+    roles = [n["role"] for n in cfg["nodes"]]
+    assert roles.count("control-plane") == 1 and roles.count("worker") >= 2
+    zones = {
+        n["labels"]["topology.kubernetes.io/zone"] for n in cfg["nodes"] if n["role"] == "worker"
+    }
+    assert len(zones) >= 2, "workers span failure domains"
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\nkind-demo:", 1)[1].split("\n\n", 1)[0]
+    assert "--config hack/kind-config.yaml" in recipe
+    assert "-f operator/Dockerfile" in recipe and "charts/backstop" in recipe
+
+
 # ---------------------------------------------------------------- helm template / lint
 NON_DEFAULT: Doc = {
     "image": {"repository": "registry.example/backstop", "tag": "9.9.9", "pullPolicy": "Always"},
@@ -667,6 +682,17 @@ def test_install_then_operator_runs_on_the_chart_service_account_alone(
     finally:
         if proc is not None:
             stop_operator(proc)
+        # after a failure the topology may still carry kopf's finalizer: drop it so the
+        # namespace can go
+        with contextlib.suppress(ApiException):
+            custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                watched_ns,
+                "streamtopologies",
+                "senti",
+                {"metadata": {"finalizers": None}},
+            )
         run_helm(helm, "uninstall", release, "--namespace", release_ns, "--wait", *kc, check=False)
         for n in nodes:
             with contextlib.suppress(ApiException):
