@@ -79,6 +79,9 @@ cli_place.register(app)
 from backstop import cli_recover  # noqa: E402
 
 cli_recover.register(app)
+from backstop import cli_reoptimize  # noqa: E402
+
+cli_reoptimize.register(app)
 # ---- end of command registration ------------------------------------------
 
 

@@ -152,12 +152,22 @@ class ApplyMode(StrEnum):
 
 
 class ReoptimizationPolicy(_Model):
-    """Periodic re-estimation and re-planning on Spark."""
+    """Periodic re-estimation and re-planning on Spark (docs/reoptimization.md)."""
 
-    interval_seconds: float = Field(3600.0, ge=60)
-    apply: ApplyMode = ApplyMode.suggest
-    min_improvement: float = Field(0.1, ge=0, le=1)
+    interval_seconds: float = Field(3600.0, ge=60, description="Seconds between runs.")
+    apply: ApplyMode = Field(
+        ApplyMode.suggest,
+        description="auto: apply a better plan; suggest: only record it in status.",
+    )
+    min_improvement: float = Field(
+        0.1, ge=0, le=1, description="Smallest relative gain that is applied (hysteresis)."
+    )
     nonce: str | None = Field(None, description="Change it to run once on demand.")
+    metrics_path: str | None = Field(
+        None,
+        description="Directory with tasks.{parquet,jsonl} and nodes.{parquet,jsonl} "
+        "(the operator reads it; rows of other topologies are ignored).",
+    )
 
 
 class BackupMode(StrEnum):
