@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from backstop.nodesim import NodeShape, Simulator
+from backstop.spec import GROUP, VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -122,3 +129,106 @@ def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
         if c.get("type") == ctype:
             return dict(c)
     return None
+
+
+EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
+LABEL = f"{GROUP}/topology"
+
+
+@dataclass
+class Env:
+    kubeconfig: str
+    namespace: str
+    core: client.CoreV1Api
+    custom: client.CustomObjectsApi
+    nodes: list[str]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    created: list[str] = field(default_factory=list)
+    simulator: Simulator | None = None
+
+    def cleanup(self) -> None:
+        """Delete the topologies a test created and wait for their pods to go."""
+        for name in self.created:
+            with contextlib.suppress(ApiException):
+                self.custom.delete_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, "streamtopologies", name
+                )
+        for name in self.created:
+            wait_for(partial(self.no_pods, name), 60, f"pods of {name} to go")
+        self.created.clear()
+
+    def no_pods(self, name: str) -> bool:
+        return self.pods(name) == []
+
+    def restart_operator(self) -> None:
+        if self.proc is not None:
+            stop_operator(self.proc)
+        self.proc = start_operator(self.kubeconfig, self.namespace, self.log)
+
+    def get(self, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "streamtopologies", name
+        )
+        return obj
+
+    def create(self, doc: dict[str, Any]) -> None:
+        self.created.append(doc["metadata"]["name"])
+        self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "streamtopologies", doc
+        )
+
+    def pods(self, name: str) -> list[Any]:
+        return list(
+            self.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL}={name}").items
+        )
+
+    def wait_condition(self, name: str, ctype: str, status: str, timeout: float = 60) -> Any:
+        def ok() -> dict[str, Any] | None:
+            obj = self.get(name)
+            c = condition(obj, ctype)
+            gen = obj["metadata"]["generation"]
+            if c and c["status"] == status and c.get("observedGeneration") == gen:
+                return obj
+            return None
+
+        return wait_for(ok, timeout, f"{name}: {ctype}={status}")
+
+
+def node_ready(core: client.CoreV1Api, name: str) -> bool:
+    conds = core.read_node(name).status.conditions or []
+    return any(c.type == "Ready" and c.status == "True" for c in conds)
+
+
+def topology_env(
+    kubeconfig: str,
+    kube: client.ApiClient,
+    simulator: Simulator,
+    tmp: Path,
+    *,
+    node_cpu: str,
+    nodes: int,
+) -> Iterator[Env]:
+    """A namespace, fresh simulated nodes and a running operator; all removed afterwards."""
+    install_crds(kube)
+    core = client.CoreV1Api(kube)
+    ns = f"op-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    prefix = f"op{uuid.uuid4().hex[:4]}"
+    names = [f"{prefix}-{i}" for i in range(nodes)]
+    for i, n in enumerate(names):
+        simulator.create(n, NodeShape(cpu=node_cpu), zone=f"zone-{i % 2}")
+    wait_for(lambda: all(node_ready(core, n) for n in names), 30, "test nodes Ready")
+    e = Env(kubeconfig, ns, core, client.CustomObjectsApi(kube), names, tmp / "operator.log")
+    e.simulator = simulator
+    e.restart_operator()
+    try:
+        yield e
+    finally:
+        if e.proc is not None:
+            stop_operator(e.proc)
+        core.delete_namespace(ns)
+        for n in core.list_node().items:
+            if n.metadata.name.startswith(prefix + "-"):
+                with contextlib.suppress(ApiException):
+                    core.delete_node(n.metadata.name)

@@ -2,126 +2,36 @@
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from backstop.nodesim import NodeShape, Simulator
+from backstop.nodesim import Simulator
 from backstop.spec import GROUP, VERSION, cpu_cores, expand, parse_spec
 from planners.evaluate import check_plan, worst_node_failure
 from tests.kubetools import (
-    ROOT,
+    EXAMPLE,
+    Env,
     condition,
-    install_crds,
-    start_operator,
-    stop_operator,
+    topology_env,
     topology_manifest,
     wait_for,
 )
 
 pytestmark = pytest.mark.cluster
-EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
-LABEL = f"{GROUP}/topology"
-
-
-@dataclass
-class Env:
-    kubeconfig: str
-    namespace: str
-    core: client.CoreV1Api
-    custom: client.CustomObjectsApi
-    nodes: list[str]
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-    created: list[str] = field(default_factory=list)
-
-    def cleanup(self) -> None:
-        """Delete the topologies a test created and wait for their pods to go."""
-        for name in self.created:
-            with contextlib.suppress(ApiException):
-                self.custom.delete_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, "streamtopologies", name
-                )
-        for name in self.created:
-            wait_for(lambda n=name: self.pods(n) == [], 60, f"pods of {name} to go")
-        self.created.clear()
-
-    def restart_operator(self) -> None:
-        if self.proc is not None:
-            stop_operator(self.proc)
-        self.proc = start_operator(self.kubeconfig, self.namespace, self.log)
-
-    def get(self, name: str) -> dict[str, Any]:
-        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, "streamtopologies", name
-        )
-        return obj
-
-    def create(self, doc: dict[str, Any]) -> None:
-        self.created.append(doc["metadata"]["name"])
-        self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, "streamtopologies", doc
-        )
-
-    def pods(self, name: str) -> list[Any]:
-        return list(
-            self.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL}={name}").items
-        )
-
-    def wait_condition(self, name: str, ctype: str, status: str, timeout: float = 60) -> Any:
-        def ok() -> dict[str, Any] | None:
-            obj = self.get(name)
-            c = condition(obj, ctype)
-            gen = obj["metadata"]["generation"]
-            if c and c["status"] == status and c.get("observedGeneration") == gen:
-                return obj
-            return None
-
-        return wait_for(ok, timeout, f"{name}: {ctype}={status}")
 
 
 @pytest.fixture(scope="module")
 def env(
     cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_factory: Any
 ) -> Iterator[Env]:
-    install_crds(kube)
-    core = client.CoreV1Api(kube)
-    ns = f"op-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": ns}})
-    prefix = f"op{uuid.uuid4().hex[:4]}"
-    names = [f"{prefix}-{i}" for i in range(6)]
-    for i, n in enumerate(names):
-        simulator.create(n, NodeShape(cpu="4"), zone=f"zone-{i % 2}")
-    wait_for(
-        lambda: all(
-            any(
-                c.type == "Ready" and c.status == "True"
-                for c in core.read_node(n).status.conditions or []
-            )
-            for n in names
-        ),
-        30,
-        "test nodes Ready",
+    yield from topology_env(
+        cluster, kube, simulator, tmp_path_factory.mktemp("operator"), node_cpu="4", nodes=6
     )
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    e = Env(cluster, ns, core, client.CustomObjectsApi(kube), names, log)
-    e.restart_operator()
-    yield e
-    if e.proc is not None:
-        stop_operator(e.proc)
-    core.delete_namespace(ns)
-    for n in names:
-        with contextlib.suppress(ApiException):
-            core.delete_node(n)
 
 
 @pytest.fixture(autouse=True)

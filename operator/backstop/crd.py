@@ -16,7 +16,7 @@ import yaml
 
 from backstop.spec import GROUP, VERSION, StreamTopologySpec
 
-_DROP = {"title", "$defs", "additionalProperties"}
+_DROP = {"title", "$defs"}
 
 
 def _structural(node: Any, defs: dict[str, Any]) -> Any:
@@ -58,6 +58,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             continue
         if key == "default" and value is None:
             continue
+        if key == "additionalProperties" and value is False:
+            continue  # structural schemas prune unknown fields instead
         out[key] = _structural(value, defs)
     return out
 

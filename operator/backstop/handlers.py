@@ -28,7 +28,7 @@ from backstop.nodesim import node_is_ready
 from backstop.planning import current_assignment, desired_pods, diff_pods, plan_topology
 from backstop.spec import GROUP, VERSION, StreamTopologySpec, cpu_cores, expand, parse_spec
 from backstop.status import build_plan_status, conditions_patch, pod_state
-from backstop.supervisor import Tick, converge, pod_states, recovery_tick
+from backstop.supervisor import Tick, converge, mark_applied, pod_states, recovery_tick
 from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
 from planners.replication import select_replicas
 
@@ -120,7 +120,7 @@ def _reconcile(
     logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> None:
     namespace, name = owner.namespace, owner.name
-    view = k.view(namespace, name, model.topology_key)
+    view = k.view(namespace, name, model.topology_key, model.node_selector)
     reuse = (
         recorded.get("generation") == generation
         and not status.get("problem")
@@ -131,8 +131,17 @@ def _reconcile(
         plan_status = recorded
     else:
         try:
+            kept = (
+                (recorded["assignment"], recorded.get("backups") or [])
+                if recorded.get("assignment")
+                else None
+            )
             plan = plan_topology(
-                model, graph, view.nodes, current=current_assignment(view.own_pods)
+                model,
+                graph,
+                view.nodes,
+                current=current_assignment(view.own_pods),
+                recorded=kept,
             )
         except Infeasible as err:
             problem = _problem(body, generation, "Infeasible", f"infeasible: {err}")
@@ -326,14 +335,22 @@ def supervise(
                     )
                     if deleted or created:
                         logger.info("pods: %d deleted, %d created", deleted, created)
+                    mark_applied(tick, list(pods_index.get((namespace, name), [])))
             pods = pod_states(list(pods_index.get((namespace, name), [])))
             merged = conditions_patch(generation, current, pods)
             if conditions_changed(current.get("conditions"), merged):
                 k.patch_status(namespace, name, {"conditions": merged})
         except ApiException as err:
-            if err.status == 404:
+            if err.status == 404 and k.topology_gone(namespace, name):
                 return
-            logger.warning("supervision of %s/%s: %s %s", namespace, name, err.status, err.reason)
+            logger.warning(
+                "supervision of %s/%s: %s %s %s",
+                namespace,
+                name,
+                err.status,
+                err.reason,
+                (err.body or "")[:300],
+            )
         except PlannerError as err:
             logger.warning("recovery planning failed: %s", err)
         stopped.wait(1.0)

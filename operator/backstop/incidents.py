@@ -34,6 +34,12 @@ class NodeInfo:
     schedulable: bool
     """Not cordoned and without NoSchedule/NoExecute taints."""
     cordoned: bool
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def matches(self, selector: Mapping[str, str]) -> bool:
+        """Whether the node carries every label of ``selector``."""
+        have = dict(self.labels)
+        return all(have.get(k) == v for k, v in selector.items())
 
 
 def _epoch(stamp: str | None) -> float:
@@ -62,6 +68,7 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         cpu=cpu_cores(cpu_raw),
         schedulable=ready and not cordoned and not tainted,
         cordoned=cordoned,
+        labels=tuple(sorted((meta.get("labels") or {}).items())),
     )
 
 

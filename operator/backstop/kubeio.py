@@ -64,9 +64,19 @@ class Kube:
             ).items
         )
 
-    def view(self, namespace: str, topology: str, topology_key: str | None) -> ClusterView:
+    def view(
+        self,
+        namespace: str,
+        topology: str,
+        topology_key: str | None,
+        node_selector: Mapping[str, str] | None = None,
+    ) -> ClusterView:
         """Nodes with the CPU left for this topology (other pods' requests subtracted)."""
-        node_list = self.core.list_node().items
+        node_list = [
+            n
+            for n in self.core.list_node().items
+            if selected(n.metadata.labels or {}, node_selector or {})
+        ]
         node_dicts = [self.api.sanitize_for_serialization(n) for n in node_list]
         for d in node_dicts:
             d["kind"] = "Node"
@@ -112,6 +122,18 @@ class Kube:
                     raise
         return deleted, created
 
+    def topology_gone(self, namespace: str, name: str) -> bool:
+        """Whether the StreamTopology no longer exists."""
+        try:
+            self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "streamtopologies", name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return True
+            raise
+        return False
+
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch the topology's status subresource (the write-ahead log)."""
         self.custom.patch_namespaced_custom_object_status(
@@ -150,8 +172,12 @@ class Kube:
             self.custom.patch_namespaced_custom_object(
                 GROUP, VERSION, ns, "recoveryplans", name, {"spec": manifest["spec"]}
             )
+        self.set_recoveryplan_phase(ns, name, phase)
+
+    def set_recoveryplan_phase(self, namespace: str, name: str, phase: str) -> None:
+        """Set ``status.phase`` of a RecoveryPlan (Issued, Applied, ...)."""
         self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, ns, "recoveryplans", name, {"status": {"phase": phase}}
+            GROUP, VERSION, namespace, "recoveryplans", name, {"status": {"phase": phase}}
         )
 
     def put_configmap(self, manifest: Mapping[str, Any]) -> None:
@@ -173,6 +199,11 @@ class Kube:
             GROUP, VERSION, namespace, "streamtopologies", name, {"status": dict(status)}
         )
         return obj
+
+
+def selected(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
+    """Whether node ``labels`` satisfy a ``nodeSelector``."""
+    return all(labels.get(k) == v for k, v in selector.items())
 
 
 def _tainted(node: Any) -> bool:

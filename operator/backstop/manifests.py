@@ -124,6 +124,7 @@ def build_task_pod(
     ]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Always",
+        "nodeSelector": dict(spec.node_selector),
         "enableServiceLinks": False,
         "affinity": {
             "nodeAffinity": {

@@ -84,6 +84,7 @@ def plan_topology(
     nodes: Sequence[Node],
     *,
     current: Mapping[str, str] | None = None,
+    recorded: tuple[Mapping[str, str], Sequence[str]] | None = None,
     time_limit: float = DEFAULT_TIME_LIMIT,
 ) -> TopologyPlan:
     """Plan backups and placement for ``spec`` on ``nodes`` and verify the result.
@@ -96,6 +97,11 @@ def plan_topology(
         Ready, schedulable nodes with the CPU available to this topology.
     current:
         ``{task: node}`` of pods that run now; an equivalent plan keeps them.
+    recorded:
+        ``(assignment, backups)`` of the plan in force. When it still covers every
+        task, fits and keeps the (possibly new) bound, it is kept unless the fresh
+        plan needs fewer nodes, so a spec change that does not call for a move
+        (a new grace period, say) moves nothing.
     time_limit:
         Planner budget in seconds.
 
@@ -139,6 +145,24 @@ def plan_topology(
     )
     if violations:  # the planners promise this never happens; refuse to act on it
         raise RuntimeError("planner returned an invalid plan: " + violations[0].message)
+    capacity = {n.name: n.cpu for n in nodes}
+    if recorded is not None and spec.backups is BackupMode.planned and not domains:
+        old_assignment, old_backups = dict(recorded[0]), list(recorded[1])
+        still_valid = set(old_assignment) == set(graph.tasks) and not check_plan(
+            graph, bound=bound, backups=old_backups, assignment=old_assignment, capacity=capacity
+        )
+        fewer = len(set(assignment.values())) < len(set(old_assignment.values()))
+        if still_valid and not fewer:
+            assignment, backups = old_assignment, old_backups
+            plan = Placement(
+                algorithm=plan.algorithm + "+kept",
+                bound=bound,
+                assignment=assignment,
+                backups=tuple(old_backups),
+                nodes_used=len(set(assignment.values())),
+                worst=0.0,
+                optimal=None,
+            )
     final = Placement(
         algorithm=plan.algorithm,
         bound=bound,
@@ -167,9 +191,11 @@ def per_node_worst(
 def task_roles(
     graph: TaskGraph, plan_backups: frozenset[str], assignment: Mapping[str, str]
 ) -> list[TaskRole]:
-    """The role of every task under a plan."""
+    """The role of every placed task under a plan (failed, unplaced tasks have none)."""
     roles = []
     for i, task in enumerate(graph.tasks):
+        if task not in assignment:
+            continue
         op = graph.operator[i]
         roles.append(
             TaskRole(

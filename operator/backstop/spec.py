@@ -183,6 +183,10 @@ class StreamTopologySpec(_Model):
     operators: list[OperatorSpec] = Field(min_length=1)
     backups: BackupMode = Field(BackupMode.planned, description="all: every task keeps backups.")
     placement_algorithm: str = Field("auto", description="Placement planner name.")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels a node must carry to run this topology's tasks (a node pool).",
+    )
     topology_key: str | None = Field(
         None, description="Node label of a failure domain (zone/rack) the plan must survive."
     )

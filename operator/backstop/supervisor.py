@@ -25,6 +25,7 @@ from backstop.incidents import (
     build_session_configmap,
     detect_lost,
     now_rfc3339,
+    recoveryplan_name,
     session_mode,
     step_record,
 )
@@ -87,7 +88,9 @@ def recovery_tick(t: Tick, now: float | None = None) -> dict[str, Any] | None:
         set(assignment.values()), t.nodes, grace=policy.grace_period_seconds, now=now
     ) - set(lost)
     back = {n for n in lost if n in t.nodes and t.nodes[n].schedulable}
-    ready = sorted(n for n, info in t.nodes.items() if info.schedulable)
+    ready = sorted(
+        n for n, info in t.nodes.items() if info.schedulable and info.matches(t.model.node_selector)
+    )
     if newly:
         trigger = "NodeLost"
     elif back:
@@ -259,6 +262,31 @@ def converge(
     diff = diff_pods(desired, t.kube.own_pods(t.owner.namespace, t.owner.name), force_nodes)
     deleted, created = t.kube.apply_pod_diff(t.owner.namespace, diff)
     return deleted, created, diff.waiting
+
+
+def mark_applied(t: Tick, indexed: list[Mapping[str, Any]]) -> bool:
+    """Once the last step's pods run where it put them, mark its RecoveryPlan Applied."""
+    rec = t.status.get("recovery") or {}
+    last = rec.get("lastStep") or {}
+    if not last or rec.get("appliedStep") == last.get("step"):
+        return False
+    running = {
+        (b.get("metadata") or {}).get("labels", {}).get("streams.backstop.dev/task"): (
+            b.get("spec") or {}
+        ).get("nodeName")
+        for b in indexed
+        if (b.get("status") or {}).get("phase") == "Running"
+        and (b.get("metadata") or {}).get("labels", {}).get("streams.backstop.dev/role")
+        == "primary"
+    }
+    if any(running.get(task) != node for task, node in last["recover"].items()):
+        return False
+    name = recoveryplan_name(t.owner.name, rec["session"], last["step"])
+    t.kube.set_recoveryplan_phase(t.owner.namespace, name, "Applied")
+    t.kube.patch_status(
+        t.owner.namespace, t.owner.name, {"recovery": {"appliedStep": last["step"]}}
+    )
+    return True
 
 
 def pod_states(bodies: list[Mapping[str, Any]]) -> list[PodState]:
