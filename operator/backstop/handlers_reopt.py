@@ -177,8 +177,8 @@ def _record(
     )
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=TICK_SECONDS, initial_delay=2.0)
-async def reoptimize(
+@kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=2.0, cancellation_timeout=10.0)
+async def reoptimizer(
     body: kopf.Body,
     spec: kopf.Spec,
     meta: kopf.Meta,
@@ -186,7 +186,33 @@ async def reoptimize(
     name: str,
     namespace: str | None,
     logger: logging.Logger | logging.LoggerAdapter[Any],
+    stopped: kopf.DaemonStopped,
     **_: Any,
+) -> None:
+    """Check every few seconds whether a run is due (one daemon, so runs never overlap).
+
+    A daemon rather than a timer: Kopf logs, and so posts an Event for, every
+    timer invocation; the daemon is quiet until it has something to say.
+    ``body``, ``spec`` and ``status`` are live views Kopf keeps up to date.
+    """
+    while not stopped:
+        try:
+            await reoptimize_once(body, spec, meta, status, name, namespace, logger)
+        except ApiException as err:
+            if err.status == 404:
+                return
+            logger.warning("re-optimization: API error %s; retrying", err.reason)
+        await asyncio.sleep(TICK_SECONDS)
+
+
+async def reoptimize_once(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    name: str,
+    namespace: str | None,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> None:
     """Run the re-optimization job when due, record the result, apply it with ``apply: auto``."""
     assert namespace is not None

@@ -102,7 +102,7 @@ def _truth(topo: StreamTopology, rng: np.random.Generator, p: GeneratorParams) -
             "reprocessingLatency": latency,
             "youngInterval": tau,
             "checkpointDuration": tau * tau / (2.0 * mtbf),
-            "cpuShare": float(rng.uniform(0.3, 0.9)),
+            "cpuShare": float(rng.uniform(0.2, 0.6)),
             "request": op.resources.cpu_cores,
             "tuplesPerSecond": float(rng.uniform(100, 5000)),
             "selectivity": float(rng.uniform(0.2, 1.0)),

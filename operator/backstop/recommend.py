@@ -199,8 +199,8 @@ def estimate_operators_pandas(tasks: pd.DataFrame, params: EstimateParams) -> pd
     df = tasks.dropna(subset=["topology", "task", "timestamp", "cpu"])
     df = df[(df["cpu"] >= 0) & (df["failures"] >= 0) & (df["checkpoint_duration"] >= 0)]
     df = df.assign(operator=df["task"].str.replace(r"-\d+$", "", regex=True))
-    ts = df["timestamp"].astype("int64") / 1e9 if len(df) else df["timestamp"]
-    df = df.assign(ts=ts)
+    epoch = pd.Timestamp(0, tz="UTC")
+    df = df.assign(ts=(pd.to_datetime(df["timestamp"], utc=True) - epoch).dt.total_seconds())
     g = df.groupby(["topology", "operator", "task"], sort=False)
     per_task = g.agg(
         rows=("ts", "size"),
@@ -341,9 +341,14 @@ def improvement(current: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[flo
     >>> improvement(cur, {"boundSatisfied": True, "nodesUsed": 4, "backupCount": 3})
     (0.5, 'backups 6 -> 3')
     """
-    if not current.get("boundSatisfied") and new.get("boundSatisfied"):
-        return 1.0, "the current plan breaks the bound under the new estimates"
-    if current.get("boundSatisfied") and not new.get("boundSatisfied"):
+
+    def sound(plan: Mapping[str, Any]) -> bool:
+        return bool(plan.get("boundSatisfied")) and bool(plan.get("fitsCapacity", True))
+
+    if not sound(current) and sound(new):
+        what = "bound" if not current.get("boundSatisfied") else "nodes' CPU"
+        return 1.0, f"the current plan breaks the {what} under the new estimates"
+    if sound(current) and not sound(new):
         return -1.0, "the new plan would break the bound"
     n0, n1 = int(current["nodesUsed"]), int(new["nodesUsed"])
     if n0 != n1:
@@ -369,15 +374,27 @@ def should_apply(gain: float, min_improvement: float) -> bool:
 
 
 def _plan_summary(
-    graph: TaskGraph, bound: float, backups: Sequence[str] | None, assignment: Mapping[str, str]
+    graph: TaskGraph,
+    bound: float,
+    backups: Sequence[str] | None,
+    assignment: Mapping[str, str],
+    nodes: Sequence[Node],
 ) -> dict[str, Any]:
+    """Nodes, backups, worst ``H`` and whether the plan keeps the bound and fits the CPU."""
     worst, node = worst_node_failure(graph, backups, assignment)
+    load: dict[str, float] = {}
+    for task, n in assignment.items():
+        load[n] = load.get(n, 0.0) + graph.weight[graph.index(task)]
+    cpu = {n.name: n.cpu for n in nodes}
+    overloaded = sorted(n for n, w in load.items() if w > cpu.get(n, float("inf")) + 1e-9)
     return {
         "nodesUsed": len(set(assignment.values())),
         "backupCount": len(graph) if backups is None else len(backups),
         "worstRecoveryLatency": round(worst, 6),
         "worstNode": node,
         "boundSatisfied": worst <= bound + 1e-9,
+        "fitsCapacity": not overloaded,
+        "overloadedNodes": overloaded,
     }
 
 
@@ -443,7 +460,7 @@ def recommend_topology(
             cur_backups = [str(b) for b in current.get("backups") or []]
             out["currentSource"] = "status"
         out["current"] = {
-            **_plan_summary(graph, bound, cur_backups, cur_assign),
+            **_plan_summary(graph, bound, cur_backups, cur_assign, nodes),
             "assignment": cur_assign,
             "backups": cur_backups,
         }
