@@ -72,7 +72,9 @@ class Env:
             state = (obj.get("status") or {}).get("reoptimization") or {}
             return obj if state.get("result") and not state.get("running") else None
 
-        return wait_for(done, timeout, f"{name}: a finished re-optimization run", interval=1)
+        found = wait_for(done, timeout, f"{name}: a finished re-optimization run", interval=1)
+        assert found is not None
+        return found
 
     def ready(self, name: str, timeout: float = 90) -> dict[str, Any]:
         def ok() -> dict[str, Any] | None:
@@ -80,7 +82,9 @@ class Env:
             c = condition(obj, "Ready")
             return obj if c and c["status"] == "True" else None
 
-        return wait_for(ok, timeout, f"{name}: Ready")
+        found = wait_for(ok, timeout, f"{name}: Ready")
+        assert found is not None
+        return found
 
 
 @pytest.fixture(scope="module")
