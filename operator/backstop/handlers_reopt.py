@@ -36,7 +36,7 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop import handlers
 from backstop.manifests import merge_patch, now_rfc3339
-from backstop.recommend import should_apply
+from backstop.recommend import should_apply, spec_hash
 from backstop.spec import GROUP, VERSION, ApplyMode, ReoptimizationPolicy, parse_spec
 from planners import InvalidTopology
 
@@ -302,7 +302,7 @@ async def _apply(
         result.update(result="Stale", message="the topology changed while the job ran")
         _record(namespace, name, {"reoptimization": result})
         return
-    new_plan = {**rec["plan"], "generation": generation}
+    new_plan = {**rec["plan"], "generation": generation, "specHash": spec_hash(obj["spec"])}
     result.update(result="Applied", applied=True)
     try:
         _record(

@@ -17,6 +17,7 @@ where ``C`` is the mean checkpoint duration.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -48,6 +49,7 @@ __all__ = [
     "operator_of",
     "recommend_topology",
     "should_apply",
+    "spec_hash",
     "tradeoff_point",
     "young_interval",
 ]
@@ -357,6 +359,22 @@ def improvement(current: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[flo
     if b0 != b1:
         return (b0 - b1) / max(b0, 1), f"backups {b0} -> {b1}"
     return 0.0, "same nodes and backups"
+
+
+def spec_hash(spec: Mapping[str, Any]) -> str:
+    """A hash of everything in a spec that planning depends on (all but ``reoptimization``).
+
+    A plan recorded with this hash stays valid across spec changes that only
+    touch ``spec.reoptimization`` (a new ``nonce``, another ``interval``).
+
+    Examples
+    --------
+    >>> a = {"image": "x", "reoptimization": {"nonce": "1"}}
+    >>> spec_hash(a) == spec_hash({**a, "reoptimization": {"nonce": "2"}})
+    True
+    """
+    rest = {k: v for k, v in spec.items() if k != "reoptimization"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def should_apply(gain: float, min_improvement: float) -> bool:
