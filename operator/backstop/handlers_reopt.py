@@ -239,7 +239,7 @@ async def reoptimize_once(
                 "message": "spec.reoptimization.metricsPath is not set"}})  # fmt: skip
         return
     k = handlers.kube()
-    view = await asyncio.to_thread(k.view, namespace, name, model.topology_key)
+    view = await asyncio.to_thread(k.view, namespace, name, model.topology_key, model.node_selector)
     nodes = [{"name": n.name, "cpu": n.cpu, "domain": n.domain} for n in view.nodes]
     manifest = {
         "apiVersion": f"{GROUP}/{VERSION}",
