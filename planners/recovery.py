@@ -1394,3 +1394,87 @@ def simulate_timeline(
         finished_at=finished if session.done else None,
         horizon=end,
     )
+
+
+def fill_leftover(
+    graph: TaskGraph,
+    failed: Collection[str],
+    capacity: Mapping[str, float],
+    step: RecoveryStep,
+) -> RecoveryStep:
+    """Use the capacity a query-centric step leaves idle for more failed tasks.
+
+    A query-centric plan only recovers tasks that complete a query now; the
+    rest of the capacity stays idle. Every failed task must come back anyway,
+    so this starts the remaining ones early, most valuable first: by the
+    largest priority of a failed query the task feeds, then topological order,
+    each placed best fit where it fits. ``recovered_queries`` and the priorities
+    are recomputed, so a query completed by the filling counts as recovered.
+
+    Parameters
+    ----------
+    graph:
+        The task DAG.
+    failed:
+        The failed tasks the step was planned for.
+    capacity:
+        Free CPU per node the step was planned for.
+    step:
+        The step to extend (its own placements are kept).
+
+    Returns
+    -------
+    RecoveryStep
+        The extended step (``algorithm`` gets a ``+fill`` suffix when it added tasks).
+
+    Examples
+    --------
+    >>> g = TaskGraph.build(["s-0", "s-1", "q-0"], [("s-0", "q-0"), ("s-1", "q-0")],
+    ...                     latency={"s-0": 1, "s-1": 1, "q-0": 1})
+    >>> empty = RecoveryStep("auto", {}, ("s-0", "s-1"), (), 0.0, 1.0, None)
+    >>> filled = fill_leftover(g, ["s-0", "s-1"], {"n": 1.5}, empty)
+    >>> sorted(filled.recover), filled.recovered_queries
+    (['s-0'], ())
+
+    Notes
+    -----
+    O(F log F + F·N) for F failed tasks and N nodes.
+
+    References
+    ----------
+    ``incremental-recovery.txt`` recovers whole query partitions; filling the
+    remainder is Backstop's addition, measured in ``bench/bench_recovery.py``.
+    """
+    remaining = dict(capacity)
+    for task, node in step.recover.items():
+        remaining[node] = remaining.get(node, 0.0) - graph.weight[graph.index(task)]
+    fq = failed_queries(graph, failed)
+    value: dict[str, float] = {}
+    for q, tasks in fq.items():
+        for t in tasks:
+            value[t] = max(value.get(t, 0.0), graph.priority[graph.index(q)])
+    todo = sorted(
+        (t for t in failed if t not in step.recover),
+        key=lambda t: (-value.get(t, 0.0), graph.index(t)),
+    )
+    recover = dict(step.recover)
+    for t in todo:
+        w = graph.weight[graph.index(t)]
+        fits = [n for n, c in remaining.items() if c + _EPS >= w]
+        if not fits:
+            continue
+        node = min(fits, key=lambda n: (remaining[n], n))
+        remaining[node] -= w
+        recover[t] = node
+    if len(recover) == len(step.recover):
+        return step
+    done = set(recover)
+    queries = tuple(sorted(q for q, ts in fq.items() if ts <= done))
+    return replace(
+        step,
+        algorithm=step.algorithm + "+fill",
+        recover=recover,
+        pending=tuple(graph.ids(graph.index(t) for t in failed if t not in done)),
+        recovered_queries=queries,
+        recovered_priority=sum(graph.priority[graph.index(q)] for q in queries),
+    )

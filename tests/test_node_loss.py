@@ -85,7 +85,9 @@ def pool(env: Env) -> Iterator[Pool]:
     p.delete()
 
 
-def fan_topology(name: str, pool: str, *, grace: float = 1.0, mode: str = "auto") -> dict[str, Any]:
+def fan_topology(
+    name: str, pool: str, *, grace: float = 1.0, mode: str = "auto", cap: float = 0.8
+) -> dict[str, Any]:
     """8 tasks of 1 CPU: 2 sources -> 3 workers -> 3 queries of priority 9, 5 and 1."""
     op = {"resources": {"cpu": "1", "memory": "64Mi"}, "reprocessingLatency": 0.5}
     outs = [("gold", 9), ("silver", 5), ("bronze", 1)]
@@ -97,7 +99,7 @@ def fan_topology(name: str, pool: str, *, grace: float = 1.0, mode: str = "auto"
             "image": "registry.example/fan:1",
             "recoveryLatencyBound": 10,
             "nodeSelector": {POOL: pool},
-            "recovery": {"gracePeriodSeconds": grace, "mode": mode},
+            "recovery": {"gracePeriodSeconds": grace, "mode": mode, "utilizationCap": cap},
             "operators": [
                 {"name": "src", "parallelism": 2, **op},
                 {"name": "work", "parallelism": 3, "inputs": [{"operator": "src"}], **op},
@@ -276,7 +278,9 @@ def test_lost_node_coming_back_takes_its_tasks_back(env: Env, pool: Pool) -> Non
         pool.add("2")
     pool.wait_ready()
     name = "comeback"
-    env.create(fan_topology(name, pool.name))
+    # a full node takes all its tasks back only without headroom (cap 1.0); blocking mode
+    # (one lost node) waits until everything fits, then recovers it at once
+    env.create(fan_topology(name, pool.name, cap=1.0))
     env.wait_condition(name, "Ready", "True")
     victim = sorted(set(nodes_of(env, name).values()))[0]
     pool.sim.kill(victim)

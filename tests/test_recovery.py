@@ -26,6 +26,7 @@ from planners.recovery import (
     RecoveryStep,
     check_recovery,
     failed_queries,
+    fill_leftover,
     free_capacity,
     recover_best_density,
     recover_dp,
@@ -372,3 +373,22 @@ def test_timeline_counts_priority_times_downtime() -> None:
     assert tl["blocking"].unavailability == 10 * 300
     assert tl["incremental"].finished_at == tl["blocking"].finished_at == 300.0
     assert tl["operator-centric"].unavailability >= tl["incremental"].unavailability
+
+
+@SETTINGS
+@given(cases())
+def test_filling_leftover_capacity_keeps_the_plan_valid_and_never_loses_priority(
+    case: tuple[TaskGraph, list[str], dict[str, float]],
+) -> None:
+    g, failed, cap = case
+    base = schedule_recovery(g, failed, cap, algorithm="best-density")
+    filled = fill_leftover(g, failed, cap, base)
+    assert check_recovery(g, failed, cap, filled) == []
+    assert set(base.recover) <= set(filled.recover)
+    assert filled.recovered_priority >= base.recovered_priority - 1e-9
+    # nothing that still fits is left idle
+    left = dict(cap)
+    for t, n in filled.recover.items():
+        left[n] -= g.weight[g.index(t)]
+    for t in filled.pending:
+        assert all(c + 1e-9 < g.weight[g.index(t)] for c in left.values())

@@ -12,6 +12,7 @@ with ``kopf.TemporaryError``.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import defaultdict
 from collections.abc import Mapping
@@ -26,7 +27,16 @@ from backstop.kubeio import Kube
 from backstop.manifests import LABEL_TOPOLOGY, Owner, conditions_changed, merge_patch
 from backstop.nodesim import node_is_ready
 from backstop.planning import current_assignment, desired_pods, diff_pods, plan_topology
-from backstop.spec import GROUP, VERSION, StreamTopologySpec, cpu_cores, expand, parse_spec
+from backstop.spec import (
+    GROUP,
+    VERSION,
+    StreamTopologySpec,
+    cpu_cores,
+    expand,
+    parse_spec,
+    spec_hash,
+    with_operator_defaults,
+)
 from backstop.status import build_plan_status, conditions_patch, pod_state
 from backstop.supervisor import Tick, converge, mark_applied, pod_states, recovery_tick
 from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
@@ -121,14 +131,19 @@ def _reconcile(
 ) -> None:
     namespace, name = owner.namespace, owner.name
     view = k.view(namespace, name, model.topology_key, model.node_selector)
+    this_spec = spec_hash(dict(body["spec"]))
+    same_spec = recorded.get("generation") == generation or recorded.get("specHash") == this_spec
     reuse = (
-        recorded.get("generation") == generation
+        same_spec
         and not status.get("problem")
         and set(recorded.get("assignment", {}).values()) <= set(view.node_objects)
         and set(recorded.get("assignment", {})) == set(graph.tasks)
     )
     if reuse:  # resume the recorded plan (write-ahead log) instead of planning anew
         plan_status = recorded
+        if recorded.get("generation") != generation:  # only spec.reoptimization changed
+            plan_status = {**recorded, "generation": generation}
+            _record(k, namespace, name, generation, {"plan": {"generation": generation}}, status)
     else:
         try:
             kept = (
@@ -171,6 +186,7 @@ def _reconcile(
         plan_status = build_plan_status(
             generation, graph, plan, replicas=replicas, availability=availability
         )
+        plan_status["specHash"] = this_spec
         # write-ahead: the plan is recorded before any pod is touched
         plan_patch = merge_patch(recorded, plan_status)
         _record(k, namespace, name, generation, {"plan": plan_patch, "problem": None}, status)
@@ -259,6 +275,7 @@ def _model(
             model = parse_spec(dict(spec))
         except InvalidTopology:
             return None
+        model = with_operator_defaults(model, dict(spec), os.environ)
         _parsed[key] = (model, expand(model))
     return _parsed[key]
 
@@ -354,3 +371,6 @@ def supervise(
         except PlannerError as err:
             logger.warning("recovery planning failed: %s", err)
         stopped.wait(1.0)
+
+
+from backstop import handlers_reopt  # noqa: E402,F401  (registers the re-optimization daemon)

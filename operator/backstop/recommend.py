@@ -17,7 +17,6 @@ where ``C`` is the mean checkpoint duration.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -28,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from backstop.planning import plan_topology
-from backstop.spec import StreamTopology, cpu_cores, expand, parse_topology
+from backstop.spec import StreamTopology, cpu_cores, expand, parse_topology, spec_hash
 from backstop.status import build_plan_status
 from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
 from planners.evaluate import check_plan, node_failure_latency, worst_node_failure
@@ -359,22 +358,6 @@ def improvement(current: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[flo
     if b0 != b1:
         return (b0 - b1) / max(b0, 1), f"backups {b0} -> {b1}"
     return 0.0, "same nodes and backups"
-
-
-def spec_hash(spec: Mapping[str, Any]) -> str:
-    """A hash of everything in a spec that planning depends on (all but ``reoptimization``).
-
-    A plan recorded with this hash stays valid across spec changes that only
-    touch ``spec.reoptimization`` (a new ``nonce``, another ``interval``).
-
-    Examples
-    --------
-    >>> a = {"image": "x", "reoptimization": {"nonce": "1"}}
-    >>> spec_hash(a) == spec_hash({**a, "reoptimization": {"nonce": "2"}})
-    True
-    """
-    rest = {k: v for k, v in spec.items() if k != "reoptimization"}
-    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def should_apply(gain: float, min_improvement: float) -> bool:

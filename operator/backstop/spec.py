@@ -8,6 +8,9 @@ CLI's validation and the operator's validation can never disagree.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -366,3 +369,51 @@ def expand(spec: StreamTopologySpec) -> TaskGraph:
         outputs=outputs,
         priority=priority,
     )
+
+
+def spec_hash(spec: Mapping[str, Any]) -> str:
+    """A hash of everything in a spec that planning depends on (all but ``reoptimization``).
+
+    A plan recorded with this hash stays valid across spec changes that only
+    touch ``spec.reoptimization`` (a new ``nonce``, another ``interval``).
+
+    Examples
+    --------
+    >>> a = {"image": "x", "reoptimization": {"nonce": "1"}}
+    >>> spec_hash(a) == spec_hash({**a, "reoptimization": {"nonce": "2"}})
+    True
+    """
+    rest = {k: v for k, v in spec.items() if k != "reoptimization"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def with_operator_defaults(
+    model: StreamTopologySpec, raw: Mapping[str, Any], env: Mapping[str, str]
+) -> StreamTopologySpec:
+    """Fill recovery settings the manifest leaves out from the operator's defaults.
+
+    The Helm chart passes cluster-wide defaults (``BACKSTOP_GRACE_PERIOD_SECONDS``,
+    ``BACKSTOP_UTILIZATION_CAP``); a value written in the manifest always wins.
+
+    Examples
+    --------
+    >>> m = StreamTopologySpec.model_validate({"image": "x", "recoveryLatencyBound": 2,
+    ...     "operators": [{"name": "a", "reprocessingLatency": 1}]})
+    >>> env = {"BACKSTOP_GRACE_PERIOD_SECONDS": "5"}
+    >>> with_operator_defaults(m, {}, env).recovery.grace_period_seconds
+    5.0
+    >>> with_operator_defaults(m, {"recovery": {"gracePeriodSeconds": 9}},
+    ...     {"BACKSTOP_GRACE_PERIOD_SECONDS": "5"}) is m
+    True
+    """
+    given = raw.get("recovery") or {}
+    update: dict[str, float] = {}
+    for field_name, alias, var in (
+        ("grace_period_seconds", "gracePeriodSeconds", "BACKSTOP_GRACE_PERIOD_SECONDS"),
+        ("utilization_cap", "utilizationCap", "BACKSTOP_UTILIZATION_CAP"),
+    ):
+        if alias not in given and field_name not in given and env.get(var):
+            update[field_name] = float(env[var])
+    if not update:
+        return model
+    return model.model_copy(update={"recovery": model.recovery.model_copy(update=update)})

@@ -35,7 +35,7 @@ from backstop.planning import desired_pods, diff_pods, per_node_worst
 from backstop.spec import StreamTopologySpec
 from backstop.status import PodState, conditions_patch
 from planners import TaskGraph
-from planners.recovery import free_capacity, schedule_recovery
+from planners.recovery import fill_leftover, free_capacity, schedule_recovery
 
 RETRY_SECONDS = 10.0
 """While tasks stay failed, re-plan at least this often (capacity may free up)."""
@@ -142,6 +142,8 @@ def recovery_tick(t: Tick, now: float | None = None) -> dict[str, Any] | None:
             algorithm=policy.algorithm,
             time_limit=RECOVERY_TIME_LIMIT,
         )
+        if mode != "blocking":
+            step = fill_leftover(t.graph, _ordered(t.graph, failed), capacity, step)
         if step.recover and not (mode == "blocking" and step.pending):
             rec["step"] = int(rec.get("step", 0)) + 1
             assignment.update(step.recover)
