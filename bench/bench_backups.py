@@ -19,9 +19,11 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from topologies import lines, random_dag, signalguru, tree, twitter_sentiment
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.topologies import lines, random_dag, signalguru, tree, twitter_sentiment
 from planners.backups import BackupPlan, plan_backups, topology_shape
 from planners.evaluate import check_plan
 from planners.graph import TaskGraph
@@ -97,23 +99,23 @@ def run(time_limit: float, large: int) -> tuple[str, list[str]]:
     for r in rows:
         exact_plan, _ = r.cells["exact"]
         opt = len(exact_plan.backups) if exact_plan.optimal else None
-        cells = []
+        shown: list[str] = []
         for alg in ALGORITHMS:
             if alg not in r.cells:
-                cells.append("—")
+                shown.append("—")
                 continue
             plan, secs = r.cells[alg]
             n = len(plan.backups)
             gap = ""
             if opt is not None:
-                g = 0.0 if opt == n else (n - opt) / max(opt, 1) * 100
+                pct = 0.0 if opt == n else (n - opt) / max(opt, 1) * 100
                 if r.case.split("-")[0] in ("Guru", "Senti"):
-                    gaps[alg].append(g)
-                gap = f" (+{g:.0f}%)" if n != opt else ""
-            cells.append(f"{n}{gap}, {fmt_time(secs)}")
+                    gaps[alg].append(pct)
+                gap = f" (+{pct:.0f}%)" if n != opt else ""
+            shown.append(f"{n}{gap}, {fmt_time(secs)}")
         star = "" if opt is not None else " †"
         out.append(
-            f"| {r.case}{star} | {r.tasks} | {r.edges} | {r.bound:g} | " + " | ".join(cells) + " |"
+            f"| {r.case}{star} | {r.tasks} | {r.edges} | {r.bound:g} | " + " | ".join(shown) + " |"
         )
 
     notes = []

@@ -173,11 +173,11 @@ def run(args: argparse.Namespace) -> str:
             )
             avail = []
             for t in triggers:
-                back = sum(
-                    prio[q]
-                    for q in hit_queries
-                    if q not in tl.downtime or (tl.back_at[q] is not None and tl.back_at[q] <= t)
-                )
+                back = 0.0
+                for q in hit_queries:
+                    came_back = tl.back_at.get(q)
+                    if q not in tl.downtime or (came_back is not None and came_back <= t):
+                        back += prio[q]
                 avail.append(100 * back / hit if hit else 100.0)
             per_trigger[label].append(avail)
     lines = [

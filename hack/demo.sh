@@ -1,52 +1,135 @@
 #!/usr/bin/env bash
 # hack/demo.sh - `make demo`: Backstop end to end on the local control plane and simulated nodes.
-# Brings the control plane up (building it on the first run), creates simulated nodes, runs the
-# node simulator, and walks through planning a topology. Stops what it started unless KEEP=1.
+#
+#  1. brings the control plane up (building it on the first run) and installs the CRDs;
+#  2. creates simulated nodes (stand-ins for kubelets) and starts the node simulator;
+#  3. previews the plan (`backstop plan`), starts the operator, applies the example topology,
+#     and prints the task -> node placement the real kube-scheduler bound;
+#  4. kills two nodes, adds replacement nodes one by one, and prints each RecoveryPlan and the
+#     queries coming back, then the final placement and whether the bound holds;
+#  5. runs one re-optimization with the Spark job in local mode.
+# Stops what it started (operator, simulator, demo nodes, the control plane if it started it)
+# unless KEEP=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BACKSTOP_CACHE=${BACKSTOP_CACHE:-$HOME/.cache/backstop}
 export KUBECONFIG=$BACKSTOP_CACHE/run/kubeconfig
 TOPOLOGY=${TOPOLOGY:-examples/twitter-sentiment.yaml}
 NS=${NS:-backstop-demo}
+POOL=demo-$RANDOM
+LOGS=${LOGS:-/tmp/backstop-demo}
+mkdir -p "$LOGS"
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+run() { printf '$ %s\n' "$*"; "$@"; }
 
 started_cluster=0
-if ! hack/local-cluster.sh status | grep -q 'kube-apiserver: running'; then
-  step "starting the local control plane (first run builds it: ~4-6 min)"
+cluster_status=$(hack/local-cluster.sh status)  # not piped into grep -q: SIGPIPE + pipefail
+if [[ $cluster_status != *"kube-apiserver: running"* ]]; then
+  step "starting the local control plane (the first run builds it: ~4-6 min)"
   hack/local-cluster.sh up
   started_cluster=1
 fi
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  if [[ $started_cluster == 1 && ${KEEP:-0} != 1 ]]; then
-    hack/local-cluster.sh down
-  elif [[ ${KEEP:-0} == 1 ]]; then
-    echo "cluster left running: export KUBECONFIG=$KUBECONFIG ; stop it with: make cluster-down"
+  set +e
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  if [[ ${KEEP:-0} == 1 ]]; then
+    echo "left running: export KUBECONFIG=$KUBECONFIG ; stop with: make cluster-down"
+    return
   fi
+  kubectl delete namespace "$NS" --wait=false >/dev/null 2>&1
+  kubectl delete nodes -l "test.backstop.dev/pool=$POOL" >/dev/null 2>&1
+  [[ $started_cluster == 1 ]] && hack/local-cluster.sh down
 }
 trap cleanup EXIT
 
-step "simulated nodes (stand-ins for kubelets): 4 nodes with 2 CPUs in 2 zones"
+step "CRDs (generated from the pydantic models)"
+run kubectl apply -f crds/
+kubectl wait --for=condition=Established crd/streamtopologies.streams.backstop.dev --timeout=30s >/dev/null
+kubectl create namespace "$NS" >/dev/null 2>&1 || true
+
+step "simulated nodes: 4 x 2 CPU in 2 zones (the node simulator stands in for kubelets)"
 for i in 0 1 2 3; do
-  kubectl get node demo-$i >/dev/null 2>&1 || backstop nodes create 1 --prefix demo --start $i --cpu 2 --zones zone-a,zone-b
+  backstop nodes create 1 --prefix "$POOL" --start $i --cpu 2 --zones zone-a,zone-b
+  kubectl label node "$POOL-$i" "test.backstop.dev/pool=$POOL" >/dev/null
 done
-backstop nodes run --interval 1 >/tmp/backstop-demo-nodesim.log 2>&1 &
+backstop nodes run --interval 1 >"$LOGS/nodesim.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 30); do
-  [[ $(kubectl get nodes -l sim.backstop.dev/simulated=true --no-headers | grep -c ' Ready') -ge 4 ]] && break
+for _ in $(seq 40); do
+  ready=$(kubectl get nodes -l "test.backstop.dev/pool=$POOL" --no-headers 2>/dev/null | grep -c ' Ready' || true)
+  [[ $ready -ge 4 ]] && break
   sleep 1
 done
-kubectl get nodes -L topology.kubernetes.io/zone
+kubectl get nodes -l "test.backstop.dev/pool=$POOL" -L topology.kubernetes.io/zone
 
-step "the topology: $TOPOLOGY"
-sed -n '/^spec:/,$p' "$TOPOLOGY" | head -20
+# the demo's copy of the example, pinned to the demo's node pool
+MANIFEST=$LOGS/topology.yaml
+python3 - "$TOPOLOGY" "$POOL" > "$MANIFEST" <<'PY'
+import sys, yaml
+doc = yaml.safe_load(open(sys.argv[1]))
+doc["spec"]["nodeSelector"] = {"test.backstop.dev/pool": sys.argv[2]}
+print(yaml.safe_dump(doc, sort_keys=False))
+PY
 
-step "minimum upstream backups for the bound (FTC)"
-backstop backups "$TOPOLOGY"
+step "the plan before applying: minimum backups, then backups + placement checked per node failure"
+run backstop backups "$TOPOLOGY"
+kubectl get nodes -l "test.backstop.dev/pool=$POOL" -o yaml > "$LOGS/nodes.yaml"
+run backstop plan "$TOPOLOGY" --nodes "$LOGS/nodes.yaml"
 
-step "the plan against the live nodes: backups + placement, checked per node failure"
-kubectl get nodes -o yaml > /tmp/backstop-demo-nodes.yaml
-backstop plan "$TOPOLOGY" --nodes /tmp/backstop-demo-nodes.yaml
+step "the operator (Kopf), watching namespace $NS; grace period 5 s for the demo"
+backstop operator --namespace "$NS" --liveness http://127.0.0.1:18080/healthz \
+  --log-format plain --grace-period-seconds 5 >"$LOGS/operator.log" 2>&1 &
+pids+=($!)
+sleep 3
+
+step "kubectl apply the topology"
+run kubectl apply -n "$NS" -f "$MANIFEST"
+kubectl wait -n "$NS" st/twitter-sentiment --for=condition=Ready --timeout=90s >/dev/null
+run kubectl get -n "$NS" st
+echo
+echo "task -> node (bound by the real kube-scheduler, following each pod's node affinity):"
+kubectl get pods -n "$NS" -o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase --sort-by=.spec.nodeName
+
+step "node failure: killing two nodes (heartbeats stop; the node-lifecycle controller turns them NotReady)"
+victims=$(kubectl get pods -n "$NS" -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort | uniq -c | sort -rn | head -2 | awk '{print $2}')
+run backstop nodes kill $victims
+echo "waiting for NotReady (~20 s) + the 5 s grace period ..."
+kubectl wait -n "$NS" st/twitter-sentiment --for=condition=Recovering --timeout=90s >/dev/null || true
+for _ in $(seq 60); do
+  [[ -n $(kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.session}') ]] && break
+  sleep 1
+done
+run kubectl get -n "$NS" st,recoveryplans
+echo "recovery: $(kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.message}')"
+
+step "replacement nodes arrive one by one; each one Ready triggers the next query-centric plan"
+k=4
+for cpu in 1 2 4; do
+  run backstop nodes add "$POOL-$k" --cpu $cpu --zone zone-a --ready-after 3
+  kubectl label node "$POOL-$k" "test.backstop.dev/pool=$POOL" >/dev/null
+  k=$((k + 1))
+  sleep 8
+  run kubectl get -n "$NS" recoveryplans
+  echo "recovery: $(kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.message}')"
+  active=$(kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.active}')
+  [[ $active == "false" ]] && break
+done
+kubectl wait -n "$NS" st/twitter-sentiment --for=condition=Ready --timeout=90s >/dev/null
+
+step "recovered: final placement and the bound"
+run kubectl get -n "$NS" st
+kubectl get pods -n "$NS" -o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase --sort-by=.spec.nodeName
+echo
+kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{range .status.conditions[*]}{.type}{"="}{.status}{"  "}{.reason}{": "}{.message}{"\n"}{end}'
+echo
+echo "events:"
+kubectl get events -n "$NS" --field-selector involvedObject.kind=StreamTopology \
+  --sort-by=.lastTimestamp -o custom-columns=REASON:.reason,MESSAGE:.message | grep -v Logging | tail -15
+echo
+echo "what the tasks are told (ConfigMap ${TOPOLOGY##*/} session, mounted in every task pod):"
+kubectl get cm -n "$NS" twitter-sentiment-recovery -o jsonpath='{.data.session\.json}' | head -20
+
+step "re-optimization: task metrics -> Spark (local mode) -> new estimates and a recommendation"
+ROWS=${ROWS:-50000} hack/demo-reoptimize.sh
 
 step "done"

@@ -48,7 +48,7 @@ def graphs(draw: st.DrawFn, max_tasks: int = 25) -> TaskGraph:
     """Random DAGs: tasks 0..n-1, edges only forward, latencies and CPU in (0, 1]."""
     n = draw(st.integers(1, max_tasks))
     tasks = [f"t-{i}" for i in range(n)]
-    edges = set()
+    edges: set[tuple[str, str]] = set()
     for v in range(1, n):
         ups = draw(st.lists(st.integers(0, v - 1), max_size=3, unique=True))
         edges.update((tasks[u], tasks[v]) for u in ups)
