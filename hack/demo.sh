@@ -126,7 +126,7 @@ echo "events:"
 kubectl get events -n "$NS" --field-selector involvedObject.kind=StreamTopology \
   --sort-by=.lastTimestamp -o custom-columns=REASON:.reason,MESSAGE:.message | grep -v Logging | tail -15
 echo
-echo "what the tasks are told (ConfigMap ${TOPOLOGY##*/} session, mounted in every task pod):"
+echo "what the tasks are told (ConfigMap twitter-sentiment-recovery, mounted in every task pod):"
 kubectl get cm -n "$NS" twitter-sentiment-recovery -o jsonpath='{.data.session\.json}' | head -20
 
 step "re-optimization: task metrics -> Spark (local mode) -> new estimates and a recommendation"

@@ -33,6 +33,7 @@ ASSIGNMENT = {
     "sentiment-1": "n2",
     "sentiment-2": "n2",
     "sink-0": "n2",
+    "trending-0": "n1",
 }
 
 
@@ -66,8 +67,10 @@ def test_json_output(files: tuple[Path, Path]) -> None:
         "failedPriority",
     ]
     assert set(doc["recover"].values()) == {"n3"}
-    assert doc["recoveredQueries"] == ["sink-0"] and doc["pending"] == []
-    assert doc["recoveredPriority"] == doc["failedPriority"] == 5.0
+    # n1 held 3.25 CPU; n3 offers 4 x 0.8 = 3.2: both queries need 3.0 of it, and only the
+    # priority-5 query (sink) fits completely, so trending (priority 2) waits
+    assert doc["recoveredQueries"] == ["sink-0"] and doc["pending"] == ["trending-0"]
+    assert doc["recoveredPriority"] == 5.0 and doc["failedPriority"] == 7.0
 
 
 def test_table_and_plain_assignment(files: tuple[Path, Path], tmp_path: Path) -> None:

@@ -260,8 +260,14 @@ def replan(t: Tick, status: Mapping[str, Any]) -> dict[str, Any] | None:
         new_plan["replicas"] = {task: nodes for task, nodes in kept.items() if nodes}
         new_plan["replicated"] = sorted(new_plan["replicas"])
         new_plan["availability"] = plan.get("availability")
+    message = (status.get("recovery") or {}).get("message", "")
     obj = t.kube.patch_status_returning(
-        t.owner.namespace, t.owner.name, {"plan": merge_patch(plan, new_plan)}
+        t.owner.namespace,
+        t.owner.name,
+        {
+            "plan": merge_patch(plan, new_plan),
+            "recovery": {"message": f"{message}; re-planned to keep the bound"},
+        },
     )
     t.emit(
         "Planned",
