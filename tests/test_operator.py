@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -203,3 +204,31 @@ def test_deleting_the_topology_removes_its_pods(env: Env) -> None:
         GROUP, VERSION, env.namespace, "streamtopologies", name
     )
     wait_for(lambda: env.pods(name) == [], 60, "the garbage collector to remove the pods")
+
+
+def test_plan_from_cluster_previews_on_the_live_nodes(env: Env) -> None:
+    from typer.testing import CliRunner
+
+    from backstop.cli import app
+
+    pool = {"test.backstop.dev/pool": env.nodes[0].rsplit("-", 1)[0]}
+    for n in env.nodes:
+        env.core.patch_node(n, {"metadata": {"labels": pool}})
+    doc = topology_manifest(EXAMPLE, "preview")
+    doc["spec"]["nodeSelector"] = pool
+    path = env.log.parent / "preview.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = CliRunner().invoke(
+        app,
+        ["plan", str(path), "--from-cluster", "-n", env.namespace],
+        env={"KUBECONFIG": env.kubeconfig, "COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    graph = expand(parse_spec(doc["spec"]))
+    placed = {}
+    for line in result.stdout.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if len(cells) == 4 and cells[0] in graph.tasks:
+            placed[cells[0]] = cells[1]
+    assert set(placed) == set(graph.tasks)
+    assert set(placed.values()) <= set(env.nodes), "only the live nodes of the selected pool"

@@ -127,6 +127,31 @@ def placement_json(graph: TaskGraph, plan: Placement) -> dict[str, object]:
     }
 
 
+def _plan_from_cluster(
+    topo: StreamTopology, namespace: str, bound: float | None
+) -> tuple[TaskGraph, Placement, NodePool]:
+    """What the operator would plan for ``topo`` on the live cluster right now."""
+    from backstop.cluster import ClusterUnavailable, api_client
+    from backstop.kubeio import Kube
+    from backstop.planning import current_assignment, plan_topology
+
+    spec = topo.spec
+    if bound is not None:
+        spec = spec.model_copy(update={"recovery_latency_bound": bound})
+    try:
+        kube = Kube(api_client())
+        view = kube.view(namespace, topo.metadata.name, spec.topology_key, spec.node_selector)
+    except ClusterUnavailable as err:
+        raise PlannerError(str(err)) from None
+    except Exception as err:  # connection refused, 401, ...: say so, no traceback
+        raise PlannerError(f"cannot read nodes from the cluster: {err}") from None
+    if not view.nodes:
+        raise PlannerError("the cluster has no Ready, schedulable node with CPU left")
+    graph = expand(spec)
+    plan = plan_topology(spec, graph, view.nodes, current=current_assignment(view.own_pods))
+    return graph, plan.placement, NodePool.of(view.nodes)
+
+
 def _key(topology_key: str | None, topo: StreamTopology) -> str | None:
     return topology_key if topology_key is not None else topo.spec.topology_key
 
@@ -171,15 +196,32 @@ def plan_command(
     bound: BoundOpt = None,
     topology_key: TopologyKeyOpt = None,
     time_limit: TimeLimitOpt = 10.0,
+    from_cluster: Annotated[
+        bool,
+        typer.Option(
+            "--from-cluster",
+            help="Plan against the live cluster's Ready nodes (KUBECONFIG), exactly as the "
+            "operator would: other pods' requests subtracted, the topology's own pods kept "
+            "where an equivalent plan allows.",
+        ),
+    ] = False,
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="Namespace of the topology (--from-cluster).")
+    ] = "default",
 ) -> None:
     """Dry run: backups, task → node table, recovery latency per node failure, bound check."""
     topo = load_topology(topology)
-    if nodes is None and node_cpu is None:
-        raise PlannerError("give --nodes NODES.yaml or --node-cpu CPU")
-    pool = _pool(node_cpu, nodes, _key(topology_key, topo) if nodes else topology_key)
-    graph, plan = compute_plan(
-        topo, pool, algorithm=algorithm, backups=backups, bound=bound, time_limit=time_limit
-    )
+    if from_cluster:
+        if nodes is not None or node_cpu is not None:
+            raise PlannerError("--from-cluster plans on the live nodes: drop --nodes/--node-cpu")
+        graph, plan, pool = _plan_from_cluster(topo, namespace, bound)
+    else:
+        if nodes is None and node_cpu is None:
+            raise PlannerError("give --nodes NODES.yaml, --node-cpu CPU or --from-cluster")
+        pool = _pool(node_cpu, nodes, _key(topology_key, topo) if nodes else topology_key)
+        graph, plan = compute_plan(
+            topo, pool, algorithm=algorithm, backups=backups, bound=bound, time_limit=time_limit
+        )
     console = Console(highlight=False, soft_wrap=True)
     name = topo.metadata.name
     mode = "all" if plan.backups is None else "planned"
