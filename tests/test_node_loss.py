@@ -332,3 +332,33 @@ def test_flapping_node_within_the_grace_period_causes_no_recovery(env: Env, pool
     assert plans(env, name) == []
     assert not recovery(env, name).get("session")
     assert condition(env.get(name), "Ready")["status"] == "True"  # type: ignore[index]
+
+
+def test_cordoned_node_is_drained_a_few_tasks_at_a_time_before_anything_fails(
+    env: Env, pool: Pool
+) -> None:
+    for _ in range(4):
+        pool.add("2")
+    pool.add("4")
+    pool.wait_ready()
+    name = "drain"
+    env.create(fan_topology(name, pool.name))
+    env.wait_condition(name, "Ready", "True")
+    before = nodes_of(env, name)
+    victim = max(set(before.values()), key=lambda n: sum(1 for v in before.values() if v == n))
+    on_victim = {t for t, n in before.items() if n == victim}
+    pool.sim.core.patch_node(victim, {"spec": {"unschedulable": True}})
+    wait_for(lambda: victim not in nodes_of(env, name).values(), 120, f"{victim} drained")
+    obj = env.wait_condition(name, "Ready", "True", timeout=90)
+    check_final(env, obj, {victim})
+    assert plans(env, name) == [], "a drain is not a failure: no RecoveryPlan"
+    assert not recovery(env, name).get("session")
+    after = nodes_of(env, name)
+    assert {t for t in before if before[t] != after[t]} == on_victim, "only its tasks moved"
+    drains = [
+        e
+        for e in env.core.list_namespaced_event(env.namespace).items
+        if e.involved_object.name == name and e.reason == "NodeDraining"
+    ]
+    moved_per_event = [e.message.count("->") for e in drains]
+    assert drains and max(moved_per_event) <= 3, moved_per_event

@@ -232,3 +232,30 @@ def test_plan_from_cluster_previews_on_the_live_nodes(env: Env) -> None:
             placed[cells[0]] = cells[1]
     assert set(placed) == set(graph.tasks)
     assert set(placed.values()) <= set(env.nodes), "only the live nodes of the selected pool"
+
+
+def test_selective_replication_runs_replicas_off_their_primarys_node(env: Env) -> None:
+    doc = topology_manifest(EXAMPLE, "replicated")
+    doc["spec"]["replication"] = {"spareCpu": "2", "strategy": "qod-lu"}
+    env.create(doc)
+    obj = env.wait_condition("replicated", "Ready", "True", timeout=90)
+    plan = obj["status"]["plan"]
+    replicas: dict[str, list[str]] = plan["replicas"]
+    assert replicas, "a 2-CPU budget on 24 CPU of nodes buys some replicas"
+    assert sorted(replicas) == plan["replicated"]
+    assert 0 < plan["availability"] <= 1
+    graph = expand(parse_spec(doc["spec"]))
+    cpu = sum(graph.weight[graph.index(t)] * len(ns) for t, ns in replicas.items())
+    assert cpu <= 2 + 1e-9, "the replicas stay within the spare-CPU budget"
+    pods = {p.metadata.name: p for p in env.pods("replicated")}
+    for task, nodes in replicas.items():
+        primary = pods[f"replicated-{task}"]
+        copies = [pods[f"replicated-{task}-replica-{k}"] for k in range(len(nodes))]
+        where = [primary.spec.node_name] + [c.spec.node_name for c in copies]
+        assert len(set(where)) == len(where), f"{task}: two copies on one node {where}"
+        for c in copies:
+            assert c.metadata.labels[f"{GROUP}/role"] == "replica"
+            assert c.status.phase == "Running"
+            assert _env_of(c)["BACKSTOP_ROLE"] == "replica"
+    n_replicas = sum(len(ns) for ns in replicas.values())
+    assert len(pods) == len(graph) + n_replicas

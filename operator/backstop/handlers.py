@@ -38,7 +38,14 @@ from backstop.spec import (
     with_operator_defaults,
 )
 from backstop.status import build_plan_status, conditions_patch, pod_state
-from backstop.supervisor import Tick, converge, mark_applied, pod_states, recovery_tick
+from backstop.supervisor import (
+    Tick,
+    converge,
+    drain_tick,
+    mark_applied,
+    pod_states,
+    recovery_tick,
+)
 from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
 from planners.replication import select_replicas
 
@@ -335,7 +342,9 @@ def supervise(
                     emit=emit,
                 )
                 with topology_lock(namespace, name):
-                    obj = recovery_tick(tick)
+                    obj = recovery_tick(tick) or drain_tick(
+                        tick, list(pods_index.get((namespace, name), []))
+                    )
                     if obj is not None:
                         current = dict(obj.get("status") or {})
                         rv = int(obj["metadata"]["resourceVersion"])

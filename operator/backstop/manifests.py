@@ -33,6 +33,7 @@ EVENT_REASONS = frozenset(
         "InvalidSpec",
         "Infeasible",
         "NodeLost",
+        "NodeDraining",
         "RecoveryPlanIssued",
         "TaskRecovered",
         "Recovered",

@@ -356,3 +356,101 @@ def pod_states(bodies: list[Mapping[str, Any]]) -> list[PodState]:
             )
         )
     return out
+
+
+DRAIN_BATCH = 3
+"""Tasks moved off a cordoned node per step: a few at a time, never all at once."""
+
+
+def drain_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Move tasks off cordoned nodes before anything fails (planned maintenance).
+
+    Runs only when no recovery session is active and every pod matches the
+    recorded plan (the previous batch has landed). It treats the cordoned
+    node's tasks like failed ones for the recovery planner, so the most
+    valuable queries move first, takes at most :data:`DRAIN_BATCH` of them, and
+    keeps a move only if every single-node failure still keeps the bound with
+    it. The new assignment is recorded before any pod moves; converge then
+    moves the pods (graceful delete, recreate on the new node).
+
+    Returns
+    -------
+    dict or None
+        The written object, or ``None`` when nothing is to be drained (or nothing
+        can move now without breaking the bound or the capacity).
+    """
+    plan = t.status.get("plan") or {}
+    rec = t.status.get("recovery") or {}
+    if plan.get("generation") != t.generation or rec.get("active"):
+        return None
+    assignment: dict[str, str] = dict(plan.get("assignment") or {})
+    cordoned = {n for n in set(assignment.values()) if n in t.nodes and t.nodes[n].cordoned}
+    if not cordoned:
+        return None
+    if not pods_match(
+        desired_pods(
+            t.owner,
+            t.model,
+            t.graph,
+            frozenset(plan.get("backups") or []),
+            assignment,
+            plan.get("replicas"),
+        ),
+        indexed,
+    ):
+        return None  # the previous batch is still moving
+    if any((b.get("status") or {}).get("phase") != "Running" for b in indexed):
+        return None  # ... or still starting
+    movable = _ordered(t.graph, {task for task, n in assignment.items() if n in cordoned})
+    ready = [
+        n
+        for n, info in t.nodes.items()
+        if info.schedulable and info.matches(t.model.node_selector) and n not in cordoned
+    ]
+    capacity = free_capacity(
+        {n: t.nodes[n].cpu for n in ready}, t.kube.used_cpu(), t.model.recovery.utilization_cap
+    )
+    step = schedule_recovery(
+        t.graph, movable, capacity, algorithm=t.model.recovery.algorithm, time_limit=1.0
+    )
+    step = fill_leftover(t.graph, movable, capacity, step)
+    backups = list(plan.get("backups") or [])
+    bound = t.model.recovery_latency_bound
+    moved: dict[str, str] = {}
+    for task in sorted(step.recover, key=lambda x: movable.index(x)):
+        trial = {**assignment, **moved, task: step.recover[task]}
+        worst = max(per_node_worst(t.graph, backups, trial).values(), default=0.0)
+        if worst <= bound + 1e-9:
+            moved[task] = step.recover[task]
+        if len(moved) == DRAIN_BATCH:
+            break
+    if not moved:
+        return None
+    assignment.update(moved)
+    worst_by_node = per_node_worst(t.graph, backups, assignment)
+    worst = max(worst_by_node.values(), default=0.0)
+    new_plan = dict(
+        plan,
+        assignment=dict(sorted(assignment.items(), key=lambda kv: t.graph.index(kv[0]))),
+        worstRecoveryLatency=round(worst, 6),
+        boundSatisfied=worst <= bound + 1e-9,
+        nodesUsed=len(set(assignment.values())),
+        worstByNode={k: round(v, 6) for k, v in worst_by_node.items()},
+    )
+    left = [task for task, n in assignment.items() if n in cordoned]
+    obj = t.kube.patch_status_returning(
+        t.owner.namespace,
+        t.owner.name,
+        {
+            "plan": merge_patch(plan, new_plan),
+            "drain": {"nodes": sorted(cordoned), "moved": len(moved), "remaining": len(left)},
+        },
+    )
+    t.emit(
+        "NodeDraining",
+        f"cordoned {', '.join(sorted(cordoned))}: moving "
+        + ", ".join(f"{task}->{node}" for task, node in moved.items())
+        + f"; {len(left)} tasks left there",
+        False,
+    )
+    return obj
