@@ -9,7 +9,7 @@ CLUSTER := hack/local-cluster.sh
 export BACKSTOP_CACHE ?= $(HOME)/.cache/backstop
 export KUBECONFIG_LOCAL := $(BACKSTOP_CACHE)/run/kubeconfig
 
-.PHONY: help install tools lint typecheck imports unit test demo cluster-build cluster-up cluster-down cluster-status clean bench crds
+.PHONY: help install tools lint typecheck imports unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -55,8 +55,15 @@ test: $(STAMP) tools lint typecheck imports ## everything CI runs: lint, types, 
 demo: $(STAMP) tools ## the end-to-end demo on the local control plane and simulated nodes
 	PATH=$(CURDIR)/$(TOOLS):$(CURDIR)/$(BIN):$$PATH hack/demo.sh
 
-bench: $(STAMP) ## run the benchmarks (figures go to docs/benchmarks.md)
+bench: $(STAMP) ## planner + Spark benchmarks; each rewrites its section of docs/benchmarks.md
 	$(BIN)/python bench/bench_backups.py --out docs/benchmarks.md
+	$(BIN)/python bench/bench_placement.py --docs docs/benchmarks.md
+	$(BIN)/python bench/bench_recovery.py --out docs/benchmarks.md
+	$(BIN)/python bench/bench_reoptimize.py --out docs/benchmarks.md
+
+bench-cluster: $(STAMP) ## operator benchmarks on the local control plane (make cluster-up first)
+	$(BIN)/python bench/bench_operator.py --out docs/benchmarks.md
+	$(BIN)/python bench/bench_operator_recovery.py --out docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache

@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.docsection import write_section
 from bench.topologies import lines, random_dag, signalguru, tree, twitter_sentiment
 from planners.backups import BackupPlan, plan_backups, topology_shape
 from planners.evaluate import check_plan
@@ -145,6 +146,9 @@ def run(time_limit: float, large: int) -> tuple[str, list[str]]:
     return "\n".join(out), notes
 
 
+HEADING = "## Minimum backups"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="also write the markdown to this file")
@@ -167,8 +171,7 @@ def main() -> None:
     )
     sys.stdout.write(text)
     if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text)
+        write_section(Path(args.out), HEADING, f"{HEADING}\n\n{text}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,10 @@ from pathlib import Path
 from planners.graph import TaskGraph
 from planners.placement import NodePool, Placement, place, plan_joint
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.docsection import write_section
+
 HEURISTICS = ["nfdh", "ffdh", "bfdh", "rtap-nf", "rtap-ff", "rtap-bf"]
 
 
@@ -236,22 +240,6 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _write_section(path: Path, body: str, heading: str = "## Placement") -> None:
-    """Replace (or append) our section of a shared markdown file, leaving others alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == heading), None)
-    section = [heading, "", *body.rstrip().splitlines(), ""]
-    if start is None:
-        new = [*lines, "", *section] if lines and lines[-1].strip() else [*lines, *section]
-    else:
-        end = next(
-            (j for j in range(start + 1, len(lines)) if lines[j].startswith("## ")), len(lines)
-        )
-        new = [*lines[:start], *section, *lines[end:]]
-    path.write_text("\n".join(new).rstrip() + "\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="Skip the largest topologies.")
@@ -272,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.write_text(table + "\n")
     if args.docs:
-        _write_section(args.docs, _preamble(args) + table)
+        write_section(args.docs, "## Placement", "## Placement\n\n" + _preamble(args) + table)
     return 0
 
 

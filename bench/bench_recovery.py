@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import statistics
 import sys
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.docsection import write_section
 from planners.graph import TaskGraph
 from planners.recovery import (
     RECOVERY_ALGORITHMS,
@@ -241,17 +241,6 @@ def run(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) this benchmark's section of ``path``, leaving the rest alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section.rstrip("\n") + "\n\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    path.write_text(text.rstrip("\n") + "\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=10, help="synthetic topologies (default 10)")
@@ -270,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     section = run(args)
     sys.stdout.write(section)
     if args.out:
-        write_section(args.out, section)
+        write_section(args.out, HEADING, section)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

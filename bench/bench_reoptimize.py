@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from backstop.reoptimize import (
     transform_task_summary,
 )
 from backstop.spec import StreamTopology, load_topology
+from bench.docsection import write_section
 
 HEADING = "## Re-optimization (Spark)"
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,17 +166,6 @@ def run(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) this benchmark's section of ``path``, leaving the rest alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section.rstrip("\n") + "\n\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    path.write_text(text.rstrip("\n") + "\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000],
@@ -192,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     section = run(args)
     sys.stdout.write(section)
     if args.out:
-        write_section(args.out, section)
+        write_section(args.out, HEADING, section)
         log(f"wrote {args.out}")
     return 0
 
