@@ -133,6 +133,7 @@ def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
 
 EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
 LABEL = f"{GROUP}/topology"
+POOL_LABEL = "test.backstop.dev/pool"
 
 
 @dataclass
@@ -146,6 +147,7 @@ class Env:
     proc: subprocess.Popen[bytes] | None = None
     created: list[str] = field(default_factory=list)
     simulator: Simulator | None = None
+    pool: str = ""
 
     def cleanup(self) -> None:
         """Delete the topologies a test created and wait for their pods to go."""
@@ -155,6 +157,12 @@ class Env:
                     GROUP, VERSION, self.namespace, "streamtopologies", name
                 )
         for name in self.created:
+            # pods on killed (or already deleted) test nodes would stay Terminating
+            for pod in self.pods(name):
+                with contextlib.suppress(ApiException):
+                    self.core.delete_namespaced_pod(
+                        pod.metadata.name, self.namespace, grace_period_seconds=0
+                    )
             wait_for(partial(self.no_pods, name), 60, f"pods of {name} to go")
         self.created.clear()
 
@@ -173,7 +181,9 @@ class Env:
         return obj
 
     def create(self, doc: dict[str, Any]) -> None:
+        """Create a topology; unless it selects nodes itself, it runs on this env's nodes."""
         self.created.append(doc["metadata"]["name"])
+        doc["spec"].setdefault("nodeSelector", {POOL_LABEL: self.pool})
         self.custom.create_namespaced_custom_object(
             GROUP, VERSION, self.namespace, "streamtopologies", doc
         )
@@ -218,9 +228,11 @@ def topology_env(
     names = [f"{prefix}-{i}" for i in range(nodes)]
     for i, n in enumerate(names):
         simulator.create(n, NodeShape(cpu=node_cpu), zone=f"zone-{i % 2}")
+        core.patch_node(n, {"metadata": {"labels": {POOL_LABEL: prefix}}})
     wait_for(lambda: all(node_ready(core, n) for n in names), 30, "test nodes Ready")
     e = Env(kubeconfig, ns, core, client.CustomObjectsApi(kube), names, tmp / "operator.log")
     e.simulator = simulator
+    e.pool = prefix
     e.restart_operator()
     try:
         yield e

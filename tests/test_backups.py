@@ -329,7 +329,7 @@ def test_cli_json_shape(algorithm: str) -> None:
     assert set(out) == {"algorithm", "bound", "backups", "worstRecoveryLatency", "optimal", "tasks"}
     assert out["algorithm"].split(":")[0] == algorithm
     graph = expand(load_topology(SENTIMENT).spec)
-    assert out["tasks"] == len(graph) == 13
+    assert out["tasks"] == len(graph) == 14
     assert out["bound"] == 4.0
     assert out["optimal"] in (True, False, None)
     assert check_plan(graph, bound=out["bound"], backups=out["backups"]) == []

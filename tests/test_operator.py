@@ -16,6 +16,7 @@ from backstop.spec import GROUP, VERSION, cpu_cores, expand, parse_spec
 from planners.evaluate import check_plan, worst_node_failure
 from tests.kubetools import (
     EXAMPLE,
+    POOL_LABEL,
     Env,
     condition,
     topology_env,
@@ -211,11 +212,8 @@ def test_plan_from_cluster_previews_on_the_live_nodes(env: Env) -> None:
 
     from backstop.cli import app
 
-    pool = {"test.backstop.dev/pool": env.nodes[0].rsplit("-", 1)[0]}
-    for n in env.nodes:
-        env.core.patch_node(n, {"metadata": {"labels": pool}})
     doc = topology_manifest(EXAMPLE, "preview")
-    doc["spec"]["nodeSelector"] = pool
+    doc["spec"]["nodeSelector"] = {POOL_LABEL: env.pool}
     path = env.log.parent / "preview.yaml"
     path.write_text(yaml.safe_dump(doc))
     result = CliRunner().invoke(

@@ -70,10 +70,12 @@ def test_tasks_carry_latency_weight_and_outputs() -> None:
 
 def test_example_expands_to_the_documented_shape() -> None:
     g = expand(load_topology(EXAMPLE).spec)
-    # 2 + 3 + 1 + 3 + 3 + 1 tasks; edges: source->hot 6, hot->merge 3,
-    # source->filter 6, merge->filter 3, filter->sentiment 3, sentiment->sink 3.
-    assert len(g) == 13
-    assert len(g.edges) == 24
+    # 2 + 3 + 1 + 3 + 3 + 1 + 1 tasks; edges: source->hot 6, hot->merge 3,
+    # source->filter 6, merge->filter 3, filter->sentiment 3, sentiment->sink 3,
+    # merge->trending 1.
+    assert len(g) == 14
+    assert len(g.edges) == 25
+    assert sorted(g.tasks[i] for i in g.outputs) == ["sink-0", "trending-0"]
 
 
 BAD = [
