@@ -347,6 +347,8 @@ def test_cordoned_node_is_drained_a_few_tasks_at_a_time_before_anything_fails(
     before = nodes_of(env, name)
     victim = max(set(before.values()), key=lambda n: sum(1 for v in before.values() if v == n))
     on_victim = {t for t, n in before.items() if n == victim}
+    spare = [pool.add("4"), pool.add("4")]  # empty: 2 x 3.2 CPU of room under the 0.8 cap
+    pool.wait_ready(spare)
     pool.sim.core.patch_node(victim, {"spec": {"unschedulable": True}})
     wait_for(lambda: victim not in nodes_of(env, name).values(), 120, f"{victim} drained")
     obj = env.wait_condition(name, "Ready", "True", timeout=90)
