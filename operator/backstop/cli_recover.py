@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from backstop.cli import fail, guarded, print_json
+from backstop.incidents import recovery_json
 from backstop.nodes import nodes_from_manifests
 from backstop.spec import expand, load_topology
 from planners import TaskGraph
@@ -91,18 +92,6 @@ def load_node_cpu(path: Path) -> tuple[dict[str, float], set[str]]:
         fail(f"{path} holds no Node objects")
     usable = {n.name: n.cpu for n in nodes_from_manifests(docs)}
     return usable, names
-
-
-def recovery_json(step: RecoveryStep) -> dict[str, object]:
-    """The ``--json`` object of ``backstop recover``."""
-    return {
-        "algorithm": step.algorithm,
-        "recover": dict(step.recover),
-        "pending": list(step.pending),
-        "recoveredQueries": list(step.recovered_queries),
-        "recoveredPriority": step.recovered_priority,
-        "failedPriority": step.failed_priority,
-    }
 
 
 def _print_table(step: RecoveryStep, lost: list[str], capacity: Mapping[str, float]) -> None:

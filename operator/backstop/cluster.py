@@ -12,6 +12,9 @@ import os
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
+CONNECTION_POOL = 32
+"""Connections per API client kept for reuse (urllib3 discards, with a warning, beyond)."""
+
 
 class ClusterUnavailable(Exception):
     """No usable cluster configuration, or the API server does not answer."""
@@ -26,15 +29,19 @@ def api_client(kubeconfig: str | None = None) -> client.ApiClient:
         When no configuration can be loaded.
     """
     path = kubeconfig or os.environ.get("KUBECONFIG")
+    cfg = client.Configuration()
+    # the default pool (5 × CPUs) is smaller than the operator's threads: Kopf's
+    # workers, two daemons per topology and the bulk pod calls of backstop.kubeio
+    cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize, CONNECTION_POOL)
     try:
         if path:
-            return config.new_client_from_config(config_file=path)
-        try:
-            cfg = client.Configuration()
-            config.load_incluster_config(client_configuration=cfg)
+            config.load_kube_config(config_file=path, client_configuration=cfg)
             return client.ApiClient(cfg)
+        try:
+            config.load_incluster_config(client_configuration=cfg)
         except ConfigException:
-            return config.new_client_from_config()
+            config.load_kube_config(client_configuration=cfg)
+        return client.ApiClient(cfg)
     except (ConfigException, OSError) as err:
         raise ClusterUnavailable(
             f"cannot load a Kubernetes configuration ({err}); set KUBECONFIG or pass --kubeconfig"

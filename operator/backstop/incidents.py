@@ -207,12 +207,9 @@ def build_recoveryplan(
     }
 
 
-def step_record(step: RecoveryStep, *, number: int, trigger: str, at: float) -> dict[str, Any]:
-    """How one plan step is recorded in ``status.recovery.lastStep``."""
+def recovery_json(step: RecoveryStep) -> dict[str, Any]:
+    """A recovery step as JSON: ``backstop recover --json`` and the recorded session steps."""
     return {
-        "step": number,
-        "trigger": trigger,
-        "at": now_rfc3339(at),
         "algorithm": step.algorithm,
         "recover": dict(step.recover),
         "pending": list(step.pending),
@@ -220,6 +217,11 @@ def step_record(step: RecoveryStep, *, number: int, trigger: str, at: float) -> 
         "recoveredPriority": step.recovered_priority,
         "failedPriority": step.failed_priority,
     }
+
+
+def step_record(step: RecoveryStep, *, number: int, trigger: str, at: float) -> dict[str, Any]:
+    """How one plan step is recorded in ``status.recovery.lastStep``."""
+    return {"step": number, "trigger": trigger, "at": now_rfc3339(at), **recovery_json(step)}
 
 
 def build_session_configmap(

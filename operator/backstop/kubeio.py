@@ -9,9 +9,10 @@ API errors that may pass (conflicts, throttling, a restarting API server) become
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -23,6 +24,9 @@ from backstop.spec import GROUP, VERSION
 from planners.placement import Node
 
 DONE_PHASES = ("Succeeded", "Failed")
+API_CONCURRENCY = 8
+"""Pod creations/deletions in flight at once (bounded by the client's connection pool)."""
+T = TypeVar("T")
 
 
 @dataclass
@@ -55,6 +59,11 @@ class Kube:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        pool_size = int(getattr(api.configuration, "connection_pool_maxsize", 1) or 1)
+        self._executor = ThreadPoolExecutor(
+            max_workers=max(1, min(API_CONCURRENCY, pool_size // 2)),
+            thread_name_prefix="backstop-api",
+        )
 
     # ------------------------------------------------------------------ reading
     def own_pods(self, namespace: str, topology: str) -> list[Any]:
@@ -98,29 +107,53 @@ class Kube:
         """Delete outdated pods, then create missing ones. Returns (deleted, created).
 
         Pods that are outdated are deleted first; a pod is recreated under the same
-        name only once the old one is gone (the caller retries until then).
+        name only once the old one is gone (the caller retries until then). The
+        calls of each phase run concurrently (:meth:`_each`): one by one, 500 pods
+        take ~9 s of round trips on the local control plane.
         """
         self.force_delete(namespace, diff.force)
         deleted = len(diff.force)
-        for name in diff.delete:
+
+        def delete(name: str) -> int:
             try:
                 self.core.delete_namespaced_pod(name, namespace)
-                deleted += 1
             except ApiException as err:
                 if err.status != 404:
                     raise
-        created = 0
+                return 0
+            return 1
+
+        deleted += sum(self._each(delete, diff.delete))
         blocked = set(diff.delete) | set(diff.terminating)
-        for manifest in diff.create:
-            if manifest["metadata"]["name"] in blocked:
-                continue
+
+        def create(manifest: dict[str, Any]) -> int:
             try:
                 self.core.create_namespaced_pod(namespace, manifest)
-                created += 1
             except ApiException as err:
                 if err.status != 409:  # already exists: a previous attempt created it
                     raise
-        return deleted, created
+                return 0
+            return 1
+
+        todo = [m for m in diff.create if m["metadata"]["name"] not in blocked]
+        return deleted, sum(self._each(create, todo))
+
+    def _each(self, call: Callable[[T], int], items: Sequence[T]) -> list[int]:
+        """``call`` on every item, at most :data:`API_CONCURRENCY` at a time process-wide.
+
+        One executor serves every handler and daemon thread, so concurrent
+        reconciles share the client's connection pool instead of overflowing it.
+        Every call is attempted; the first error is raised after all have finished
+        (the handlers retry, and creating or deleting twice is harmless).
+        """
+        if len(items) <= 1:
+            return [call(i) for i in items]
+        futures = [self._executor.submit(call, i) for i in items]
+        wait(futures)
+        errors = [e for e in (f.exception() for f in futures) if e is not None]
+        if errors:
+            raise errors[0]
+        return [f.result() for f in futures]
 
     def topology_gone(self, namespace: str, name: str) -> bool:
         """Whether the StreamTopology no longer exists."""
@@ -142,12 +175,16 @@ class Kube:
 
     def force_delete(self, namespace: str, names: Iterable[str]) -> None:
         """Remove pods stuck Terminating on a dead node (no kubelet will confirm)."""
-        for name in names:
+
+        def remove(name: str) -> int:
             try:
                 self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
             except ApiException as err:
                 if err.status != 404:
                     raise
+            return 1
+
+        self._each(remove, list(names))
 
     def used_cpu(self) -> dict[str, float]:
         """CPU requested per node by every pod bound there and not finished."""
