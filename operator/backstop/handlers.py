@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from backstop.cluster import api_client
 from backstop.incidents import NodeInfo, node_info
 from backstop.kubeio import Kube
-from backstop.manifests import LABEL_TOPOLOGY, Owner, conditions_changed, merge_patch
+from backstop.manifests import EVENT_REASONS, LABEL_TOPOLOGY, Owner, conditions_changed, merge_patch
 from backstop.nodesim import node_is_ready
 from backstop.planning import current_assignment, desired_pods, diff_pods, plan_topology
 from backstop.spec import (
@@ -84,8 +84,15 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     kube()
 
 
+def post_event(body: kopf.Body, reason: str, message: str, *, warning: bool = False) -> None:
+    """Post an Event on the topology; reasons come from the fixed set ``EVENT_REASONS``."""
+    if reason not in EVENT_REASONS:
+        raise ValueError(f"event reason {reason!r} is not one of {sorted(EVENT_REASONS)}")
+    (kopf.warn if warning else kopf.info)(body, reason=reason, message=message)
+
+
 def _problem(body: kopf.Body, generation: int, reason: str, message: str) -> dict[str, Any]:
-    kopf.warn(body, reason=reason, message=message)
+    post_event(body, reason, message, warning=True)
     return {"reason": reason, "message": message, "generation": generation}
 
 
@@ -197,17 +204,17 @@ def _reconcile(
         # write-ahead: the plan is recorded before any pod is touched
         plan_patch = merge_patch(recorded, plan_status)
         _record(k, namespace, name, generation, {"plan": plan_patch, "problem": None}, status)
-        kopf.info(
+        post_event(
             body,
-            reason="Planned",
-            message=(
+            "Planned",
+            (
                 f"{plan_status['backupCount']} backups, {plan_status['nodesUsed']} nodes, "
                 f"worst recovery {plan_status['worstRecoveryLatency']:g}s "
                 f"(bound {plan_status['bound']:g}s), {plan.moved} pods move"
             ),
         )
         if not plan_status["boundSatisfied"]:
-            kopf.warn(body, reason="BoundViolated", message="the plan does not keep the bound")
+            post_event(body, "BoundViolated", "the plan does not keep the bound", warning=True)
     desired = desired_pods(
         owner,
         model,
@@ -321,7 +328,7 @@ def supervise(
     k = kube()
 
     def emit(reason: str, message: str, warning: bool) -> None:
-        (kopf.warn if warning else kopf.info)(body, reason=reason, message=message)
+        post_event(body, reason, message, warning=warning)
 
     while not stopped:
         generation = int(meta.get("generation", 1))

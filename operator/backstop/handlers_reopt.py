@@ -278,7 +278,7 @@ async def reoptimize_once(
         await _apply(body, namespace, name, generation, plan, rec, result)
         return
     _record(namespace, name, {"reoptimization": result})
-    kopf.info(body, reason="Reoptimized", message=f"{result['result']}: {rec['message']}")
+    handlers.post_event(body, "Reoptimized", f"{result['result']}: {rec['message']}")
 
 
 async def _apply(
@@ -322,7 +322,7 @@ async def _apply(
         GROUP, VERSION, namespace, PLURAL, name,
         {"metadata": {"annotations": {ANN_APPLIED: result["lastRun"]}}},
     )  # fmt: skip
-    kopf.info(body, reason="Reoptimized", message=f"applied: {rec['message']}")
+    handlers.post_event(body, "Reoptimized", f"applied: {rec['message']}")
 
 
 @kopf.on.update(GROUP, VERSION, PLURAL, field=("metadata", "annotations", ANN_APPLIED))
