@@ -193,16 +193,26 @@ class Env:
             self.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL}={name}").items
         )
 
-    def wait_condition(self, name: str, ctype: str, status: str, timeout: float = 60) -> Any:
+    def wait_condition(
+        self,
+        name: str,
+        ctype: str,
+        status: str,
+        timeout: float = 60,
+        reason: str | None = None,
+    ) -> Any:
+        """Wait until condition ``ctype`` of the current generation has ``status`` (and reason)."""
+
         def ok() -> dict[str, Any] | None:
             obj = self.get(name)
             c = condition(obj, ctype)
             gen = obj["metadata"]["generation"]
             if c and c["status"] == status and c.get("observedGeneration") == gen:
-                return obj
+                if reason is None or c.get("reason") == reason:
+                    return obj
             return None
 
-        return wait_for(ok, timeout, f"{name}: {ctype}={status}")
+        return wait_for(ok, timeout, f"{name}: {ctype}={status} {reason or ''}")
 
 
 def node_ready(core: client.CoreV1Api, name: str) -> bool:

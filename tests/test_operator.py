@@ -155,7 +155,8 @@ def test_invalid_manifest_gets_a_condition_an_event_and_no_pods(
     doc = topology_manifest(EXAMPLE, name)
     mutate(doc["spec"])
     env.create(doc)
-    obj = env.wait_condition(name, "Planned", "False")
+    # the supervisor may report "not planned yet" (Pending) first; wait for the verdict
+    obj = env.wait_condition(name, "Planned", "False", reason=reason)
     planned = condition(obj, "Planned")
     assert planned is not None and planned["reason"] == reason
     assert needle in planned["message"].lower()

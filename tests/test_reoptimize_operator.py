@@ -24,6 +24,7 @@ from backstop.metricsgen import GeneratorParams, write_metrics
 from backstop.nodesim import NodeShape, Simulator
 from backstop.spec import GROUP, VERSION, load_topology
 from tests.kubetools import (
+    POOL_LABEL,
     ROOT,
     condition,
     free_port,
@@ -39,7 +40,8 @@ PLURAL = "streamtopologies"
 
 
 class Env:
-    def __init__(self, kube: client.ApiClient, namespace: str, metrics: Path) -> None:
+    def __init__(self, kube: client.ApiClient, namespace: str, metrics: Path, pool: str) -> None:
+        self.pool = pool
         self.core = client.CoreV1Api(kube)
         self.custom = client.CustomObjectsApi(kube)
         self.namespace = namespace
@@ -59,6 +61,7 @@ class Env:
 
     def create(self, name: str, apply: str, min_improvement: float = 0.1) -> None:
         doc = topology_manifest(EXAMPLE, name)
+        doc["spec"]["nodeSelector"] = {POOL_LABEL: self.pool}  # only this module's nodes
         doc["spec"]["reoptimization"] = {
             "apply": apply,
             "minImprovement": min_improvement,
@@ -95,9 +98,11 @@ def env(
     core = client.CoreV1Api(kube)
     ns = f"ro-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": ns}})
-    names = [f"ro{uuid.uuid4().hex[:4]}-{i}" for i in range(4)]
+    pool = f"ro{uuid.uuid4().hex[:4]}"
+    names = [f"{pool}-{i}" for i in range(4)]
     for i, n in enumerate(names):
         simulator.create(n, NodeShape(cpu="4"), zone=f"zone-{i % 2}")
+        core.patch_node(n, {"metadata": {"labels": {POOL_LABEL: pool}}})
     metrics = tmp_path_factory.mktemp("reopt-metrics")
     topo = load_topology(EXAMPLE)
     fleet = [
@@ -122,7 +127,7 @@ def env(
             stdout=out, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     try:
-        yield Env(kube, ns, metrics)
+        yield Env(kube, ns, metrics, pool)
     finally:
         stop_operator(proc)
         print(log.read_text()[-3000:])
