@@ -207,9 +207,9 @@ class Env:
             obj = self.get(name)
             c = condition(obj, ctype)
             gen = obj["metadata"]["generation"]
-            if c and c["status"] == status and c.get("observedGeneration") == gen:
-                if reason is None or c.get("reason") == reason:
-                    return obj
+            current = c is not None and c.get("observedGeneration") == gen
+            if current and c and c["status"] == status and reason in (None, c.get("reason")):
+                return obj
             return None
 
         return wait_for(ok, timeout, f"{name}: {ctype}={status} {reason or ''}")
