@@ -48,6 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backstop.spec import GROUP, VERSION, cpu_cores, expand, parse_spec
+from bench.docsection import write_section
 from bench.opharness import (
     DEFAULT_KUBECONFIG,
     POOL_LABEL,
@@ -59,7 +60,6 @@ from bench.opharness import (
     log,
     operator_log,
     problems,
-    write_section,
 )
 from planners import TaskGraph
 
@@ -135,7 +135,7 @@ class PlanRecorder:
 
     def ordered(self) -> list[PlanSeen]:
         with self.lock:
-            return sorted(self.plans.values(), key=lambda p: int(p.spec["step"]))
+            return sorted(self.plans.values(), key=lambda p: p.seen)
 
 
 def _wait(pred: Any, timeout: float, what: str, interval: float = 0.1) -> bool:
@@ -268,6 +268,28 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         out["operator_to_plan"] = first.seen - min(lost_at) if lost_at else None
         out["first_trigger"] = first.spec["trigger"]
 
+        # the controller may mark the victims NotReady in different passes (separate
+        # sessions): let every loss be noted and acted on before capacity arrives
+        _wait(
+            lambda: all(node_rec.get(v).not_ready_seen is not None for v in victims),
+            60,
+            "every victim NotReady",
+        )
+        time.sleep(args.grace + 3)
+        nr_seen = [x.not_ready_seen for x in nr if x.not_ready_seen is not None]
+        out["notready_spread"] = max(nr_seen) - min(nr_seen) if nr_seen else None
+        lost_plans = []
+        for p in plan_rec.ordered():
+            if p.spec["trigger"] != "NodeLost":
+                continue
+            marks = [
+                t
+                for n in p.spec.get("lostNodes") or []
+                if (t := node_rec.get(n).not_ready_seen) is not None and t <= p.seen
+            ]
+            if marks:
+                lost_plans.append(p.seen - (max(marks) + args.grace))
+        out["lost_plan_latencies"] = lost_plans
         replacements: list[dict[str, Any]] = []
         for i in range(args.max_replacements):
             rec = b.get_topology(name)["status"].get("recovery") or {}
@@ -396,6 +418,10 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
         f"< 2 ({'meets' if det is not None and det < 2 else 'misses'}) |",
         f"| same, API timestamps (`lastTransitionTime` + grace → `creationTimestamp`, "
         f"1 s resolution) | {fmt_s(r['detect_api'])} | |",
+        f"| every NodeLost plan: latest NotReady of its nodes + grace → plan "
+        f"({len(r['lost_plan_latencies'])} plans; victims NotReady over "
+        f"{fmt_s(r['notready_spread'])} s) | "
+        f"{', '.join(fmt_s(x) for x in r['lost_plan_latencies'])} | < 2 |",
         f"| NotReady + grace → the operator notes the loss (`lostHistory`, its clock) "
         f"| {fmt_s(r['detect_operator'])} | |",
         f"| loss noted → plan seen (planning + status + RecoveryPlan writes) "
@@ -416,13 +442,13 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
         "",
         "### Steps (every plan replayed against cap × allocatable minus the load at that step)",
         "",
-        "| step | trigger | tasks | CPU | nodes | pending after | queries back | "
-        "least slack (CPU) | fits |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| # | session step | trigger | tasks | CPU | nodes | `pending` in the plan "
+        "| queries back | least slack (CPU) | fits |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in r["replay"]:
+    for i, row in enumerate(r["replay"], 1):
         lines.append(
-            f"| {row['step']} | {row['trigger']} | {row['tasks']} | {row['cpu']:.2f} | "
+            f"| {i} | {row['step']} | {row['trigger']} | {row['tasks']} | {row['cpu']:.2f} | "
             f"{row['nodes']} | {row['pending']} | {row['queries']} | {row['slack']:.2f} | "
             f"{'yes' if not row['violations'] and not row['not_failed'] else 'NO'} |"
         )

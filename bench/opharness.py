@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -470,17 +469,6 @@ def bench(kubeconfig: str, workdir: Path, *, sim_interval: float = 1.0) -> Itera
 
 
 # ------------------------------------------------------------------ output
-
-
-def write_section(path: Path, heading: str, section: str) -> None:
-    """Replace (or append) the ``heading`` section of ``path``, leaving the rest alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section.rstrip("\n") + "\n\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    path.write_text(text.rstrip("\n") + "\n")
 
 
 def fmt_s(x: float | None) -> str:

@@ -55,9 +55,32 @@ _kube: Kube | None = None
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 
 
+HANDLER_WORKERS = 16
+"""Executor threads for handlers and indexes, besides one per running supervise daemon."""
+_settings: kopf.OperatorSettings | None = None
+_daemons = 0
+_daemons_lock = threading.Lock()
+
+
+def _daemon_threads(delta: int) -> None:
+    """Count running sync daemons and size Kopf's executor to them plus the handlers."""
+    global _daemons
+    with _daemons_lock:
+        _daemons += delta
+        if _settings is not None:
+            _settings.execution.max_workers = HANDLER_WORKERS + _daemons
+
+
 def topology_lock(namespace: str, name: str) -> threading.Lock:
     """One lock per topology: the reconcile handler and the supervisor never interleave."""
     return _locks[(namespace, name)]
+
+
+_placing = threading.Lock()
+"""Reconciles place one topology at a time, from the view to the last pod created, so the
+next one's view already holds those pods (see :func:`backstop.kubeio.pod_node`) and two
+topologies never plan onto the same free CPU. Planning is CPU-bound under the GIL, so
+this costs little throughput."""
 
 
 def kube() -> Kube:
@@ -78,7 +101,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.posting.loggers = True  # Kopf's per-object logs become Events
     settings.posting.level = logging.INFO
-    settings.execution.max_workers = 16
+    global _settings
+    _settings = settings
+    _daemon_threads(0)
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
     kube()
@@ -127,7 +152,7 @@ def reconcile(
     if recovering and recorded.get("generation") == generation:
         logger.info("a recovery session is running; the supervisor drives the pods")
         return
-    with topology_lock(namespace, name):
+    with topology_lock(namespace, name), _placing:
         _reconcile(k, body, model, graph, owner, generation, recorded, status, patch, logger)
 
 
@@ -304,7 +329,22 @@ def _fresh_status(
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=1.0, cancellation_timeout=5.0)
-def supervise(
+def supervise(**kwargs: Any) -> None:
+    """Supervise one topology (:func:`_supervise`) in a thread of Kopf's executor.
+
+    A sync daemon holds its thread for the topology's lifetime, so the executor
+    grows by one while it runs: handlers and indexes always keep
+    :data:`HANDLER_WORKERS` threads (with a fixed pool, 16 topologies would
+    starve every reconcile and index update).
+    """
+    _daemon_threads(+1)
+    try:
+        _supervise(**kwargs)
+    finally:
+        _daemon_threads(-1)
+
+
+def _supervise(
     name: str,
     namespace: str | None,
     meta: kopf.Meta,

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from backstop.manifests import LABEL_TOPOLOGY
+from backstop.manifests import ANN_NODE, LABEL_TOPOLOGY
 from backstop.nodes import nodes_from_manifests, pod_cpu_request
 from backstop.planning import PodDiff
 from backstop.spec import GROUP, VERSION
@@ -38,6 +38,17 @@ class ClusterView:
     node_objects: dict[str, Any]
 
 
+def pod_node(pod: Any) -> str | None:
+    """The node whose CPU a pod holds: where it is bound, or where a task pod is pinned.
+
+    A task pod waits for the scheduler for a few seconds after it is created, but its
+    required node affinity allows only its planned node; counting it there at once
+    keeps a plan made meanwhile (another topology's, or the next recovery step) from
+    handing out the same CPU.
+    """
+    return pod.spec.node_name or (pod.metadata.annotations or {}).get(ANN_NODE) or None
+
+
 def _pod_stub(pod: Any) -> dict[str, Any]:
     """The fields of a pod that capacity accounting needs, as a manifest dict."""
     containers = [
@@ -47,7 +58,7 @@ def _pod_stub(pod: Any) -> dict[str, Any]:
     return {
         "kind": "Pod",
         "metadata": {"name": pod.metadata.name},
-        "spec": {"nodeName": pod.spec.node_name, "containers": containers},
+        "spec": {"nodeName": pod_node(pod), "containers": containers},
         "status": {"phase": pod.status.phase if pod.status else None},
     }
 
@@ -95,7 +106,7 @@ class Kube:
             labels = pod.metadata.labels or {}
             if pod.metadata.namespace == namespace and labels.get(LABEL_TOPOLOGY) == topology:
                 own.append(pod)
-            elif pod.spec.node_name:
+            elif pod_node(pod):
                 others.append(_pod_stub(pod))
         nodes = nodes_from_manifests(node_dicts, topology_key, pods=others)
         tainted = {n.metadata.name for n in node_list if _tainted(n)}
@@ -187,10 +198,10 @@ class Kube:
         self._each(remove, list(names))
 
     def used_cpu(self) -> dict[str, float]:
-        """CPU requested per node by every pod bound there and not finished."""
+        """CPU requested per node by every pod bound (or pinned) there and not finished."""
         used: dict[str, float] = {}
         for pod in self.core.list_pod_for_all_namespaces().items:
-            node = pod.spec.node_name
+            node = pod_node(pod)
             if node and (pod.status is None or pod.status.phase not in DONE_PHASES):
                 used[node] = used.get(node, 0.0) + pod_cpu_request(_pod_stub(pod))
         return used
