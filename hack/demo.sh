@@ -32,12 +32,16 @@ fi
 pids=()
 cleanup() {
   set +e
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   if [[ ${KEEP:-0} == 1 ]]; then
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
     echo "left running: export KUBECONFIG=$KUBECONFIG ; stop with: make cluster-down"
     return
   fi
-  kubectl delete namespace "$NS" --wait=false >/dev/null 2>&1
+  # delete the topology while the operator still runs: it removes its own finalizer
+  kubectl delete st --all -n "$NS" --timeout=60s >/dev/null 2>&1
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  kubectl delete pods --all -n "$NS" --grace-period=0 --force >/dev/null 2>&1
+  kubectl delete namespace "$NS" --timeout=60s >/dev/null 2>&1
   kubectl delete nodes -l "test.backstop.dev/pool=$POOL" >/dev/null 2>&1
   [[ $started_cluster == 1 ]] && hack/local-cluster.sh down
 }
@@ -46,7 +50,14 @@ trap cleanup EXIT
 step "CRDs (generated from the pydantic models)"
 run kubectl apply -f crds/
 kubectl wait --for=condition=Established crd/streamtopologies.streams.backstop.dev --timeout=30s >/dev/null
-kubectl create namespace "$NS" >/dev/null 2>&1 || true
+if kubectl get namespace "$NS" >/dev/null 2>&1; then  # left over by an interrupted run
+  kubectl delete st --all -n "$NS" --wait=false >/dev/null 2>&1
+  for st in $(kubectl get st -n "$NS" -o name 2>/dev/null); do
+    kubectl patch -n "$NS" "$st" --type=merge -p '{"metadata":{"finalizers":[]}}' >/dev/null 2>&1
+  done
+  kubectl delete namespace "$NS" --timeout=90s >/dev/null 2>&1 || true
+fi
+kubectl create namespace "$NS" >/dev/null
 
 step "simulated nodes: 4 x 2 CPU in 2 zones (the node simulator stands in for kubelets)"
 for i in 0 1 2 3; do

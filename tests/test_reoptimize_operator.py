@@ -129,12 +129,18 @@ def env(
     try:
         yield Env(kube, ns, metrics, pool)
     finally:
-        stop_operator(proc)
-        print(log.read_text()[-3000:])
+        # delete the topologies while the operator runs: it removes Kopf's finalizer
         custom = client.CustomObjectsApi(kube)
         for name in ("suggest", "auto"):
             with contextlib.suppress(ApiException):
                 custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        wait_for(
+            lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"],
+            60,
+            "the topologies to be deleted",
+        )
+        stop_operator(proc)
+        print(log.read_text()[-3000:])
         core.delete_namespace(ns)
         for n in names:
             with contextlib.suppress(ApiException):
