@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from backstop.manifests import SESSION_CONFIGMAP_SUFFIX, Owner
+from backstop.manifests import SESSION_CONFIGMAP_SUFFIX, Owner, now_rfc3339
 from backstop.spec import GROUP, VERSION, RecoveryMode, RecoveryPolicy, cpu_cores
 from planners import TaskGraph
 from planners.recovery import RecoveryStep
@@ -164,8 +164,9 @@ def replay_sources(
     return sorted(out)
 
 
-def now_rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def epoch_rfc3339(epoch: float) -> str:
+    """Seconds since the epoch as an RFC 3339 timestamp (Kubernetes' format)."""
+    return now_rfc3339(datetime.fromtimestamp(epoch, UTC))
 
 
 def recoveryplan_name(topology: str, session: str, step: int) -> str:
@@ -221,7 +222,7 @@ def recovery_json(step: RecoveryStep) -> dict[str, Any]:
 
 def step_record(step: RecoveryStep, *, number: int, trigger: str, at: float) -> dict[str, Any]:
     """How one plan step is recorded in ``status.recovery.lastStep``."""
-    return {"step": number, "trigger": trigger, "at": now_rfc3339(at), **recovery_json(step)}
+    return {"step": number, "trigger": trigger, "at": epoch_rfc3339(at), **recovery_json(step)}
 
 
 def build_session_configmap(

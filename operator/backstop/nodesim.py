@@ -34,6 +34,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from backstop.cluster import ClusterUnavailable, api_client
+from backstop.manifests import now_rfc3339
 
 log = logging.getLogger("backstop.nodesim")
 
@@ -45,10 +46,6 @@ RACK_LABEL = "topology.backstop.dev/rack"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 LEASE_NS = "kube-node-lease"
 LEASE_SECONDS = 40
-
-
-def now_rfc3339(now: datetime | None = None) -> str:
-    return (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _micro(now: datetime) -> str:

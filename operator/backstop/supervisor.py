@@ -24,7 +24,7 @@ from backstop.incidents import (
     build_recoveryplan,
     build_session_configmap,
     detect_lost,
-    now_rfc3339,
+    epoch_rfc3339,
     recoveryplan_name,
     session_mode,
     step_record,
@@ -105,7 +105,7 @@ def recovery_tick(t: Tick, now: float | None = None) -> dict[str, Any] | None:
     if newly and not active:
         rec = {
             "session": f"s{int(now)}",
-            "startedAt": now_rfc3339(now),
+            "startedAt": epoch_rfc3339(now),
             "step": 0,
             "failed": [],
             "sessionFailed": [],
@@ -181,7 +181,7 @@ def recovery_tick(t: Tick, now: float | None = None) -> dict[str, Any] | None:
             nodesUsed=len(set(assignment.values())),
             worstByNode={k: round(v, 6) for k, v in worst_by_node.items()},
         )
-        rec["completedAt"] = now_rfc3339(now)
+        rec["completedAt"] = epoch_rfc3339(now)
         rec["message"] = (
             f"session {rec['session']} recovered {len(rec.get('recovered') or [])} tasks in "
             f"{rec.get('step', 0)} steps; worst single-node recovery now {worst:g}s "
