@@ -117,6 +117,15 @@ def fan_topology(
     }
 
 
+def start_fan(env: Env, pool: Pool, name: str, **options: Any) -> None:
+    """Four 2-CPU nodes, filled by the 8 one-CPU tasks of :func:`fan_topology`, Ready."""
+    for _ in range(4):
+        pool.add("2")
+    pool.wait_ready()
+    env.create(fan_topology(name, pool.name, **options))
+    env.wait_condition(name, "Ready", "True")
+
+
 def plans(env: Env, name: str) -> list[dict[str, Any]]:
     items = env.custom.list_namespaced_custom_object(
         GROUP, VERSION, env.namespace, "recoveryplans", label_selector=f"{GROUP}/topology={name}"
@@ -249,12 +258,8 @@ def test_two_nodes_lost_replacements_arrive_one_by_one(env: Env, pool: Pool) -> 
 
 
 def test_second_failure_during_recovery_joins_the_session(env: Env, pool: Pool) -> None:
-    for _ in range(4):
-        pool.add("2")
-    pool.wait_ready()
     name = "repeated"
-    env.create(fan_topology(name, pool.name))
-    env.wait_condition(name, "Ready", "True")
+    start_fan(env, pool, name)
     before = nodes_of(env, name)
     first, second = sorted(set(before.values()))[:2]
     pool.sim.kill(first)
@@ -274,14 +279,10 @@ def test_second_failure_during_recovery_joins_the_session(env: Env, pool: Pool) 
 
 
 def test_lost_node_coming_back_takes_its_tasks_back(env: Env, pool: Pool) -> None:
-    for _ in range(4):
-        pool.add("2")
-    pool.wait_ready()
     name = "comeback"
     # a full node takes all its tasks back only without headroom (cap 1.0); blocking mode
     # (one lost node) waits until everything fits, then recovers it at once
-    env.create(fan_topology(name, pool.name, cap=1.0))
-    env.wait_condition(name, "Ready", "True")
+    start_fan(env, pool, name, cap=1.0)
     victim = sorted(set(nodes_of(env, name).values()))[0]
     pool.sim.kill(victim)
     wait_for(lambda: recovery(env, name).get("failed"), 60, "failed tasks waiting for capacity")
@@ -292,12 +293,8 @@ def test_lost_node_coming_back_takes_its_tasks_back(env: Env, pool: Pool) -> Non
 
 
 def test_operator_killed_mid_session_resumes_without_duplicates(env: Env, pool: Pool) -> None:
-    for _ in range(4):
-        pool.add("2")
-    pool.wait_ready()
     name = "resume"
-    env.create(fan_topology(name, pool.name))
-    env.wait_condition(name, "Ready", "True")
+    start_fan(env, pool, name)
     before = nodes_of(env, name)
     victims = sorted(set(before.values()))[:2]
     for v in victims:
@@ -317,12 +314,8 @@ def test_operator_killed_mid_session_resumes_without_duplicates(env: Env, pool: 
 
 
 def test_flapping_node_within_the_grace_period_causes_no_recovery(env: Env, pool: Pool) -> None:
-    for _ in range(4):
-        pool.add("2")
-    pool.wait_ready()
     name = "flap"
-    env.create(fan_topology(name, pool.name, grace=60))
-    env.wait_condition(name, "Ready", "True")
+    start_fan(env, pool, name, grace=60)
     victim = sorted(set(nodes_of(env, name).values()))[0]
     pool.sim.kill(victim)
     wait_for(lambda: not node_ready(pool.sim.core, victim), 60, f"{victim} NotReady")

@@ -94,7 +94,8 @@ def _crd(
     kind: str,
     plural: str,
     short: list[str],
-    schema: dict[str, Any],
+    spec: dict[str, Any],
+    status: dict[str, Any],
     columns: list[dict[str, Any]],
     description: str,
 ) -> dict[str, Any]:
@@ -124,7 +125,13 @@ def _crd(
                         "openAPIV3Schema": {
                             "type": "object",
                             "description": description,
-                            "properties": schema,
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                                "status": status,
+                            },
                         }
                     },
                 }
@@ -152,13 +159,8 @@ def build_streamtopology_crd() -> dict[str, Any]:
         kind="StreamTopology",
         plural="streamtopologies",
         short=["st"],
-        schema={
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
-            "spec": spec,
-            "status": status,
-        },
+        spec=spec,
+        status=status,
         columns=[
             _col("Ready", "string", '.status.conditions[?(@.type=="Ready")].status', "All running"),
             _col(
@@ -222,13 +224,8 @@ def build_recoveryplan_crd() -> dict[str, Any]:
         kind="RecoveryPlan",
         plural="recoveryplans",
         short=["rp"],
-        schema={
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
-            "spec": spec,
-            "status": status,
-        },
+        spec=spec,
+        status=status,
         columns=[
             _col("Topology", "string", ".spec.topology", "StreamTopology"),
             _col("Step", "integer", ".spec.step", "Step of the session"),
