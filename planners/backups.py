@@ -29,17 +29,15 @@ from __future__ import annotations
 
 import heapq
 import math
-import os
-import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Protocol
+from typing import Any, Protocol
 
 from ortools.sat.python import cp_model
 
+from planners.budget import WorkBudget, deterministic_cp_sat
 from planners.errors import Infeasible, InvalidTopology, PlannerError, UnknownAlgorithm
 from planners.evaluate import check_plan, worst_task_failure
 from planners.graph import TaskGraph
@@ -676,11 +674,12 @@ def _solve_cpsat(
     hint: list[bool] | None,
     tie_break: bool,
     patience: float | None = None,
-) -> tuple[list[bool] | None, bool, float]:
-    """Minimum backups on integer latencies: (flags, proven optimal, objective bound).
+) -> tuple[list[bool] | None, bool, float, float]:
+    """Minimum backups on integer latencies: (flags, proven, objective bound, work used).
 
     With ``patience``, the search also stops once no better plan has been found
-    for that many seconds (what ``auto`` wants on large graphs).
+    for that many (deterministic) seconds (what ``auto`` wants on large graphs).
+    The work used is CP-SAT's deterministic time in seconds.
     """
     n = len(graph)
     preds, succs = graph.preds, graph.succs
@@ -701,19 +700,23 @@ def _solve_cpsat(
         for u, var in m.items():
             model.add_hint(var, hint[u])
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, time_limit)
-    solver.parameters.num_workers = max(1, min(8, os.cpu_count() or 1))
-    started = time.monotonic()
+    deterministic_cp_sat(solver.parameters, time_limit)
+    left = max(0.05, time_limit)
     if patience is None:
         status = solver.solve(model)
+        left -= solver.response_proto.deterministic_time
+        values: dict[int, bool] = (
+            {u: bool(solver.value(var)) for u, var in m.items()}
+            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+            else {}
+        )
     else:
-        status = _solve_with_patience(solver, model, patience)
+        status, values, left = _solve_with_patience(solver, model, m, patience, left)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None, False, float(n_forced)
+        return None, False, float(n_forced), max(0.0, time_limit - left)
     proven = status == cp_model.OPTIMAL
-    flags = [bool(forced[u]) or (u in m and bool(solver.value(m[u]))) for u in range(n)]
+    flags = [bool(forced[u]) or values.get(u, False) for u in range(n)]
     lower = solver.best_objective_bound + n_forced
-    left = time_limit - (time.monotonic() - started)
     if tie_break and proven and left > 0.05 and m:
         # Second phase: same number of backups, smallest worst latency.
         count = sum(1 for u in m if flags[u])
@@ -724,44 +727,50 @@ def _solve_cpsat(
         model.clear_hints()  # type: ignore[no-untyped-call]
         for u, var in m.items():
             model.add_hint(var, flags[u])
-        solver.parameters.max_time_in_seconds = min(left, 0.25 * time_limit)
+        deterministic_cp_sat(solver.parameters, min(left, 0.25 * time_limit))
         if solver.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             flags = [bool(forced[u]) or (u in m and bool(solver.value(m[u]))) for u in range(n)]
-    return flags, proven, lower
-
-
-class _Progress(cp_model.CpSolverSolutionCallback):
-    """Records when the solver last improved its plan."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.last = time.monotonic()
-
-    def on_solution_callback(self) -> None:
-        self.last = time.monotonic()
+        left -= solver.response_proto.deterministic_time
+    return flags, proven, lower, max(0.0, time_limit - left)
 
 
 def _solve_with_patience(
-    solver: cp_model.CpSolver, model: cp_model.CpModel, patience: float
-) -> cp_model.CpSolverStatus:
-    """``solver.solve`` that a watchdog stops after ``patience`` s without progress."""
-    progress = _Progress()
-    done = threading.Event()
+    solver: cp_model.CpSolver,
+    model: cp_model.CpModel,
+    m: dict[int, cp_model.IntVar],
+    patience: float,
+    budget: float,
+) -> tuple[Any, dict[int, bool], float]:
+    """Solve in chunks of ``patience`` deterministic seconds; stop when one brings nothing.
 
-    def watchdog() -> None:
-        while not done.wait(0.05):
-            if time.monotonic() - progress.last > patience:
-                solver.stop_search()
-                return
-
-    thread = threading.Thread(target=watchdog, daemon=True)
-    thread.start()
-    try:
-        status = solver.solve(model, progress)
-    finally:
-        done.set()
-        thread.join()
-    return status
+    Each chunk restarts from the best plan so far (as a hint), so the search
+    stops once ``patience`` of work found no better plan: the same answer on
+    every machine, unlike a wall-clock watchdog. Returns (status of the best
+    solve, its backup flags, deterministic seconds left).
+    """
+    best_status: Any = cp_model.UNKNOWN
+    best: dict[int, bool] = {}
+    best_obj = math.inf
+    left = budget
+    while left > 0.01:
+        deterministic_cp_sat(solver.parameters, min(patience, left))
+        status = solver.solve(model)
+        left -= max(0.01, solver.response_proto.deterministic_time)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if not best:
+                best_status = status
+            break
+        obj = solver.objective_value
+        improved = obj < best_obj - 0.5
+        if improved or status == cp_model.OPTIMAL:
+            best_status, best_obj = status, obj
+            best = {u: bool(solver.value(var)) for u, var in m.items()}
+        if status == cp_model.OPTIMAL or not improved:
+            break
+        model.clear_hints()  # type: ignore[no-untyped-call]
+        for u, var in m.items():
+            model.add_hint(var, best[u])
+    return best_status, best, left
 
 
 def _exact(
@@ -772,26 +781,27 @@ def _exact(
     patience: float | None = None,
 ) -> tuple[list[bool] | None, bool]:
     """CP-SAT on scaled latencies, sound for the float evaluator; (flags, proven)."""
-    deadline = time.monotonic() + time_limit
+    budget = WorkBudget(time_limit)
     scale, exact_scale = _scale([*graph.latency, bound])
     # Latencies rounded up and the bound (with the evaluator's tolerance when the
     # scaling is inexact) down: an integer plan is a float plan.
     slack = 0.0 if exact_scale else EPS
     t_up = [_to_int(x, scale, up=True) for x in graph.latency]
     r_down = _to_int(bound + slack, scale, up=False)
-    flags, proven, _ = _solve_cpsat(
+    flags, proven, _, used = _solve_cpsat(
         graph, t_up, r_down, time_limit=time_limit, hint=hint, tie_break=True, patience=patience
     )
+    budget.spend_seconds(used)
     if flags is None or exact_scale or not proven:
         return flags, proven and exact_scale
     # Rounding made the model stricter; the opposite rounding relaxes it and gives
     # a lower bound. Equal counts prove the conservative plan optimal.
-    left = deadline - time.monotonic()
+    left = budget.seconds_left()
     if left <= 0.05:
         return flags, False
     t_down = [_to_int(x, scale, up=False) for x in graph.latency]
     r_up = _to_int(bound + slack, scale, up=True)
-    _, _, lower = _solve_cpsat(graph, t_down, r_up, time_limit=left, hint=flags, tie_break=False)
+    _, _, lower, _ = _solve_cpsat(graph, t_down, r_up, time_limit=left, hint=flags, tie_break=False)
     return flags, math.ceil(lower - 1e-6) >= sum(flags)
 
 
@@ -848,9 +858,9 @@ def backups_exact(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -
     reference is Algorithm exhaust (Sec. IV-E).
     """
     _require_feasible(graph, bound)
-    deadline = time.monotonic() + time_limit
-    hint = _improve(graph, bound, _ftc_dag(graph, bound), deadline=deadline)
-    flags, proven = _exact(graph, bound, max(0.05, deadline - time.monotonic()), hint)
+    budget = WorkBudget(time_limit)
+    hint = _improve(graph, bound, _ftc_dag(graph, bound), budget=budget)
+    flags, proven = _exact(graph, bound, max(0.05, budget.seconds_left()), hint)
     if flags is None or sum(flags) > sum(hint):
         flags, proven = hint, sum(hint) == sum(_forced(graph, bound))
     return _finish(graph, bound, "exact", flags, proven)
@@ -932,8 +942,14 @@ class _State:
         return sorted(out)
 
 
-def _improve(graph: TaskGraph, bound: float, flags: list[bool], *, deadline: float) -> list[bool]:
-    """Local search: drop redundant backups, then add one to drop two, until stuck."""
+def _improve(
+    graph: TaskGraph, bound: float, flags: list[bool], *, budget: WorkBudget
+) -> list[bool]:
+    """Local search: drop redundant backups, then add one to drop two, until stuck.
+
+    Spends ``budget`` (one step per task a move touches), so where it stops does
+    not depend on the machine.
+    """
     state = _State(graph, bound, flags)
     forced = _forced(graph, bound)
     sinks = _sinks(graph)
@@ -941,15 +957,17 @@ def _improve(graph: TaskGraph, bound: float, flags: list[bool], *, deadline: flo
         if not forced[u]:
             state.set_flag(u, False)
     improved = True
-    while improved and time.monotonic() < deadline:
+    while improved and not budget.exhausted:
         improved = False
         for c in range(len(graph)):
             if state.flags[c] or sinks[c]:
                 continue
-            if time.monotonic() >= deadline:
+            if budget.exhausted:
                 break
             state.set_flag(c, True)
-            dropped = [b for b in state.cover(c) if not forced[b] and state.set_flag(b, False)]
+            cover = state.cover(c)
+            budget.spend(1 + len(cover))
+            dropped = [b for b in cover if not forced[b] and state.set_flag(b, False)]
             if len(dropped) >= 2:
                 improved = True
                 continue
@@ -1011,13 +1029,13 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     _require_feasible(graph, bound)
     if topology_shape(graph) != "dag":
         return _finish(graph, bound, "auto:tree", _tree_greedy(graph, bound), True)
-    deadline = time.monotonic() + time_limit
-    flags = _improve(graph, bound, _ftc_dag(graph, bound), deadline=deadline)
+    budget = WorkBudget(time_limit)
+    flags = _improve(graph, bound, _ftc_dag(graph, bound), budget=budget)
     lower = sum(_forced(graph, bound))
     if sum(flags) == lower:
         return _finish(graph, bound, "auto:dag+local", flags, True)
     patience = max(0.5, 0.1 * time_limit)
-    exact, proven = _exact(graph, bound, max(0.05, deadline - time.monotonic()), flags, patience)
+    exact, proven = _exact(graph, bound, max(0.05, budget.seconds_left()), flags, patience)
     if exact is not None and sum(exact) <= sum(flags):
         return _finish(graph, bound, "auto:exact", exact, proven)
     return _finish(graph, bound, "auto:dag+local", flags, False)

@@ -35,13 +35,12 @@ either such an explicit list or "as many identical nodes of size X as needed".
 from __future__ import annotations
 
 import math
-import os
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
+from planners.budget import WorkBudget, deterministic_cp_sat
 from planners.errors import Infeasible, PlannerError, UnknownAlgorithm
 from planners.evaluate import (
     backup_flags,
@@ -128,8 +127,12 @@ class NodePool:
 
     @classmethod
     def of(cls, nodes: Iterable[Node]) -> NodePool:
-        """Exactly these nodes (names must be unique)."""
-        listed = tuple(nodes)
+        """Exactly these nodes (names must be unique), kept sorted by name.
+
+        Sorted so that the plan never depends on the order the caller (a file,
+        or the API server's list) happened to give them in.
+        """
+        listed = tuple(sorted(nodes, key=lambda n: n.name))
         seen: set[str] = set()
         for n in listed:
             if n.name in seen:
@@ -248,10 +251,13 @@ class _Latency:
     that a packing step costs O(|F| + its edges) instead of O(V + E).
     """
 
-    def __init__(self, graph: TaskGraph, flags: Sequence[bool]) -> None:
+    def __init__(
+        self, graph: TaskGraph, flags: Sequence[bool], work: WorkBudget | None = None
+    ) -> None:
         self.preds = graph.preds
         self.t = graph.latency
         self.flags = list(flags)
+        self.work = work if work is not None else WorkBudget(0.0)
 
     def h(self, members: Iterable[int]) -> float:
         fail = set(members)
@@ -266,6 +272,7 @@ class _Latency:
                 if u not in relevant and not flags[u]:
                     relevant.add(u)
                     stack.append(u)
+        self.work.spend(len(relevant))
         ell: dict[int, float] = {}
         for v in sorted(relevant):
             worst = 0.0
@@ -475,12 +482,21 @@ class _Problem:
     lat: _Latency
     single: list[float]
 
+    @property
+    def budget(self) -> WorkBudget:
+        """The work budget every search on this problem spends (deterministic)."""
+        return self.lat.work
+
     def state(self) -> _State:
         return _State(self.graph, self.slots, self.lat, self.bound)
 
 
 def _prepare(
-    graph: TaskGraph, pool: NodePool, bound: float, backups: Iterable[str] | None
+    graph: TaskGraph,
+    pool: NodePool,
+    bound: float,
+    backups: Iterable[str] | None,
+    time_limit: float = 0.0,
 ) -> _Problem:
     """Validate the inputs and reject what no placement can satisfy."""
     if not bound > 0:
@@ -512,7 +528,8 @@ def _prepare(
         if need > have + _EPS:
             raise Infeasible(f"the tasks need {need:g} CPU but the nodes have {have:g} available")
     slots = pool.slots(len(graph))
-    return _Problem(graph, pool, bound, flags, blist, slots, _Latency(graph, flags), single)
+    lat = _Latency(graph, flags, WorkBudget(time_limit))
+    return _Problem(graph, pool, bound, flags, blist, slots, lat, single)
 
 
 def _no_room(prob: _Problem, err: _NoRoom, algorithm: str) -> Infeasible:
@@ -883,18 +900,19 @@ def _best_fit_target(state: _State, i: int, exclude: int) -> int | None:
     return chosen
 
 
-def _empty_nodes(state: _State, deadline: float) -> _State:
+def _empty_nodes(state: _State, deadline: int) -> _State:
     """Local search: move every task off a node into other used nodes, repeatedly.
 
     Tries the least-loaded nodes first; a node is emptied only if all its tasks
     find a place (capacity and recovery check), so the node count never grows.
     """
     w = state.graph.weight
+    work = state.lat.work
     improved = True
-    while improved and time.monotonic() < deadline:
+    while improved and not work.past(deadline):
         improved = False
         for k in sorted(state.used, key=lambda k: (state.load[k], -k)):
-            if time.monotonic() >= deadline:
+            if work.past(deadline):
                 break
             trial = state.copy()
             tasks = sorted(trial.members[k], key=lambda i: (-w[i], i))
@@ -914,7 +932,7 @@ def _empty_nodes(state: _State, deadline: float) -> _State:
     return state
 
 
-def _heuristic_states(prob: _Problem, deadline: float) -> list[_State]:
+def _heuristic_states(prob: _Problem, deadline: int) -> list[_State]:
     """Several latency-aware greedy packings (the seed's and ours), best first."""
     g = prob.graph
     n = len(g)
@@ -934,7 +952,7 @@ def _heuristic_states(prob: _Problem, deadline: float) -> list[_State]:
     states: list[_State] = []
     first_error: _NoRoom | None = None
     for order, strategy, grouped in attempts:
-        if states and time.monotonic() >= deadline:
+        if states and prob.budget.past(deadline):
             break
         try:
             states.append(_greedy(prob, order, strategy, grouped))
@@ -947,7 +965,7 @@ def _heuristic_states(prob: _Problem, deadline: float) -> list[_State]:
     return states
 
 
-def _improve(prob: _Problem, deadline: float) -> _State:
+def _improve(prob: _Problem, deadline: int) -> _State:
     states = _heuristic_states(prob, deadline)
     best = states[0]
     for s in states[: min(3, len(states))]:
@@ -1097,9 +1115,9 @@ def _cp_sat(
                     model.add_hint(mvars[i], bool(hint_flags[i]))
 
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.1, time_limit)
-    solver.parameters.num_workers = max(2, min(8, os.cpu_count() or 2))
+    deterministic_cp_sat(solver.parameters, time_limit)
     status = solver.solve(model)
+    prob.budget.spend_seconds(solver.response_proto.deterministic_time)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     where = {i: next(j for j in range(m_slots) if solver.value(x[i][j])) for i in range(n)}
@@ -1185,14 +1203,15 @@ def place_exact(
     ----------
     Model (4)–(9) of ``seeds/rtap-journal.txt`` (solved there by exhaustive search).
     """
-    start = time.monotonic()
-    prob = _prepare(graph, pool, bound, backups)
+    prob = _prepare(graph, pool, bound, backups, time_limit)
     try:
-        incumbent: _State | None = _improve(prob, start + min(2.0, time_limit / 4))
+        incumbent: _State | None = _improve(
+            prob, prob.budget.mark(min(0.25, 2.0 / max(time_limit, 1e-9)))
+        )
     except _NoRoom:
         incumbent = None
     slots = _exact_slots(prob, incumbent) if incumbent is not None else list(prob.slots)
-    budget = max(0.1, time_limit - (time.monotonic() - start))
+    budget = max(0.1, prob.budget.seconds_left())
     res = _cp_sat(prob, slots, incumbent, None, budget, joint=False)
     if res is None:
         if incumbent is None:
@@ -1257,11 +1276,10 @@ def place_auto(
     ----------
     Algorithm 1 and Section 4.2 of ``seeds/rtap-journal.txt``.
     """
-    start = time.monotonic()
-    deadline = start + time_limit
-    prob = _prepare(graph, pool, bound, backups)
+    prob = _prepare(graph, pool, bound, backups, time_limit)
+    deadline = prob.budget.mark()
     try:
-        state = _improve(prob, start + time_limit / 3)
+        state = _improve(prob, prob.budget.mark(1 / 3))
     except _NoRoom as err:
         if _small(prob, len(prob.slots)):
             return replace(
@@ -1274,8 +1292,8 @@ def place_auto(
     lower = math.ceil(sum(graph.weight) / max(s.cpu for s in prob.slots) - _EPS)
     if prob.pool.unbounded and len(state.used) <= max(1, lower):
         optimal = True
-    elif _small(prob, len(slots)) and time.monotonic() < deadline:
-        res = _cp_sat(prob, slots, state, None, deadline - time.monotonic(), joint=False)
+    elif _small(prob, len(slots)) and not prob.budget.past(deadline):
+        res = _cp_sat(prob, slots, state, None, prob.budget.seconds_until(deadline), joint=False)
         if res is not None:
             cand = _state_from(prob, slots, res.where)
             if len(cand.used) <= len(state.used):
@@ -1389,7 +1407,7 @@ class _Backups:
     def __init__(self, prob: _Problem, state: _State, flags: Sequence[bool]) -> None:
         self.prob = prob
         self.state = state
-        self.lat = _Latency(prob.graph, flags)
+        self.lat = _Latency(prob.graph, flags, prob.budget)
         self.down = _descendants(prob.graph)
 
     def groups_hit(self, u: int) -> list[set[int]]:
@@ -1420,7 +1438,7 @@ def _drop_orders(graph: TaskGraph, single: Sequence[float]) -> list[list[int]]:
     ]
 
 
-def _min_backups(prob_all: _Problem, state: _State, deadline: float) -> list[bool]:
+def _min_backups(prob_all: _Problem, state: _State, deadline: int) -> list[bool]:
     """Fewest backups for a fixed placement: greedy drops in several orders."""
     graph = prob_all.graph
     best: list[bool] | None = None
@@ -1431,14 +1449,14 @@ def _min_backups(prob_all: _Problem, state: _State, deadline: float) -> list[boo
         tracker.drop_greedy(order)
         if best is None or sum(tracker.lat.flags) < sum(best):
             best = list(tracker.lat.flags)
-        if time.monotonic() >= deadline:
+        if prob_all.budget.past(deadline):
             break
     assert best is not None
     return [f and bool(graph.succs[i]) for i, f in enumerate(best)]
 
 
 def _rebase(prob: _Problem, state: _State, flags: Sequence[bool]) -> _State:
-    lat = _Latency(prob.graph, flags)
+    lat = _Latency(prob.graph, flags, prob.budget)
     st = _State(prob.graph, state.slots, lat, prob.bound)
     for i, k in sorted(state.where.items()):
         st.put(i, k)
@@ -1446,7 +1464,7 @@ def _rebase(prob: _Problem, state: _State, flags: Sequence[bool]) -> _State:
 
 
 def _repair_drops(
-    prob: _Problem, state: _State, flags: list[bool], deadline: float
+    prob: _Problem, state: _State, flags: list[bool], deadline: int
 ) -> tuple[_State, list[bool]]:
     """Local search: drop one more backup, then move tasks to repair the nodes it broke.
 
@@ -1457,7 +1475,7 @@ def _repair_drops(
     graph = prob.graph
     kept = [u for u in range(len(graph)) if flags[u]]
     for u in sorted(kept, key=lambda u: (graph.latency[u], u)):
-        if time.monotonic() >= deadline:
+        if prob.budget.past(deadline):
             break
         trial_flags = list(flags)
         trial_flags[u] = False
@@ -1556,12 +1574,11 @@ def plan_joint(
     DESIGN.md ("Ours (joint)"); combines ``seeds/rtap-journal.txt`` (placement)
     and ``seeds/minimum-backups-ftc.txt`` (backups).
     """
-    start = time.monotonic()
-    deadline = start + time_limit
     fn = _algorithm(algorithm)
     pool = pool.with_domains(domains)
     placed = fn(graph, pool, bound=bound, backups=None, time_limit=time_limit / 2)
-    prob = _prepare(graph, pool, bound, None)
+    prob = _prepare(graph, pool, bound, None, time_limit / 2)
+    deadline = prob.budget.mark()
     slot_of = {s.name: k for k, s in enumerate(prob.slots)}
     where = {graph.index(t): slot_of[n] for t, n in placed.assignment.items()}
     state = _state_from(prob, prob.slots, where)
@@ -1580,17 +1597,17 @@ def plan_joint(
             best_state, best_flags, best_count = cand, flags, sum(flags)
     if algorithm in ("auto", "exact"):
         if algorithm == "auto":
-            local_deadline = time.monotonic() + (deadline - time.monotonic()) / 3
+            local_deadline = prob.budget.mark(1 / 3)
             best_state, best_flags = _repair_drops(prob, best_state, best_flags, local_deadline)
         optimal: bool | None = None
         slots = _exact_slots(prob, best_state)
-        if (algorithm == "exact" or _small(prob, len(slots))) and time.monotonic() < deadline:
+        if (algorithm == "exact" or _small(prob, len(slots))) and not prob.budget.past(deadline):
             res = _cp_sat(
                 prob,
                 slots,
                 _rebase(prob, best_state, [True] * len(graph)),
                 best_flags,
-                deadline - time.monotonic(),
+                prob.budget.seconds_until(deadline),
                 joint=True,
             )
             if res is not None:

@@ -23,11 +23,11 @@ blocking recovery.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
+from planners.budget import WorkBudget, deterministic_cp_sat
 from planners.errors import PlannerError, UnknownAlgorithm
 from planners.graph import TaskGraph
 
@@ -230,7 +230,8 @@ class _Problem:
         self.failed = idx  # graph indices, topological order
         self.pos = {v: p for p, v in enumerate(idx)}
         self.weight = [graph.weight[v] for v in idx]
-        self.capacity = {str(n): float(c) for n, c in capacity.items()}
+        # by name, never in the caller's (API list) order: ties break the same way every time
+        self.capacity = {str(n): float(c) for n, c in sorted(capacity.items())}
         self.total = sum(self.capacity.values())
         fset = set(idx)
         self.qout: list[int] = []  # output task index per query
@@ -495,7 +496,7 @@ def recover_best_density(
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
     Section 5, Algorithm 3, Theorem 5.1; seed ``incremental-recovery.txt``.
     """
-    deadline = time.monotonic() + time_limit
+    budget = WorkBudget(time_limit)
     prob = _Problem(graph, failed, capacity)
     nq = prob.nq
 
@@ -559,8 +560,9 @@ def recover_best_density(
     best_place: dict[int, str] = {}
     seen_start: set[int] = set()
     for k, start in enumerate(seeds):
-        if k > 0 and time.monotonic() > deadline:
+        if k > 0 and budget.exhausted:
             break
+        budget.spend(nq * len(prob.failed))  # one extension: every open query, every task
         plan = 0
         for q in start:
             plan |= prob.qmask[q]
@@ -646,7 +648,7 @@ def recover_dp(
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
     Appendix B, Algorithm 4; seed ``incremental-recovery.txt``.
     """
-    deadline = time.monotonic() + time_limit
+    budget = WorkBudget(time_limit)
     prob = _Problem(graph, failed, capacity)
     costs: dict[int, float] = {0: 0.0}
     frontier = [0]
@@ -654,9 +656,10 @@ def recover_dp(
     while frontier and complete:
         nxt: list[int] = []
         for plan in frontier:
-            if time.monotonic() > deadline:
+            if budget.exhausted:
                 complete = False
                 break
+            budget.spend(len(prob.qmask))
             for m in prob.qmask:
                 new = plan | m
                 if new == plan or new in costs:
@@ -789,8 +792,7 @@ def recover_exact(
         for q, out in enumerate(prob.qout):
             model.add_hint(y[q], 1 if graph.tasks[out] in done else 0)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
-    solver.parameters.num_workers = 2
+    deterministic_cp_sat(solver.parameters, time_limit)
     status = solver.solve(model)
     placement: dict[int, str] = {}
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -866,7 +868,6 @@ def recover_auto(
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
     Section 5; seed ``incremental-recovery.txt``.
     """
-    start = time.monotonic()
     bd = recover_best_density(graph, failed, capacity, time_limit=time_limit / 3)
     if bd.optimal:
         return replace(bd, algorithm="auto")
@@ -879,7 +880,8 @@ def recover_auto(
             best = dp
         if best.recovered_priority >= bound - _EPS:
             return replace(best, algorithm="auto", optimal=True, upper_bound=bound)
-    left = max(0.05, time_limit - (time.monotonic() - start))
+    ran_dp = len(failed_queries(graph, failed)) <= _AUTO_DP_QUERIES
+    left = max(0.05, time_limit / 3 if ran_dp else 2 * time_limit / 3)
     ex = recover_exact(graph, failed, capacity, time_limit=left, hint=best)
     if ex.upper_bound is not None:
         bound = min(bound, ex.upper_bound)

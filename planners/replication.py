@@ -174,7 +174,7 @@ def availability(
     if not pool or total <= 0:
         return 1.0
     alive = 0.0
-    for n in pool:
+    for n in sorted(pool):  # a set of names: never iterate it in hash order
         for q in outs:
             if all(where.get(v, set()) - {n} for v in graph.upstream_closure[q]):
                 alive += graph.priority[q]
