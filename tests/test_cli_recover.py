@@ -6,11 +6,23 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from backstop.cli import app
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "twitter-sentiment.yaml"
+# The CPU requests these tests' numbers are computed from (the example's own requests are
+# small enough for 2-CPU real nodes and may change).
+CPU = {
+    "source": "250m",
+    "hot-topics": "500m",
+    "merge": "250m",
+    "filter": "500m",
+    "sentiment": "1",
+    "sink": "250m",
+    "trending": "250m",
+}
 NODES = """\
 apiVersion: v1
 kind: List
@@ -37,8 +49,19 @@ ASSIGNMENT = {
 }
 
 
+def topology(tmp_path: Path) -> Path:
+    """The example with the CPU requests of :data:`CPU`."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    for op in doc["spec"]["operators"]:
+        op["resources"]["cpu"] = CPU[op["name"]]
+    path = tmp_path / "topology.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
 @pytest.fixture
 def files(tmp_path: Path) -> tuple[Path, Path]:
+    topology(tmp_path)
     nodes = tmp_path / "nodes.yaml"
     nodes.write_text(NODES)
     assignment = tmp_path / "place.json"
@@ -47,7 +70,9 @@ def files(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, ["recover", str(EXAMPLE), *args])
+    nodes = Path(args[args.index("--nodes") + 1]) if "--nodes" in args else None
+    path = nodes.parent / "topology.yaml" if nodes else EXAMPLE
+    result = CliRunner().invoke(app, ["recover", str(path), *args])
     return result.exit_code, result.stdout, result.stderr
 
 

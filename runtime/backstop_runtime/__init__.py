@@ -1,0 +1,12 @@
+"""Backstop's task runtime: one process per task, run as ``python -m backstop_runtime``.
+
+It is configured only by what the operator gives the pod (``BACKSTOP_*`` env, the
+``<topology>-recovery`` session file, ``spec.operators[].config`` as ``BACKSTOP_CONFIG``),
+and it imports nothing of the operator: an import-linter contract keeps it that way, so
+the runtime image ships the standard library and the user's code only.
+"""
+
+from backstop_runtime.api import Context, Operator, Sink, Source
+
+__all__ = ["Context", "Operator", "Sink", "Source"]
+__version__ = "0.1.0"

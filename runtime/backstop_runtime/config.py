@@ -1,0 +1,228 @@
+"""The task's configuration, read once from the environment the operator sets on the pod.
+
+Everything a task knows about the topology comes from here, so a task started by hand
+(tests, ``hack/`` scripts) and a task started by the operator behave the same. A missing
+or malformed variable or config field raises :class:`ConfigError` naming it; the entry
+point turns that into a one-line message and exit code 2, so the pod's status shows the
+cause instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+GROUPINGS = ("forward", "shuffle", "broadcast", "global")
+DEFAULT_PORT = 7077
+DEFAULT_STORE = "/var/lib/backstop"  # where manifests.py mounts spec.store
+
+
+class ConfigError(Exception):
+    """A missing or invalid setting; the message names the variable or config field."""
+
+
+class Fenced(Exception):
+    """A newer copy of this task (a higher epoch) has started; this copy must stop writing."""
+
+
+@dataclass(frozen=True)
+class Downstream:
+    """One consumer operator of this task's operator, and how it partitions its input."""
+
+    operator: str
+    parallelism: int
+    grouping: str
+
+    def tasks(self) -> list[str]:
+        return [f"{self.operator}-{i}" for i in range(self.parallelism)]
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Who the task is and where it keeps its state; see the README's runtime contract."""
+
+    topology: str
+    task: str
+    operator: str
+    index: int
+    parallelism: int
+    upstream: tuple[str, ...]
+    downstream: tuple[Downstream, ...]
+    keeps_backup: bool
+    role: str
+    config: Mapping[str, Any]
+    store: Path
+    host: str
+    port: int
+    recovery_dir: Path | None
+    checkpoint_interval: float = 4.0
+    batch_interval: float = 0.1
+    metrics_interval: float = 5.0
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_source(self) -> bool:
+        return not self.upstream
+
+    @property
+    def task_dir(self) -> Path:
+        """This task's checkpoints, epochs and dead letters in the shared store."""
+        return self.store / self.topology / "tasks" / self.task
+
+    @property
+    def peers_dir(self) -> Path:
+        """The address registry: one ``<task>.json`` per task, newest epoch wins."""
+        return self.store / self.topology / "peers"
+
+    @property
+    def metrics_dir(self) -> Path:
+        return self.store / self.topology / "metrics"
+
+    def consumers(self) -> list[tuple[str, Downstream]]:
+        """(task id, its operator's edge) for every task this task sends to.
+
+        ``forward`` sends to the task with our index, ``global`` to task 0, ``shuffle``
+        and ``broadcast`` to all of them (shuffle picks one per record).
+        """
+        out: list[tuple[str, Downstream]] = []
+        for d in self.downstream:
+            if d.grouping == "forward":
+                out.append((f"{d.operator}-{self.index}", d))
+            elif d.grouping == "global":
+                out.append((f"{d.operator}-0", d))
+            else:
+                out.extend((t, d) for t in d.tasks())
+        return out
+
+
+def require(config: Mapping[str, Any], name: str, kind: type | tuple[type, ...] = str) -> Any:
+    """``config[name]``, or a :class:`ConfigError` naming the field ``config.<name>``."""
+    if name not in config:
+        raise ConfigError(f"config.{name} is required but missing (spec.operators[].config)")
+    value = config[name]
+    if not isinstance(value, kind):
+        raise ConfigError(f"config.{name} must be {_kind(kind)}, got {value!r}")
+    return value
+
+
+def _kind(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
+def _env(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name)
+    if value is None or value == "":
+        raise ConfigError(f"environment variable {name} is required but not set")
+    return value
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    raw = env.get(name)
+    if raw in (None, "") and default is not None:
+        return default
+    text = _env(env, name)
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{name}={text!r} is not an integer") from None
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)  # type: ignore[arg-type]
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if value <= 0:
+        raise ConfigError(f"{name}={raw!r} must be positive")
+    return value
+
+
+def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return json.loads(raw)  # type: ignore[arg-type]
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{name} is not valid JSON: {err}") from None
+
+
+def _downstream(raw: Any) -> tuple[Downstream, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError("BACKSTOP_DOWNSTREAM must be a JSON list")
+    out = []
+    for i, item in enumerate(raw):
+        where = f"BACKSTOP_DOWNSTREAM[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where} must be an object")
+        for key in ("operator", "parallelism", "grouping"):
+            if key not in item:
+                raise ConfigError(f"{where}.{key} is required but missing")
+        if item["grouping"] not in GROUPINGS:
+            raise ConfigError(f"{where}.grouping must be one of {', '.join(GROUPINGS)}")
+        if not isinstance(item["parallelism"], int) or item["parallelism"] < 1:
+            raise ConfigError(f"{where}.parallelism must be a positive integer")
+        out.append(Downstream(str(item["operator"]), item["parallelism"], item["grouping"]))
+    return tuple(out)
+
+
+def from_env(env: Mapping[str, str] | None = None) -> TaskConfig:
+    """Read the task's configuration from ``env`` (default: the process environment).
+
+    Raises
+    ------
+    ConfigError
+        Naming the variable that is missing or malformed.
+
+    Examples
+    --------
+    >>> c = from_env({"BACKSTOP_TOPOLOGY": "wc", "BACKSTOP_TASK_ID": "count-1",
+    ...     "BACKSTOP_OPERATOR": "count", "BACKSTOP_TASK_INDEX": "1",
+    ...     "BACKSTOP_UPSTREAM_TASKS": "split-0,split-1", "BACKSTOP_STORE": "/s",
+    ...     "BACKSTOP_CONFIG": '{"function": "m:C"}'})
+    >>> c.upstream, c.keeps_backup, c.config["function"], str(c.task_dir)
+    (('split-0', 'split-1'), False, 'm:C', '/s/wc/tasks/count-1')
+    >>> try:
+    ...     from_env({"BACKSTOP_TOPOLOGY": "wc"})
+    ... except ConfigError as err:
+    ...     print(err)
+    environment variable BACKSTOP_TASK_ID is required but not set
+    """
+    env = os.environ if env is None else env
+    topology = _env(env, "BACKSTOP_TOPOLOGY")
+    task = _env(env, "BACKSTOP_TASK_ID")
+    operator = _env(env, "BACKSTOP_OPERATOR")
+    index = _int(env, "BACKSTOP_TASK_INDEX")
+    upstream = tuple(t for t in env.get("BACKSTOP_UPSTREAM_TASKS", "").split(",") if t)
+    config = _json(env, "BACKSTOP_CONFIG", {})
+    if not isinstance(config, dict):
+        raise ConfigError("BACKSTOP_CONFIG must be a JSON object (spec.operators[].config)")
+    recovery = env.get("BACKSTOP_RECOVERY_DIR")
+    return TaskConfig(
+        topology=topology,
+        task=task,
+        operator=operator,
+        index=index,
+        parallelism=_int(env, "BACKSTOP_PARALLELISM", default=index + 1),
+        upstream=upstream,
+        downstream=_downstream(_json(env, "BACKSTOP_DOWNSTREAM", [])),
+        keeps_backup=env.get("BACKSTOP_UPSTREAM_BACKUP", "false").lower() == "true",
+        role=env.get("BACKSTOP_ROLE", "primary"),
+        config=config,
+        store=Path(env.get("BACKSTOP_STORE") or DEFAULT_STORE),
+        host=env.get("BACKSTOP_POD_IP") or "127.0.0.1",
+        port=_int(env, "BACKSTOP_PORT", default=DEFAULT_PORT),
+        recovery_dir=Path(recovery) if recovery else None,
+        checkpoint_interval=_float(env, "BACKSTOP_CHECKPOINT_INTERVAL", 4.0),
+        batch_interval=_float(env, "BACKSTOP_BATCH_INTERVAL", 0.1),
+        metrics_interval=_float(env, "BACKSTOP_METRICS_INTERVAL", 5.0),
+        extra={k: v for k, v in env.items() if k.startswith("BACKSTOP_")},
+    )
