@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from ortools.sat.python import cp_model
 
-from planners.budget import WorkBudget, deterministic_cp_sat
+from planners.budget import CP_SAT_WORK_PER_SECOND, WorkBudget, deterministic_cp_sat
 from planners.errors import Infeasible, InvalidTopology, PlannerError, UnknownAlgorithm
 from planners.evaluate import check_plan, worst_task_failure
 from planners.graph import TaskGraph
@@ -704,7 +704,7 @@ def _solve_cpsat(
     left = max(0.05, time_limit)
     if patience is None:
         status = solver.solve(model)
-        left -= solver.response_proto.deterministic_time
+        left -= solver.response_proto.deterministic_time / CP_SAT_WORK_PER_SECOND
         values: dict[int, bool] = (
             {u: bool(solver.value(var)) for u, var in m.items()}
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
@@ -730,7 +730,7 @@ def _solve_cpsat(
         deterministic_cp_sat(solver.parameters, min(left, 0.25 * time_limit))
         if solver.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             flags = [bool(forced[u]) or (u in m and bool(solver.value(m[u]))) for u in range(n)]
-        left -= solver.response_proto.deterministic_time
+        left -= solver.response_proto.deterministic_time / CP_SAT_WORK_PER_SECOND
     return flags, proven, lower, max(0.0, time_limit - left)
 
 
@@ -755,7 +755,7 @@ def _solve_with_patience(
     while left > 0.01:
         deterministic_cp_sat(solver.parameters, min(patience, left))
         status = solver.solve(model)
-        left -= max(0.01, solver.response_proto.deterministic_time)
+        left -= max(0.01, solver.response_proto.deterministic_time / CP_SAT_WORK_PER_SECOND)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if not best:
                 best_status = status

@@ -11,10 +11,10 @@ in *work*, never in seconds:
   steps in a :class:`WorkBudget`; a ``time_limit`` of ``s`` seconds buys
   ``s * STEPS_PER_SECOND`` steps, calibrated so that one nominal second is
   roughly one second on a 2-core CI machine;
-- CP-SAT runs with a fixed seed, a fixed number of workers whose search is
-  interleaved deterministically, and ``max_deterministic_time`` (CP-SAT's own
-  work measure) instead of ``max_time_in_seconds``
-  (:func:`deterministic_cp_sat`).
+- CP-SAT runs with a fixed seed, one worker (its sequential search is
+  deterministic; measured on 2 cores it was also the fastest to the same plans,
+  see ``docs/benchmarks.md``), and ``max_deterministic_time`` (CP-SAT's own work
+  measure) instead of ``max_time_in_seconds`` (:func:`deterministic_cp_sat`).
 
 On a slower machine a plan takes longer, but it is the same plan. Only a
 wall-clock safety net (:data:`SAFETY_FACTOR` times the budget) remains, so that a
@@ -29,6 +29,7 @@ from typing import Any
 
 __all__ = [
     "CP_SAT_WORKERS",
+    "CP_SAT_WORK_PER_SECOND",
     "SAFETY_FACTOR",
     "STEPS_PER_SECOND",
     "WorkBudget",
@@ -38,9 +39,14 @@ __all__ = [
 STEPS_PER_SECOND = 200_000
 """Work steps per nominal second (one step is about one task touched by a check)."""
 
-CP_SAT_WORKERS = 4
+CP_SAT_WORKERS = 1
 """CP-SAT's workers: a constant, never ``os.cpu_count()``, so the plan is the same on
-every machine; with ``interleave_search`` their schedule is deterministic."""
+every machine. One worker searches sequentially, which is deterministic; several
+would need ``interleave_search``, which measured 1.5-2x slower here to the same plans."""
+
+CP_SAT_WORK_PER_SECOND = 0.3
+"""CP-SAT deterministic time bought by one nominal second. Measured on the 2-core CI
+machine, CP-SAT's deterministic second took 3-6 wall seconds (presolve included)."""
 
 CP_SAT_SEED = 20_240_518
 """CP-SAT's ``random_seed`` (any fixed value; fixed so it is stated, not a default)."""
@@ -77,8 +83,12 @@ class WorkBudget:
         self.spent += steps
 
     def spend_seconds(self, seconds: float) -> None:
-        """Count work measured in nominal seconds (CP-SAT's deterministic time)."""
+        """Count work measured in nominal seconds."""
         self.spent += math.ceil(max(0.0, seconds) * STEPS_PER_SECOND)
+
+    def spend_cp_sat(self, deterministic_time: float) -> None:
+        """Count what a CP-SAT solve used (its deterministic time, in nominal seconds)."""
+        self.spend_seconds(deterministic_time / CP_SAT_WORK_PER_SECOND)
 
     @property
     def exhausted(self) -> bool:
@@ -110,17 +120,17 @@ def deterministic_cp_sat(parameters: Any, seconds: float) -> None:
     parameters:
         ``CpSolver().parameters``.
     seconds:
-        The budget, as CP-SAT's deterministic time (about one second of search each).
+        The nominal budget; CP-SAT gets ``seconds * CP_SAT_WORK_PER_SECOND`` of
+        deterministic time.
 
     Notes
     -----
-    ``random_seed`` fixed, ``num_workers`` a constant with ``interleave_search``
-    (CP-SAT's deterministic parallel mode), ``max_deterministic_time`` as the limit.
-    ``max_time_in_seconds`` is only a safety net (:data:`SAFETY_FACTOR`).
+    ``random_seed`` fixed, ``num_workers`` a constant (one: sequential search),
+    ``max_deterministic_time`` as the limit. ``max_time_in_seconds`` is only a
+    safety net (:data:`SAFETY_FACTOR` times the nominal budget).
     """
     budget = max(0.01, float(seconds))
     parameters.random_seed = CP_SAT_SEED
     parameters.num_workers = CP_SAT_WORKERS
-    parameters.interleave_search = True
-    parameters.max_deterministic_time = budget
+    parameters.max_deterministic_time = budget * CP_SAT_WORK_PER_SECOND
     parameters.max_time_in_seconds = SAFETY_FACTOR * budget + 1.0

@@ -312,6 +312,7 @@ class _State:
         self.group_h: dict[str, float] = {}
 
     def copy(self) -> _State:
+        self.lat.work.spend(len(self.where) + len(self.slots))  # a copy is work too
         new = _State.__new__(_State)
         new.graph, new.slots, new.lat, new.bound = self.graph, self.slots, self.lat, self.bound
         new.key = self.key
@@ -1117,7 +1118,7 @@ def _cp_sat(
     solver = cp_model.CpSolver()
     deterministic_cp_sat(solver.parameters, time_limit)
     status = solver.solve(model)
-    prob.budget.spend_seconds(solver.response_proto.deterministic_time)
+    prob.budget.spend_cp_sat(solver.response_proto.deterministic_time)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     where = {i: next(j for j in range(m_slots) if solver.value(x[i][j])) for i in range(n)}
