@@ -24,6 +24,12 @@
 #         POD_EVICTION_TIMEOUT (30s)
 #         WITH_CONTROLLER_MANAGER=1 / WITH_SCHEDULER=1 (both on by default)
 #         APISERVER_EXTRA_ARGS / CM_EXTRA_ARGS / SCHEDULER_EXTRA_ARGS  extra flags (word-split)
+#         REAL_NODES (0)   also start that many REAL nodes (kubelet + containerd, hack/real-node.sh,
+#                          needs root) named $REAL_NODE_PREFIX-<i> (real-<i>), and kube-proxy on the host
+# The API server runs as a real cluster needs it: ServiceAccount admission and the token controller
+# on (pods get tokens), --kubelet-preferred-address-types=InternalIP (kubectl logs/exec reach each
+# kubelet on its own port), bound to 0.0.0.0 and advertising this host's address, which the
+# `kubernetes` Service (10.0.0.1:443) points to.
 # Result: $K8S_RUN_DIR/kubeconfig (cluster-admin via client cert)
 set -euo pipefail
 
@@ -217,12 +223,21 @@ start() {
   gen_certs
   mkdir -p $RUN
   local t0=$SECONDS d=$RUN/pki
-  if running etcd || running kube-apiserver; then log "already running (use '$0 down' first)"; echo "export KUBECONFIG=$RUN/kubeconfig"; return 0; fi
+  if running etcd || running kube-apiserver; then
+    log "already running (use '$0 down' first)"
+    start_real_nodes
+    echo "export KUBECONFIG=$RUN/kubeconfig"; return 0
+  fi
   local port
   for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT; do
     if port_busy $port; then log "127.0.0.1:$port is already in use (another instance? set ETCD_PORT/API_PORT)"; return 1; fi
   done
   rm -rf "$ETCD_DATA"; mkdir -p "$ETCD_DATA"
+  # Pods reach the API server through the `kubernetes` Service (10.0.0.1:443 -> this address, by
+  # kube-proxy on real nodes), so it must be an address of this host that pods can reach.
+  local ADVERTISE
+  ADVERTISE=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -1)
+  ADVERTISE=${ADVERTISE:-127.0.0.1}
   spawn etcd etcd --name local-k8s --data-dir "$ETCD_DATA" \
     --listen-client-urls http://127.0.0.1:$ETCD_PORT --advertise-client-urls http://127.0.0.1:$ETCD_PORT \
     --listen-peer-urls http://127.0.0.1:$ETCD_PEER_PORT --initial-advertise-peer-urls http://127.0.0.1:$ETCD_PEER_PORT \
@@ -232,14 +247,14 @@ start() {
 
   spawn kube-apiserver $BIN/kube-apiserver \
     --etcd-servers=http://127.0.0.1:$ETCD_PORT \
-    --bind-address=127.0.0.1 --secure-port=$API_PORT --advertise-address=127.0.0.1 --insecure-port=0 \
+    --bind-address=0.0.0.0 --secure-port=$API_PORT --advertise-address=$ADVERTISE --insecure-port=0 \
     --cert-dir=$RUN/apiserver-certs --tls-cert-file=$d/apiserver.crt --tls-private-key-file=$d/apiserver.key \
     --client-ca-file=$d/ca.crt --token-auth-file=$d/tokens.csv \
     --authorization-mode=RBAC \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file=$d/sa.pub --service-account-signing-key-file=$d/sa.key \
     --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
-    --disable-admission-plugins=ServiceAccount \
+    --kubelet-preferred-address-types=InternalIP,Hostname \
     --enable-priority-and-fairness=false \
     --v=1 ${APISERVER_EXTRA_ARGS:-}
   wait_for kube-apiserver 90 curl -sf --cacert $d/ca.crt --cert $d/admin.crt --key $d/admin.key \
@@ -266,10 +281,24 @@ start() {
       --kubeconfig=$RUN/scheduler.kubeconfig --leader-elect=false --port=0 --secure-port=0 --v=1 ${SCHEDULER_EXTRA_ARGS:-}
     log "kube-scheduler started (pid $(cat $RUN/kube-scheduler.pid))"
   fi
+  start_real_nodes
   echo "export KUBECONFIG=$RUN/kubeconfig"
 }
 
+# REAL_NODES=N: N real nodes (kubelet + containerd, hack/real-node.sh) and kube-proxy on the host.
+start_real_nodes() {
+  local n=${REAL_NODES:-0} i
+  ((n > 0)) || return 0
+  local rn; rn="$(dirname "${BASH_SOURCE[0]}")/real-node.sh"
+  K8S_RUN_DIR=$RUN $rn deps
+  K8S_RUN_DIR=$RUN $rn proxy-up
+  for ((i = 0; i < n; i++)); do K8S_RUN_DIR=$RUN $rn up "${REAL_NODE_PREFIX:-real}-$i"; done
+}
+
 stop() {
+  if [[ -d $RUN/nodes || -f $RUN/kube-proxy.pid ]]; then
+    K8S_RUN_DIR=$RUN "$(dirname "${BASH_SOURCE[0]}")/real-node.sh" down-all
+  fi
   local n p
   for n in kube-scheduler kube-controller-manager kube-apiserver etcd; do
     if running $n; then
@@ -288,6 +317,9 @@ status() {
   for n in etcd kube-apiserver kube-controller-manager kube-scheduler; do
     if running $n; then echo "$n: running (pid $(cat $RUN/$n.pid))"; else echo "$n: not running"; fi
   done
+  if [[ -d $RUN/nodes ]]; then
+    K8S_RUN_DIR=$RUN "$(dirname "${BASH_SOURCE[0]}")/real-node.sh" list | sed 's/^/real node: /'
+  fi
 }
 
 case ${1:-up} in

@@ -21,7 +21,22 @@ from kubernetes.utils.quantity import parse_quantity
 from planners import PlannerError
 from planners.placement import Node
 
-__all__ = ["InvalidNodes", "load_nodes", "nodes_from_manifests", "pod_cpu_request"]
+__all__ = [
+    "NODE_KIND_LABEL",
+    "NODE_KIND_REAL",
+    "NODE_KIND_SIMULATED",
+    "InvalidNodes",
+    "load_nodes",
+    "node_kind",
+    "nodes_from_manifests",
+    "pod_cpu_request",
+]
+
+NODE_KIND_LABEL = "backstop.dev/node-kind"
+"""Node label saying what stands behind a node of the local cluster: a real kubelet with
+containerd on this host (``real``) or the node simulator (``simulated``)."""
+NODE_KIND_REAL = "real"
+NODE_KIND_SIMULATED = "simulated"
 
 _DONE_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -72,6 +87,17 @@ def pod_cpu_request(pod: Mapping[str, Any]) -> float:
     overhead_cpu = (spec.get("overhead") or {}).get("cpu")
     overhead = 0.0 if overhead_cpu is None else _cores(overhead_cpu, f"pod {name}")
     return max(main, init) + overhead
+
+
+def node_kind(labels: Mapping[str, str] | None) -> str | None:
+    """``real``, ``simulated`` or ``None`` (a node the local cluster did not make).
+
+    Examples
+    --------
+    >>> node_kind({NODE_KIND_LABEL: "real"}), node_kind({}), node_kind(None)
+    ('real', None, None)
+    """
+    return (labels or {}).get(NODE_KIND_LABEL)
 
 
 def _ready(node: Mapping[str, Any]) -> bool:

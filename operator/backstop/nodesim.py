@@ -35,6 +35,7 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.cluster import ClusterUnavailable, api_client
 from backstop.manifests import now_rfc3339
+from backstop.nodes import NODE_KIND_LABEL, NODE_KIND_SIMULATED
 
 log = logging.getLogger("backstop.nodesim")
 
@@ -70,7 +71,12 @@ def build_node(
     ready_at: float | None = None,
 ) -> dict[str, Any]:
     """The Node manifest of a simulated node (no status: the API server drops it on create)."""
-    labels = {SIM_LABEL: "true", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+    labels = {
+        SIM_LABEL: "true",
+        NODE_KIND_LABEL: NODE_KIND_SIMULATED,
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+    }
     if zone:
         labels[ZONE_LABEL] = zone
     if rack:
