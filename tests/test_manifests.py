@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -43,9 +44,64 @@ def test_task_pod_is_pinned_owned_labelled_and_told_its_role() -> None:
         "values": ["n1"],
     }
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
-    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value", e.get("valueFrom")) for e in pod["spec"]["containers"][0]["env"]
+    }
     assert env["BACKSTOP_UPSTREAM_BACKUP"] == "true" and env["BACKSTOP_TASK_ID"] == "src-0"
+    assert env["BACKSTOP_POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "250m"
+
+
+def test_task_pod_carries_the_runtime_contract() -> None:
+    spec = StreamTopologySpec.model_validate(
+        {
+            "image": "img",
+            "recoveryLatencyBound": 4,
+            "store": {"hostPath": {"path": "/srv/backstop"}},
+            "operators": [
+                {
+                    "name": "src",
+                    "parallelism": 2,
+                    "reprocessingLatency": 0.5,
+                    "config": {"function": "m:Src", "path": "/in", "nested": {"a": [1]}},
+                },
+                {
+                    "name": "count",
+                    "parallelism": 3,
+                    "reprocessingLatency": 1,
+                    "inputs": [{"operator": "src", "grouping": "shuffle"}],
+                },
+                {
+                    "name": "sink",
+                    "reprocessingLatency": 1,
+                    "inputs": [
+                        {"operator": "count", "grouping": "global"},
+                        {"operator": "src", "grouping": "broadcast"},
+                    ],
+                },
+            ],
+        }
+    )
+    pod = build_task_pod(OWNER, spec, TaskRole("src-1", "src", 1, (), False, "n1"))
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert json.loads(env["BACKSTOP_CONFIG"]) == {
+        "function": "m:Src",
+        "path": "/in",
+        "nested": {"a": [1]},
+    }
+    assert json.loads(env["BACKSTOP_DOWNSTREAM"]) == [
+        {"operator": "count", "parallelism": 3, "grouping": "shuffle"},
+        {"operator": "sink", "parallelism": 1, "grouping": "broadcast"},
+    ]
+    assert env["BACKSTOP_PARALLELISM"] == "2" and env["BACKSTOP_CHECKPOINT_INTERVAL"] == "1.0"
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["store"] == env["BACKSTOP_STORE"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["store"] == {"name": "store", "hostPath": {"path": "/srv/backstop"}}
+    # without a store each pod gets its own scratch directory
+    plain = build_task_pod(OWNER, SPEC, role("n1"))
+    assert {"name": "store", "emptyDir": {}} in plain["spec"]["volumes"]
 
 
 def test_spec_hash_changes_with_node_or_role_only() -> None:

@@ -60,6 +60,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             continue
         if key == "additionalProperties" and value is False:
             continue  # structural schemas prune unknown fields instead
+        if key == "additionalProperties" and node.get("x-kubernetes-preserve-unknown-fields"):
+            continue  # a free-form map: kept as is instead of described
         out[key] = _structural(value, defs)
     return out
 

@@ -25,6 +25,8 @@ ANN_NODE = f"{GROUP}/planned-node"
 HOSTNAME = "kubernetes.io/hostname"
 SESSION_CONFIGMAP_SUFFIX = "-recovery"
 SESSION_MOUNT = "/etc/backstop/recovery"
+STORE_MOUNT = "/var/lib/backstop"
+DATA_PORT = 7077
 
 # The fixed set of Event reasons the operator posts (kopf's own log events use "Logging").
 EVENT_REASONS = frozenset(
@@ -92,6 +94,33 @@ def _operator(spec: StreamTopologySpec, name: str) -> OperatorSpec:
     return next(op for op in spec.operators if op.name == name)
 
 
+def runtime_env(spec: StreamTopologySpec, op: OperatorSpec) -> list[dict[str, Any]]:
+    """What the task runtime needs beyond its identity: its config, consumers, store.
+
+    ``BACKSTOP_DOWNSTREAM`` lists the consumer operators with their groupings, so a task
+    can partition its output and keep a buffer for consumers that are down.
+    ``BACKSTOP_CHECKPOINT_INTERVAL`` is ``2·t_v``: the model's reprocessing latency is
+    about half a checkpoint interval. The pod IP (downward API) is what a task publishes
+    in the shared store's peer registry (see the README's runtime contract).
+    """
+    downstream = [
+        {"operator": o.name, "parallelism": o.parallelism, "grouping": i.grouping.value}
+        for o in spec.operators
+        for i in o.inputs
+        if i.operator == op.name
+    ]
+    return [
+        {"name": "BACKSTOP_PARALLELISM", "value": str(op.parallelism)},
+        {"name": "BACKSTOP_DOWNSTREAM", "value": json.dumps(downstream)},
+        {"name": "BACKSTOP_CONFIG", "value": json.dumps(op.config, sort_keys=True)},
+        {"name": "BACKSTOP_CHECKPOINT_INTERVAL", "value": str(2 * op.reprocessing_latency)},
+        {"name": "BACKSTOP_STORE", "value": STORE_MOUNT},
+        {"name": "BACKSTOP_PORT", "value": str(DATA_PORT)},
+        {"name": "BACKSTOP_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "BACKSTOP_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+
+
 def build_task_pod(
     owner: Owner,
     spec: StreamTopologySpec,
@@ -122,6 +151,7 @@ def build_task_pod(
         {"name": "BACKSTOP_UPSTREAM_BACKUP", "value": "true" if role.keeps_backup else "false"},
         {"name": "BACKSTOP_ROLE", "value": "primary" if replica is None else "replica"},
         {"name": "BACKSTOP_RECOVERY_DIR", "value": SESSION_MOUNT},
+        *runtime_env(spec, op),
     ]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Always",
@@ -148,7 +178,11 @@ def build_task_pod(
                 "resources": {
                     "requests": {"cpu": op.resources.cpu, "memory": op.resources.memory},
                 },
-                "volumeMounts": [{"name": "recovery", "mountPath": SESSION_MOUNT}],
+                "ports": [{"name": "data", "containerPort": DATA_PORT}],
+                "volumeMounts": [
+                    {"name": "recovery", "mountPath": SESSION_MOUNT},
+                    {"name": "store", "mountPath": STORE_MOUNT},
+                ],
             }
         ],
         "volumes": [
@@ -158,7 +192,8 @@ def build_task_pod(
                     "name": owner.name + SESSION_CONFIGMAP_SUFFIX,
                     "optional": True,
                 },
-            }
+            },
+            {"name": "store", **(dict(spec.store) or {"emptyDir": {}})},
         ],
     }
     labels = {

@@ -113,6 +113,13 @@ class OperatorSpec(_Model):
         None, description="Whether this operator is a query output; default: no consumers."
     )
     priority: int = Field(1, ge=1, le=10, description="Query priority (output operators).")
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Free-form settings for the task runtime, passed to every task of the "
+        "operator as JSON in BACKSTOP_CONFIG; `function` names the user class "
+        "(`module:Class`), the rest is the class's own (e.g. `path`).",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
 
 
 class RecoveryMode(StrEnum):
@@ -192,6 +199,14 @@ class StreamTopologySpec(_Model):
     )
     topology_key: str | None = Field(
         None, description="Node label of a failure domain (zone/rack) the plan must survive."
+    )
+    store: dict[str, Any] = Field(
+        default_factory=dict,
+        description="A Kubernetes volume source (e.g. `{hostPath: {path: /srv/backstop}}` or "
+        "`{persistentVolumeClaim: {claimName: x}}`, ReadWriteMany) mounted in every task at "
+        "/var/lib/backstop: the shared checkpoint store, peer registry and source logs; "
+        "empty: each task's own ephemeral /var/lib/backstop (no recovery across pods).",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
     recovery: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
     replication: ReplicationPolicy | None = None
