@@ -137,7 +137,7 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     if raw in (None, ""):
         return default
     try:
-        value = float(raw)  # type: ignore[arg-type]
+        value = float(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number") from None
     if value <= 0:
@@ -150,7 +150,7 @@ def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
     if raw in (None, ""):
         return default
     try:
-        return json.loads(raw)  # type: ignore[arg-type]
+        return json.loads(raw)
     except json.JSONDecodeError as err:
         raise ConfigError(f"{name} is not valid JSON: {err}") from None
 

@@ -42,5 +42,9 @@ def main() -> int:
         log.error("fenced: %s", err)
         return EXIT_FENCED
     finally:
+        pending = asyncio.all_tasks(loop)
+        for t in pending:
+            t.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
     return 0

@@ -1,0 +1,315 @@
+"""The deterministic core: one mini-batch in, the outputs per consumer out.
+
+Both the live task and a replay (a task regenerating output it did not buffer) run this
+code, so a replayed batch is identical to the original, record for record and in order.
+That is what lets a consumer drop duplicates by batch number alone (order-preserving
+processing, Alg. 1 of the incremental-recovery paper): inputs of one batch are merged in
+a fixed round-robin order over the upstream tasks, and partitioning hashes with CRC-32,
+never Python's per-process salted ``hash``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from backstop_runtime.api import Context, Operator, Record, Sink, Source
+from backstop_runtime.config import ConfigError, TaskConfig, require
+from backstop_runtime.store import Store
+
+INF = float("inf")
+
+
+@dataclass
+class Batch:
+    """Mini-batch ``r`` of one input stream (or of one output channel)."""
+
+    r: int
+    recs: list[Record]
+    wm: float = -INF
+    eos: bool = False
+    at: float = 0.0
+    """Wall time at which a source first produced this round (the lag of a replay)."""
+
+    def to_msg(self) -> dict[str, Any]:
+        recs = [[x.key, x.value, x.ts] for x in self.recs]
+        msg = {"t": "batch", "r": self.r, "wm": self.wm, "eos": self.eos, "at": self.at}
+        return {**msg, "recs": recs}
+
+    @staticmethod
+    def from_msg(msg: dict[str, Any]) -> Batch:
+        recs = [Record(v, k, ts) for k, v, ts in msg["recs"]]
+        r, wm, eos, at = int(msg["r"]), float(msg["wm"]), bool(msg["eos"]), float(msg["at"])
+        return Batch(r, recs, wm, eos, at)
+
+
+def stable_hash(rec: Record) -> int:
+    """CRC-32 of the key (or of the value when there is none): the same in every process."""
+    text = rec.key if rec.key is not None else json.dumps(rec.value, sort_keys=True)
+    return zlib.crc32(text.encode())
+
+
+class Partitioner:
+    """Routes each output record to the consumer tasks the groupings say."""
+
+    def __init__(self, cfg: TaskConfig) -> None:
+        self.cfg = cfg
+        self.consumers = [t for t, _ in cfg.consumers()]
+
+    def route(self, rec: Record, out: dict[str, list[Record]]) -> None:
+        for d in self.cfg.downstream:
+            if d.grouping == "forward":
+                out[f"{d.operator}-{self.cfg.index}"].append(rec)
+            elif d.grouping == "global":
+                out[f"{d.operator}-0"].append(rec)
+            elif d.grouping == "broadcast":
+                for t in d.tasks():
+                    out[t].append(rec)
+            else:
+                out[f"{d.operator}-{stable_hash(rec) % d.parallelism}"].append(rec)
+
+
+@dataclass
+class Counters:
+    """Totals since start; the metrics writer reports differences per interval."""
+
+    tuples_in: int = 0
+    tuples_out: int = 0
+    dead_letters: int = 0
+    late: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class DeadLetters:
+    """Malformed input, counted and appended to ``dead-letters.jsonl`` (never dropped)."""
+
+    def __init__(self, store: Store | None, counters: Counters, task: str) -> None:
+        self.path = store.dead_letter_path() if store is not None else None
+        self.counters = counters
+        self.task = task
+
+    def __call__(self, reason: str, payload: Any) -> None:
+        self.counters.dead_letters += 1
+        if self.path is None:  # a replay: the live task already kept these aside
+            return
+        with self.path.open("a") as f:
+            f.write(json.dumps({"task": self.task, "reason": reason, "payload": payload}) + "\n")
+
+
+class SinkWriter:
+    """``<config.path>/<task>.jsonl``, truncated to its checkpointed length on restore.
+
+    Lines written after the last checkpoint are written again, identically, by the replay
+    that follows a restart; truncating first makes every line appear exactly once. Each
+    write is preceded by a fence check, so a superseded copy stops before it writes.
+    """
+
+    def __init__(self, cfg: TaskConfig, store: Store) -> None:
+        self.dir = Path(require(cfg.config, "path"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / f"{cfg.task}.jsonl"
+        self.store = store
+        self.pending: list[str] = []
+        self.file: TextIO | None = None
+
+    def open(self, offset: int) -> None:
+        self.store.check_fence()
+        self.file = self.path.open("a+")
+        self.file.truncate(offset)
+        self.file.seek(offset)
+
+    def add(self, value: Any) -> None:
+        self.pending.append(json.dumps(value, separators=(",", ":")) + "\n")
+
+    def flush(self) -> None:
+        if not self.pending or self.file is None:
+            return
+        self.store.check_fence()
+        self.file.write("".join(self.pending))
+        self.file.flush()
+        self.pending.clear()
+
+    def offset(self) -> int:
+        """Bytes written, synced to disk (called at checkpoints)."""
+        assert self.file is not None
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        return self.file.tell()
+
+
+def instantiate(cfg: TaskConfig, base: type) -> Any:
+    """The user's class from ``config.function``, checked to be a ``base``."""
+    from backstop_runtime.api import load_class
+
+    cls = load_class(require(cfg.config, "function"))
+    if not issubclass(cls, base):
+        kind = "a source (it has no inputs)" if base is Source else "an operator"
+        raise ConfigError(f"config.function {cls.__name__} is not {kind}: subclass {base.__name__}")
+    factory: Any = cls
+    return factory(cfg.config)
+
+
+class Processor:
+    """A non-source task's operator with its context: :meth:`step` runs one mini-batch."""
+
+    def __init__(
+        self,
+        cfg: TaskConfig,
+        op: Operator,
+        counters: Counters,
+        dead_letter: Callable[[str, Any], None],
+        sink: SinkWriter | None = None,
+        only: str | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.op = op
+        self.counters = counters
+        self.sink = sink
+        self.only = only  # a replay regenerates one consumer's channel only
+        self.part = Partitioner(cfg)
+        self.out: dict[str, list[Record]] = {}
+        self.ctx = Context(cfg.task, cfg.index, cfg.parallelism, self._emit, dead_letter)
+        self.eos = False
+
+    def _emit(self, rec: Record) -> None:
+        self.counters.tuples_out += 1
+        if self.sink is not None:
+            self.sink.add(rec.value)
+        elif self.only is None:
+            self.part.route(rec, self.out)
+        else:
+            scratch: dict[str, list[Record]] = {t: [] for t in self.part.consumers}
+            self.part.route(rec, scratch)
+            self.out[self.only].extend(scratch[self.only])
+
+    def snapshot(self) -> dict[str, Any]:
+        snap = {"op": self.op.snapshot(), "state": self.ctx.state, "wm": self.ctx.watermark}
+        return {**snap, "eos": self.eos}
+
+    def restore(self, ckpt: dict[str, Any] | None) -> None:
+        if ckpt is None:
+            return
+        self.op.restore(ckpt.get("op"))
+        self.ctx.state = dict(ckpt.get("state") or {})
+        self.ctx.watermark = float(ckpt.get("wm", -INF))
+        self.eos = bool(ckpt.get("eos", False))
+
+    def step(self, r: int, inputs: list[Batch]) -> dict[str, Batch]:
+        """Process round ``r`` (one batch per upstream, in the upstream order) and return
+        the batch for every consumer, empty ones included: they carry the barrier."""
+        targets = self.part.consumers if self.only is None else [self.only]
+        self.out = {t: [] for t in targets}
+        streams = [b.recs for b in inputs]
+        longest = max((len(s) for s in streams), default=0)
+        for i in range(longest):  # Alg. 1: a predefined round-robin over the input streams
+            for s in streams:
+                if i < len(s):
+                    rec = s[i]
+                    self.counters.tuples_in += 1
+                    self.ctx._current_ts = rec.ts
+                    self.op.process(rec, self.ctx)
+        self.ctx._current_ts = None
+        wm = min((b.wm for b in inputs), default=INF)
+        eos = all(b.eos for b in inputs)
+        if eos:
+            wm = INF
+        if wm > self.ctx.watermark:
+            self.ctx.watermark = wm
+            self.op.on_watermark(wm, self.ctx)
+        self.eos = eos
+        if self.sink is not None:
+            self.sink.flush()
+        at = max((b.at for b in inputs), default=0.0)
+        return {t: Batch(r, recs, self.ctx.watermark, eos, at) for t, recs in self.out.items()}
+
+
+class BatchLog:
+    """A source's mini-batch log: its read position and watermark after every batch.
+
+    Together with the replayable input it *is* the source's output buffer: batch ``r`` is
+    re-read as ``restore(position[r-1]); read(until=position[r])``.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.entries: dict[int, dict[str, Any]] = {}
+        if path is not None and path.exists():
+            with path.open() as f:
+                for line in f:
+                    if line.endswith("\n"):  # a line cut by a kill is not committed
+                        e = json.loads(line)
+                        self.entries[int(e["r"])] = e
+
+    @property
+    def last(self) -> int:
+        return max(self.entries, default=-1)
+
+    def append(self, r: int, state: Any, wm: float, eos: bool) -> None:
+        e = {"r": r, "state": state, "wm": wm, "eos": eos, "at": time.time()}
+        if self.path is not None:
+            with self.path.open("a") as f:
+                f.write(json.dumps(e, separators=(",", ":")) + "\n")
+        self.entries[r] = e
+
+
+class SourceProcessor:
+    """A source task: live batches logged before they are sent, and replays from the log."""
+
+    def __init__(
+        self,
+        cfg: TaskConfig,
+        source: Source,
+        log: BatchLog,
+        counters: Counters,
+        only: str | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.source = source
+        self.log = log
+        self.counters = counters
+        self.only = only
+        self.part = Partitioner(cfg)
+
+    def _split(
+        self, r: int, recs: list[Record], wm: float, eos: bool, at: float
+    ) -> dict[str, Batch]:
+        targets = self.part.consumers if self.only is None else [self.only]
+        out: dict[str, list[Record]] = {t: [] for t in self.part.consumers}
+        for rec in recs:
+            self.part.route(rec, out)
+        self.counters.tuples_out += len(recs)
+        return {t: Batch(r, out[t], wm, eos, at) for t in targets}
+
+    def step_live(self, r: int, max_records: int) -> dict[str, Batch]:
+        recs = self.source.read(max_records)
+        self.counters.tuples_in += len(recs)
+        eos = self.source.at_end()
+        wm = INF if eos else self.source.watermark()
+        self.log.append(r, self.source.snapshot(), wm, eos)
+        return self._split(r, recs, wm, eos, float(self.log.entries[r]["at"]))
+
+    def step_replay(self, r: int) -> dict[str, Batch]:
+        prev, cur = self.log.entries[r - 1], self.log.entries[r]
+        self.source.restore(prev["state"])
+        recs = self.source.read(2**62, until=cur["state"])
+        return self._split(r, recs, float(cur["wm"]), bool(cur["eos"]), float(cur["at"]))
+
+
+__all__ = [
+    "Batch",
+    "BatchLog",
+    "Counters",
+    "DeadLetters",
+    "Partitioner",
+    "Processor",
+    "Sink",
+    "SinkWriter",
+    "SourceProcessor",
+    "instantiate",
+]

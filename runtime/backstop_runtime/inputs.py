@@ -1,0 +1,116 @@
+"""The consumer side of a channel: find the producer, subscribe, and receive batches.
+
+A producer is found through the peer registry in the shared store (``peers/<task>.json``,
+rewritten by every new copy of the task with a higher epoch). A reader polls that file
+while it waits and while it is connected, so when a producer moves (a new pod, a new IP)
+the consumer re-subscribes within a poll interval, from the first batch it still needs;
+batches it already has are dropped by number (they are identical: see ``engine``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from backstop_runtime import wire
+from backstop_runtime.config import Fenced
+from backstop_runtime.engine import Batch
+from backstop_runtime.store import Store
+
+log = logging.getLogger("backstop_runtime.inputs")
+POLL = 0.05
+CONNECT_TIMEOUT = 2.0
+
+
+class PeerGone(Exception):
+    """The producer's connection broke or a newer copy of it registered."""
+
+
+async def _watch_registry(store: Store, task: str, epoch: int) -> None:
+    """Return when the registry names a newer copy of ``task`` than ``epoch``."""
+    while True:
+        await asyncio.sleep(POLL)
+        doc = store.peer(task)
+        if doc is not None and int(doc["epoch"]) > epoch:
+            return
+
+
+async def stream(
+    store: Store,
+    producer: str,
+    *,
+    consumer: str,
+    epoch: int,
+    start: int,
+    end: int | None = None,
+) -> AsyncGenerator[Batch, None]:
+    """Batches ``start, start+1, …`` (to ``end`` inclusive if given) from ``producer``.
+
+    Reconnects, re-resolving the producer, whenever the connection breaks; a bounded
+    stream ends after ``end`` or after the batch that ends the stream (``eos``).
+    Raises :class:`Fenced` if the producer says a newer copy of ``consumer`` exists.
+    """
+    expected = start
+    warned = False
+    while end is None or expected <= end:
+        doc = store.peer(producer)
+        if doc is None:
+            if not warned:
+                log.info("waiting for %s to register", producer)
+                warned = True
+            await asyncio.sleep(POLL)
+            continue
+        peer_epoch = int(doc["epoch"])
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(doc["host"], int(doc["port"])), CONNECT_TIMEOUT
+            )
+        except (OSError, TimeoutError):
+            await asyncio.sleep(POLL)
+            continue
+        sub = {"t": "sub", "consumer": consumer, "epoch": epoch, "from": expected}
+        writer.write(wire.encode({**sub, "to": end}))
+        watch = asyncio.ensure_future(_watch_registry(store, producer, peer_epoch))
+        try:
+            async for msg in _frames(reader, watch):
+                kind = msg["t"]
+                if kind == "err":
+                    if msg.get("fenced"):
+                        raise Fenced(f"{producer}: {msg['msg']}")
+                    raise PeerGone(msg["msg"])
+                if kind == "end":
+                    return
+                if kind != "batch":
+                    continue
+                batch = Batch.from_msg(msg)
+                if batch.r < expected:
+                    continue  # a duplicate of a batch we have (identical by construction)
+                if batch.r > expected:
+                    raise PeerGone(f"{producer} skipped from {expected} to {batch.r}")
+                expected += 1
+                yield batch
+                if batch.eos:
+                    return
+        except (PeerGone, OSError, asyncio.IncompleteReadError, ValueError) as err:
+            log.info("input %s: %s; re-resolving", producer, err or type(err).__name__)
+        finally:
+            watch.cancel()
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+        await asyncio.sleep(POLL)
+
+
+async def _frames(reader: asyncio.StreamReader, watch: asyncio.Future[None]) -> AsyncIterator[Any]:
+    """Frames from ``reader`` until the peer closes or ``watch`` fires."""
+    while True:
+        nxt: asyncio.Future[Any] = asyncio.ensure_future(wire.read(reader))
+        waiting: set[asyncio.Future[Any]] = {nxt, watch}
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if nxt not in done:
+            nxt.cancel()
+            raise PeerGone("a newer copy registered")
+        yield nxt.result()

@@ -1,0 +1,108 @@
+"""Per-task metrics, one JSON line per interval, in the rows ``backstop reoptimize`` reads.
+
+Rows go to ``<store>/<topology>/metrics/tasks/<task>.e<epoch>.jsonl`` (the columns of
+``backstop.recommend.TASK_COLUMNS`` plus the runtime's own) and, for the node the task
+runs on, ``metrics/nodes/<task>.e<epoch>.jsonl``; ``backstop reoptimize --metrics
+<store>/<topology>/metrics`` reads both folders. ``failures`` is 1 in the first interval
+of a copy that replaced a failed one (epoch > 1), so failure rates come from real restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from backstop_runtime.engine import Counters
+
+
+@dataclass
+class Metrics:
+    """Durations and gauges the task updates; :class:`MetricsWriter` turns them into rows."""
+
+    checkpoint_seconds: float = 0.0
+    checkpoints: int = 0
+    replay_seconds: float = 0.0
+    replayed_batches: int = 0
+    recovery_seconds: float | None = None
+    lag: float = 0.0
+    round: int = 0
+
+
+def rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class MetricsWriter:
+    def __init__(
+        self,
+        root: Path,
+        topology: str,
+        task: str,
+        node: str,
+        epoch: int,
+        checkpoint_interval: float,
+        counters: Counters,
+        metrics: Metrics,
+    ) -> None:
+        (root / "tasks").mkdir(parents=True, exist_ok=True)
+        (root / "nodes").mkdir(parents=True, exist_ok=True)
+        self.task_path = root / "tasks" / f"{task}.e{epoch}.jsonl"
+        self.node_path = root / "nodes" / f"{task}.e{epoch}.jsonl"
+        self.topology, self.task, self.node, self.epoch = topology, task, node, epoch
+        self.interval = checkpoint_interval
+        self.counters, self.metrics = counters, metrics
+        self.last_wall = time.time()
+        self.last_cpu = time.process_time()
+        self.last: dict[str, float] = {}
+        self.first = True
+
+    def _delta(self, name: str, value: float) -> float:
+        d = value - self.last.get(name, 0.0)
+        self.last[name] = value
+        return d
+
+    def row(self) -> dict[str, Any]:
+        now, cpu = time.time(), time.process_time()
+        elapsed = max(1e-6, now - self.last_wall)
+        c, m = self.counters, self.metrics
+        ckpts = self._delta("checkpoints", m.checkpoints)
+        ckpt_s = self._delta("checkpoint_seconds", m.checkpoint_seconds)
+        out = {
+            "topology": self.topology,
+            "task": self.task,
+            "timestamp": rfc3339(now),
+            "tuples_in": int(self._delta("tuples_in", c.tuples_in)),
+            "tuples_out": int(self._delta("tuples_out", c.tuples_out)),
+            "cpu": (cpu - self.last_cpu) / elapsed,
+            "checkpoint_interval": self.interval,
+            "checkpoint_duration": ckpt_s / ckpts if ckpts else 0.0,
+            "failures": 1 if self.first and self.epoch > 1 else 0,
+            "epoch": self.epoch,
+            "interval_seconds": elapsed,
+            "replay_seconds": self._delta("replay_seconds", m.replay_seconds),
+            "replayed_batches": int(self._delta("replayed_batches", m.replayed_batches)),
+            "recovery_seconds": m.recovery_seconds,
+            "dead_letters": int(self._delta("dead_letters", c.dead_letters)),
+            "lag_seconds": m.lag,
+            "round": m.round,
+        }
+        self.last_wall, self.last_cpu, self.first = now, cpu, False
+        return out
+
+    def write(self) -> dict[str, Any]:
+        row = self.row()
+        _append(self.task_path, row)
+        _append(self.node_path, {"node": self.node, "timestamp": row["timestamp"], "failures": 0})
+        return row
+
+
+def _append(path: Path, row: dict[str, Any]) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())

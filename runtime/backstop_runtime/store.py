@@ -1,0 +1,138 @@
+"""The shared store: checkpoints, epochs (fencing), the peer registry, source batch logs.
+
+The store is a directory every task can read and write (a host directory shared by all
+nodes locally, a ReadWriteMany volume on a cluster). Files are written whole and renamed
+into place, so a reader never sees half a checkpoint and a task killed mid-write leaves
+the previous one intact. Layout under ``<store>/<topology>/``::
+
+    peers/<task>.json              {"host", "port", "epoch"}: where the task listens now
+    tasks/<task>/epochs/<n>        one file per start of the task; the highest n is current
+    tasks/<task>/ckpt/<round>.json the task's state after mini-batch <round>
+    tasks/<task>/batches.jsonl     a source's mini-batch log: its read position per batch
+    tasks/<task>/dead-letters.jsonl malformed input, kept aside with the reason
+    tasks/<task>/status.json       round, epoch and whether the stream ended
+    metrics/{tasks,nodes}/*.jsonl  rows for ``backstop reoptimize``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from backstop_runtime.config import Fenced, TaskConfig
+
+KEEP_CHECKPOINTS = 10
+
+
+def write_json(path: Path, obj: Any, *, sync: bool = False) -> None:
+    """Write ``obj`` to ``path`` atomically (a temporary file renamed into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w") as f:
+        json.dump(obj, f, separators=(",", ":"))
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    with path.open() as f:
+        return json.load(f)
+
+
+class Store:
+    """One task's view of the shared store."""
+
+    def __init__(self, cfg: TaskConfig) -> None:
+        self.cfg = cfg
+        self.dir = cfg.task_dir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.epoch = 0
+
+    # ---- epochs and fencing ---------------------------------------------------------
+
+    def claim_epoch(self) -> int:
+        """Take the next epoch of this task: a file created exclusively, so two copies
+        starting at once still get different numbers and the later one wins."""
+        epochs = self.dir / "epochs"
+        epochs.mkdir(exist_ok=True)
+        n = self.latest_epoch() + 1
+        while True:
+            try:
+                fd = os.open(epochs / str(n), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                n += 1
+                continue
+            os.close(fd)
+            self.epoch = n
+            return n
+
+    def latest_epoch(self) -> int:
+        epochs = self.dir / "epochs"
+        if not epochs.is_dir():
+            return 0
+        return max((int(p.name) for p in epochs.iterdir() if p.name.isdigit()), default=0)
+
+    def check_fence(self) -> None:
+        """Raise :class:`Fenced` if a newer copy of this task has started."""
+        if (self.dir / "epochs" / str(self.epoch + 1)).exists():
+            raise Fenced(f"{self.cfg.task}: epoch {self.epoch} superseded by a newer copy")
+
+    # ---- the peer registry --------------------------------------------------------------
+
+    def publish_address(self, host: str, port: int) -> None:
+        """Tell consumers and producers where this copy listens (after :meth:`claim_epoch`)."""
+        self.check_fence()
+        write_json(
+            self.cfg.peers_dir / f"{self.cfg.task}.json",
+            {"host": host, "port": port, "epoch": self.epoch},
+        )
+
+    def peer(self, task: str) -> dict[str, Any] | None:
+        """The registered address of ``task`` (``None`` until it has started once)."""
+        try:
+            doc = read_json(self.cfg.peers_dir / f"{task}.json")
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    # ---- checkpoints --------------------------------------------------------------------
+
+    def save_checkpoint(self, round_: int, state: dict[str, Any]) -> None:
+        self.check_fence()
+        ckpt = self.dir / "ckpt"
+        write_json(ckpt / f"{round_:012d}.json", {**state, "round": round_}, sync=True)
+        rounds = self.checkpoint_rounds()
+        for old in rounds[:-KEEP_CHECKPOINTS]:
+            (ckpt / f"{old:012d}.json").unlink(missing_ok=True)
+
+    def checkpoint_rounds(self, task: str | None = None) -> list[int]:
+        """Checkpointed rounds of this task (or of ``task``: a consumer's are its acks)."""
+        base = self.dir if task is None else self.dir.parent / task
+        ckpt = base / "ckpt"
+        if not ckpt.is_dir():
+            return []
+        return sorted(int(p.stem) for p in ckpt.glob("*.json") if p.stem.isdigit())
+
+    def load_checkpoint(self, at_most: int | None = None) -> dict[str, Any] | None:
+        """The latest checkpoint whose round is ``<= at_most`` (any if ``None``)."""
+        for r in reversed(self.checkpoint_rounds()):
+            if at_most is None or r <= at_most:
+                try:
+                    doc = read_json(self.dir / "ckpt" / f"{r:012d}.json")
+                except FileNotFoundError:  # trimmed meanwhile by the live task
+                    continue
+                if isinstance(doc, dict):
+                    return doc
+        return None
+
+    # ---- status and dead letters --------------------------------------------------------
+
+    def write_status(self, **fields: Any) -> None:
+        write_json(self.dir / "status.json", {"task": self.cfg.task, "epoch": self.epoch, **fields})
+
+    def dead_letter_path(self) -> Path:
+        return self.dir / "dead-letters.jsonl"

@@ -1,0 +1,401 @@
+"""One running task: restore, listen, consume, process, publish, checkpoint, report.
+
+Start-up order matters for fencing: the copy claims a new epoch first, then restores its
+newest checkpoint (a sink truncates its output to the checkpointed length), then binds
+its port and publishes the address. Consumers and producers find it through the registry
+and re-subscribe; anything they already have is dropped by batch number, anything nobody
+holds is regenerated (``replay``). Checkpoints are taken after every batch whose number
+is a multiple of ``K = checkpoint interval / batch interval``: every task checkpoints the
+same rounds, so batch ``K·k`` is the checkpoint punctuation ``P_k`` of the paper's
+Sec. 4.1 and the checkpoints of one round form a consistent cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from typing import Any
+
+from backstop_runtime import inputs, wire
+from backstop_runtime.api import Context, Operator, Sink, Source
+from backstop_runtime.channels import OutChannel
+from backstop_runtime.config import ConfigError, Fenced, TaskConfig
+from backstop_runtime.engine import (
+    INF,
+    Batch,
+    BatchLog,
+    Counters,
+    DeadLetters,
+    Processor,
+    SinkWriter,
+    SourceProcessor,
+    instantiate,
+)
+from backstop_runtime.metrics import Metrics, MetricsWriter
+from backstop_runtime.replay import regenerate
+from backstop_runtime.store import Store
+
+log = logging.getLogger("backstop_runtime.task")
+
+
+class Task:
+    """The task this process runs (see the module docstring for its life cycle)."""
+
+    def __init__(self, cfg: TaskConfig) -> None:
+        self.cfg = cfg
+        self.store = Store(cfg)
+        self.counters = Counters()
+        self.metrics = Metrics()
+        self.epoch = 0
+        self.round = 0
+        self.eos = False
+        self.adaptive = False
+        self.cap = int(os.environ.get("BACKSTOP_BUFFER_ROUNDS", "2000"))
+        self.max_records = int(cfg.config.get("maxRecordsPerBatch", 1000))
+        self.rate = float(cfg.config.get("maxRecordsPerSecond", 0))
+        self.period = max(1, round(cfg.checkpoint_interval / cfg.batch_interval))
+        self.catch_up_lag = float(os.environ.get("BACKSTOP_CAUGHT_UP_LAG", "1.0"))
+        self.channels = {c: OutChannel(c, self.cap) for c, _ in cfg.consumers()}
+        self.log = BatchLog(self.store.dir / "batches.jsonl" if cfg.is_source else None)
+        self.logged_cond = asyncio.Condition()
+        self.dead = DeadLetters(self.store, self.counters, cfg.task)
+        self.started = time.time()
+        # validate the user's class now: a config error must fail the start, not a replay
+        if cfg.is_source:
+            self.source: Source = instantiate(cfg, Source)
+        else:
+            self.op: Operator = instantiate(cfg, Operator)
+            self.sink = SinkWriter(cfg, self.store) if isinstance(self.op, Sink) else None
+            if self.sink is None and not cfg.downstream:
+                raise ConfigError(
+                    f"{cfg.task} has no consumers (BACKSTOP_DOWNSTREAM is empty), so its "
+                    "config.function must be a backstop_runtime.Sink"
+                )
+
+    @property
+    def backup(self) -> bool:
+        """Whether channels keep batches until the consumer's checkpoint (``M(v)=1``)."""
+        return self.cfg.keeps_backup or self.adaptive
+
+    async def logged(self, r: int) -> None:
+        """Wait until the (source) batch log holds round ``r``."""
+        async with self.logged_cond:
+            await self.logged_cond.wait_for(lambda: self.log.last >= r)
+
+    # ---- life cycle ---------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        if self.cfg.role == "replica":
+            # Active replicas (spec.replication) are not implemented by this runtime yet: a
+            # replica must not claim an epoch, which would fence the primary out.
+            log.warning("%s: active replicas are not implemented; standing by", self.cfg.task)
+            await stop.wait()
+            return
+        self.epoch = self.store.claim_epoch()
+        log.info("%s: epoch %d, backup=%s", self.cfg.task, self.epoch, self.cfg.keeps_backup)
+        main = self._restore()
+        server = await asyncio.start_server(self._serve, host="0.0.0.0", port=self.cfg.port)
+        port = server.sockets[0].getsockname()[1]
+        self.store.publish_address(self.cfg.host, port)
+        node = os.environ.get("BACKSTOP_NODE_NAME") or "localhost"
+        writer = MetricsWriter(
+            self.cfg.metrics_dir,
+            self.cfg.topology,
+            self.cfg.task,
+            node,
+            self.epoch,
+            self.cfg.checkpoint_interval,
+            self.counters,
+            self.metrics,
+        )
+        helpers = [
+            asyncio.ensure_future(self._fence_watch()),
+            asyncio.ensure_future(self._trim_loop()),
+            asyncio.ensure_future(self._session_watch()),
+            asyncio.ensure_future(self._metrics_loop(writer)),
+        ]
+        work = asyncio.ensure_future(main)
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            done, _ = await asyncio.wait(
+                [work, stopping, *helpers], return_when=asyncio.FIRST_COMPLETED
+            )
+            for f in done:
+                if f is not stopping and f.exception() is not None:
+                    raise f.exception()
+        finally:
+            for f in [work, stopping, *helpers]:
+                f.cancel()
+            server.close()
+            with contextlib.suppress(Exception):
+                writer.write()
+            self._status()
+
+    def _restore(self) -> Any:
+        if self.cfg.is_source:
+            ctx = Context(
+                self.cfg.task, self.cfg.index, self.cfg.parallelism, lambda r: None, self.dead
+            )
+            self.source.open(ctx)
+            if self.log.last < 0:
+                self.log.append(0, self.source.snapshot(), -INF, False)
+            else:
+                last = self.log.entries[self.log.last]
+                self.source.restore(last["state"])
+                self.round, self.eos = self.log.last, bool(last["eos"])
+            self.proc_src = SourceProcessor(self.cfg, self.source, self.log, self.counters)
+            return self._source_loop()
+        ckpt = self.store.load_checkpoint()
+        self.proc = Processor(self.cfg, self.op, self.counters, self.dead, sink=self.sink)
+        self.proc.restore(ckpt)
+        self.round = int(ckpt["round"]) if ckpt else 0
+        self.eos = self.proc.eos
+        if self.sink is not None:
+            self.sink.open(int(ckpt.get("sink", 0)) if ckpt else 0)
+        log.info("%s: restored round %d", self.cfg.task, self.round)
+        return self._process_loop()
+
+    # ---- the live loops -------------------------------------------------------------
+
+    async def _source_loop(self) -> None:
+        while not self.eos:
+            r = self.round + 1
+            t0 = time.monotonic()
+            before = self.counters.tuples_in
+            outs = self.proc_src.step_live(r, self.max_records)
+            async with self.logged_cond:
+                self.logged_cond.notify_all()
+            self.metrics.checkpoint_seconds += time.monotonic() - t0
+            self.metrics.checkpoints += 1
+            await self._publish(outs)
+            self.round = r
+            self._progress(time.time() - float(self.log.entries[r]["at"]))
+            if any(b.eos for b in outs.values()) or self.log.entries[r]["eos"]:
+                self.eos = True
+                self._status()
+                break
+            n = self.counters.tuples_in - before
+            if n < self.max_records:
+                await asyncio.sleep(self.cfg.batch_interval)  # no backlog: pace the batches
+            elif self.rate:
+                await asyncio.sleep(n / self.rate)  # config.maxRecordsPerSecond
+        await asyncio.Event().wait()  # keep serving replays
+
+    async def _process_loop(self) -> None:
+        if self.eos:
+            await asyncio.Event().wait()
+        queues: list[asyncio.Queue[Batch]] = [asyncio.Queue(self.cap) for _ in self.cfg.upstream]
+        pumps = [
+            asyncio.ensure_future(self._pump(u, q))
+            for u, q in zip(self.cfg.upstream, queues, strict=True)
+        ]
+        ended = [False] * len(queues)
+        try:
+            while not self.eos:
+                r = self.round + 1
+                batches = []
+                for i, q in enumerate(queues):
+                    if ended[i]:
+                        batches.append(Batch(r, [], INF, True))
+                        continue
+                    b = await self._get(q, pumps[i])
+                    ended[i] = b.eos
+                    batches.append(b)
+                outs = self.proc.step(r, batches)
+                self.round = r
+                if self.channels:
+                    await self._publish(outs)
+                self._progress(time.time() - max(b.at for b in batches))
+                self.eos = self.proc.eos
+                if r % self.period == 0 or self.eos:
+                    self._checkpoint(r)
+            self._status()
+            await asyncio.Event().wait()
+        finally:
+            for p in pumps:
+                p.cancel()
+
+    @staticmethod
+    async def _get(q: asyncio.Queue[Batch], pump: asyncio.Future[None]) -> Batch:
+        """The next batch, or the pump's error (e.g. :class:`Fenced`) if it died."""
+        if not q.empty() or not pump.done():
+            getter: asyncio.Future[Batch] = asyncio.ensure_future(q.get())
+            waiting: set[asyncio.Future[Any]] = {getter, pump}
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                return getter.result()
+            getter.cancel()
+        raise pump.exception() or RuntimeError("input ended")
+
+    async def _pump(self, upstream: str, q: asyncio.Queue[Batch]) -> None:
+        async for b in inputs.stream(
+            self.store, upstream, consumer=self.cfg.task, epoch=self.epoch, start=self.round + 1
+        ):
+            await q.put(b)
+        await asyncio.Event().wait()  # ended with eos: stay done without raising
+
+    def _progress(self, lag: float) -> None:
+        self.metrics.round, self.metrics.lag = self.round, lag
+        if self.metrics.recovery_seconds is None and lag <= self.catch_up_lag:
+            self.metrics.recovery_seconds = time.time() - self.started
+            log.info(
+                "%s: caught up after %.2fs (lag %.2fs)",
+                self.cfg.task,
+                self.metrics.recovery_seconds,
+                lag,
+            )
+            self._status()
+
+    def _checkpoint(self, r: int) -> None:
+        t0 = time.monotonic()
+        state = self.proc.snapshot()
+        if self.sink is not None:
+            state["sink"] = self.sink.offset()
+        self.store.save_checkpoint(r, {**state, "epoch": self.epoch})
+        self.metrics.checkpoint_seconds += time.monotonic() - t0
+        self.metrics.checkpoints += 1
+        self._status()
+
+    async def _publish(self, outs: dict[str, Batch]) -> None:
+        for c, batch in outs.items():
+            await self.channels[c].append(batch.r, wire.encode(batch.to_msg()), self.backup)
+
+    def _status(self) -> None:
+        self.store.write_status(
+            round=self.round,
+            eos=self.eos,
+            started=self.started,
+            recoverySeconds=self.metrics.recovery_seconds,
+            lag=self.metrics.lag,
+        )
+
+    # ---- serving consumers ----------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            msg = await wire.read(reader)
+            ch = self.channels.get(str(msg.get("consumer")))
+            if msg.get("t") != "sub" or ch is None:
+                writer.write(
+                    wire.encode(
+                        {
+                            "t": "err",
+                            "msg": f"{msg.get('consumer')} is not a consumer of {self.cfg.task}",
+                            "fenced": False,
+                        }
+                    )
+                )
+                return
+            lo, hi = int(msg["from"]), msg.get("to")
+            if hi is None:
+                await self._serve_live(ch, writer, int(msg["epoch"]), lo)
+            else:
+                await self._serve_range(ch, writer, lo, int(hi))
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError, json.JSONDecodeError):
+            pass
+        except asyncio.CancelledError:
+            pass  # shutting down; a cancelled handler would be logged as an error by asyncio
+        finally:
+            writer.close()
+
+    async def _send(self, writer: asyncio.StreamWriter, frames: list[bytes]) -> None:
+        writer.write(b"".join(frames))
+        await writer.drain()
+
+    async def _serve_range(
+        self, ch: OutChannel, writer: asyncio.StreamWriter, lo: int, hi: int
+    ) -> None:
+        if ch.holds(lo, hi):
+            await self._send(writer, ch.frames(lo, hi))
+        else:
+            async for b in regenerate(self, ch.consumer, lo, hi):
+                await self._send(writer, [wire.encode(b.to_msg())])
+        await self._send(writer, [wire.encode({"t": "end"})])
+
+    async def _serve_live(
+        self, ch: OutChannel, writer: asyncio.StreamWriter, epoch: int, nxt: int
+    ) -> None:
+        token = await ch.attach(epoch)
+        if token is None:
+            writer.write(
+                wire.encode(
+                    {
+                        "t": "err",
+                        "fenced": True,
+                        "msg": f"epoch {epoch} of {ch.consumer} is superseded",
+                    }
+                )
+            )
+            return
+        try:
+            while True:
+                async with ch.cond:
+                    await ch.cond.wait_for(
+                        lambda nxt=nxt: (
+                            ch.sub_token is not token  # type: ignore[misc]
+                            or (ch.last() or self.round) >= nxt
+                        )
+                    )
+                    if ch.sub_token is not token:
+                        return
+                    first = ch.first()
+                    frames = ch.frames(nxt) if first is not None and first <= nxt else []
+                    hi = (first - 1) if first is not None else self.round
+                if frames:
+                    await self._send(writer, frames)
+                    nxt += len(frames)
+                    if not self.backup:
+                        await ch.trim(nxt - 1)
+                    continue
+                # not held (no backup, or a restart lost it): recompute what is missing
+                async for b in regenerate(self, ch.consumer, nxt, hi):
+                    await self._send(writer, [wire.encode(b.to_msg())])
+                    nxt = b.r + 1
+                if hi >= nxt:  # the stream ended while regenerating
+                    await asyncio.Event().wait()
+        finally:
+            await ch.detach(token, self.backup)
+
+    # ---- background duties ----------------------------------------------------------------
+
+    async def _fence_watch(self) -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            self.store.check_fence()
+
+    async def _trim_loop(self) -> None:
+        """Trim backup buffers up to each consumer's newest checkpoint (the ack)."""
+        while True:
+            await asyncio.sleep(0.5)
+            for c, ch in self.channels.items():
+                rounds = self.store.checkpoint_rounds(c)
+                if rounds and self.backup:
+                    await ch.trim(rounds[-1])
+
+    async def _session_watch(self) -> None:
+        """Adaptive buffering while the operator's recovery session asks for it."""
+        path = self.cfg.recovery_dir / "session.json" if self.cfg.recovery_dir else None
+        while path is not None:
+            try:
+                doc = json.loads(path.read_text())
+                on = doc.get("phase") != "Completed" and bool(doc.get("adaptiveBuffering"))
+            except (OSError, ValueError, AttributeError):
+                on = False
+            if on != self.adaptive:
+                log.info("%s: adaptive buffering %s", self.cfg.task, "on" if on else "off")
+                self.adaptive = on
+            await asyncio.sleep(1.0)
+        await asyncio.Event().wait()
+
+    async def _metrics_loop(self, writer: MetricsWriter) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.metrics_interval)
+            writer.write()
+            self._status()
+
+
+__all__ = ["Fenced", "Task"]
