@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -20,6 +20,7 @@ from rich.table import Table
 
 from backstop.cli import guarded, print_json
 from backstop.nodes import load_nodes
+from backstop.planning import DEFAULT_TIME_LIMIT
 from backstop.spec import StreamTopology, expand, load_topology
 from planners import PlannerError, TaskGraph
 from planners.evaluate import node_failure_latency, worst_correlated_failure
@@ -77,7 +78,13 @@ TopologyKeyOpt = Annotated[
     ),
 ]
 TimeLimitOpt = Annotated[
-    float, typer.Option("--time-limit", min=0.1, help="Planner budget in seconds.")
+    float,
+    typer.Option(
+        "--time-limit",
+        min=0.1,
+        help="Planner budget in nominal seconds: a deterministic work limit, so the same "
+        "input and budget give the same plan on any machine (default: the operator's).",
+    ),
 ]
 
 
@@ -99,7 +106,7 @@ def compute_plan(
     algorithm: str | None = None,
     backups: BackupsOption | None = None,
     bound: float | None = None,
-    time_limit: float = 10.0,
+    time_limit: float = DEFAULT_TIME_LIMIT,
 ) -> tuple[TaskGraph, Placement]:
     """Expand a topology and plan it; options left ``None`` come from its spec."""
     spec = topo.spec
@@ -127,10 +134,35 @@ def placement_json(graph: TaskGraph, plan: Placement) -> dict[str, object]:
     }
 
 
+def _recorded(kube: Any, namespace: str, name: str) -> tuple[dict[str, str], list[str]] | None:
+    """The plan in force (``status.plan``) of the topology, if it exists."""
+    from kubernetes.client.exceptions import ApiException
+
+    from backstop.spec import GROUP, VERSION
+
+    try:
+        obj = kube.custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "streamtopologies", name
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    plan = (obj.get("status") or {}).get("plan") or {}
+    if not plan.get("assignment"):
+        return None
+    return dict(plan["assignment"]), list(plan.get("backups") or [])
+
+
 def _plan_from_cluster(
-    topo: StreamTopology, namespace: str, bound: float | None
+    topo: StreamTopology, namespace: str, bound: float | None, time_limit: float
 ) -> tuple[TaskGraph, Placement, NodePool]:
-    """What the operator would plan for ``topo`` on the live cluster right now."""
+    """What the operator would plan for ``topo`` on the live cluster right now.
+
+    The same function the operator calls (:func:`backstop.planning.plan_topology`),
+    on the same view of the nodes, the topology's own pods and its plan in force;
+    the planners are deterministic, so this is the plan the operator will bind.
+    """
     from backstop.cluster import ClusterUnavailable, api_client
     from backstop.kubeio import Kube
     from backstop.planning import current_assignment, plan_topology
@@ -141,6 +173,7 @@ def _plan_from_cluster(
     try:
         kube = Kube(api_client())
         view = kube.view(namespace, topo.metadata.name, spec.topology_key, spec.node_selector)
+        recorded = _recorded(kube, namespace, topo.metadata.name)
     except ClusterUnavailable as err:
         raise PlannerError(str(err)) from None
     except Exception as err:  # connection refused, 401, ...: say so, no traceback
@@ -148,7 +181,14 @@ def _plan_from_cluster(
     if not view.nodes:
         raise PlannerError("the cluster has no Ready, schedulable node with CPU left")
     graph = expand(spec)
-    plan = plan_topology(spec, graph, view.nodes, current=current_assignment(view.own_pods))
+    plan = plan_topology(
+        spec,
+        graph,
+        view.nodes,
+        current=current_assignment(view.own_pods),
+        recorded=recorded,
+        time_limit=time_limit,
+    )
     return graph, plan.placement, NodePool.of(view.nodes)
 
 
@@ -166,7 +206,7 @@ def place_command(
     bound: BoundOpt = None,
     topology_key: TopologyKeyOpt = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    time_limit: TimeLimitOpt = 10.0,
+    time_limit: TimeLimitOpt = DEFAULT_TIME_LIMIT,
 ) -> None:
     """Place every task on a node so that any node failure recovers within the bound."""
     topo = load_topology(topology)
@@ -195,7 +235,10 @@ def plan_command(
     backups: BackupsOpt = None,
     bound: BoundOpt = None,
     topology_key: TopologyKeyOpt = None,
-    time_limit: TimeLimitOpt = 10.0,
+    time_limit: TimeLimitOpt = DEFAULT_TIME_LIMIT,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object (as `backstop place --json`).")
+    ] = False,
     from_cluster: Annotated[
         bool,
         typer.Option(
@@ -214,7 +257,7 @@ def plan_command(
     if from_cluster:
         if nodes is not None or node_cpu is not None:
             raise PlannerError("--from-cluster plans on the live nodes: drop --nodes/--node-cpu")
-        graph, plan, pool = _plan_from_cluster(topo, namespace, bound)
+        graph, plan, pool = _plan_from_cluster(topo, namespace, bound, time_limit)
     else:
         if nodes is None and node_cpu is None:
             raise PlannerError("give --nodes NODES.yaml, --node-cpu CPU or --from-cluster")
@@ -222,6 +265,9 @@ def plan_command(
         graph, plan = compute_plan(
             topo, pool, algorithm=algorithm, backups=backups, bound=bound, time_limit=time_limit
         )
+    if json_output:
+        print_json(placement_json(graph, plan))
+        return
     console = Console(highlight=False, soft_wrap=True)
     name = topo.metadata.name
     mode = "all" if plan.backups is None else "planned"

@@ -10,10 +10,8 @@ and turns it into desired pod manifests and a diff against the pods that exist.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
-
-from ortools.graph.python import linear_sum_assignment
 
 from backstop.manifests import (
     ANN_HASH,
@@ -26,13 +24,9 @@ from backstop.manifests import (
 )
 from backstop.spec import BackupMode, StreamTopologySpec
 from planners import TaskGraph
-from planners.evaluate import (
-    check_plan,
-    node_failure_latency,
-    tasks_by_node,
-    worst_node_failure,
-)
-from planners.placement import Node, NodePool, Placement, place, plan_joint
+from planners.evaluate import check_plan, node_failure_latency, tasks_by_node
+from planners.migration import place_min_migration
+from planners.placement import Node, NodePool, Placement
 
 DEFAULT_TIME_LIMIT = 3.0
 
@@ -51,33 +45,6 @@ class TopologyPlan:
         return self.placement.worst
 
 
-def _relabel(
-    placement: Placement, graph: TaskGraph, nodes: Sequence[Node], current: Mapping[str, str]
-) -> dict[str, str]:
-    """Rename the plan's nodes to keep as many tasks as possible where they run now.
-
-    A plan is a partition of the tasks into groups; which node hosts which group
-    is free as long as the group fits. A min-cost assignment (OR-Tools) between
-    groups and nodes maximises the tasks that stay put. Failure domains make
-    node identity matter, so callers skip this when domains are in use.
-    """
-    groups = placement.by_node()
-    if not current or not groups:
-        return dict(placement.assignment)
-    names = list(groups)
-    load = {g: sum(graph.weight[graph.index(t)] for t in groups[g]) for g in names}
-    solver = linear_sum_assignment.SimpleLinearSumAssignment()
-    for gi, g in enumerate(names):
-        for ni, n in enumerate(nodes):
-            if load[g] <= n.cpu + 1e-9:
-                stay = sum(1 for t in groups[g] if current.get(t) == n.name)
-                solver.add_arc_with_cost(gi, ni, -stay)
-    if solver.solve() != solver.OPTIMAL:
-        return dict(placement.assignment)
-    rename = {names[gi]: nodes[solver.right_mate(gi)].name for gi in range(len(names))}
-    return {t: rename[n] for t, n in placement.assignment.items()}
-
-
 def plan_topology(
     spec: StreamTopologySpec,
     graph: TaskGraph,
@@ -88,6 +55,11 @@ def plan_topology(
     time_limit: float = DEFAULT_TIME_LIMIT,
 ) -> TopologyPlan:
     """Plan backups and placement for ``spec`` on ``nodes`` and verify the result.
+
+    The planners are deterministic (same spec, same nodes, same budget: same
+    plan, whatever the order the API server lists the nodes in), so ``backstop
+    plan --from-cluster``, which calls this very function, shows what the
+    operator will do.
 
     Parameters
     ----------
@@ -100,10 +72,11 @@ def plan_topology(
     recorded:
         ``(assignment, backups)`` of the plan in force. When it still covers every
         task, fits and keeps the (possibly new) bound, it is kept unless the fresh
-        plan needs fewer nodes, so a spec change that does not call for a move
-        (a new grace period, say) moves nothing.
+        plan needs fewer nodes (:func:`planners.migration.place_min_migration`),
+        so a re-plan of an unchanged input, or a spec change that does not call
+        for a move (a new grace period, say), moves nothing.
     time_limit:
-        Planner budget in seconds.
+        Planner budget in nominal seconds (a deterministic work limit).
 
     Raises
     ------
@@ -113,68 +86,37 @@ def plan_topology(
     pool = NodePool.of(nodes)
     domains = pool.domains() if spec.topology_key else None
     bound = spec.recovery_latency_bound
-    if spec.backups is BackupMode.all:
-        plan = place(
-            graph,
-            pool,
-            bound=bound,
-            backups=None,
-            algorithm=spec.placement_algorithm,
-            time_limit=time_limit,
-            domains=domains,
-        )
+    choose = spec.backups is BackupMode.planned
+    if recorded is not None and set(recorded[0]) == set(graph.tasks):
+        in_force: Mapping[str, str] | None = recorded[0]
+        in_force_backups: list[str] | None = list(recorded[1]) if choose else None
     else:
-        plan = plan_joint(
-            graph,
-            pool,
-            bound=bound,
-            algorithm=spec.placement_algorithm,
-            time_limit=time_limit,
-            domains=domains,
-        )
-    assignment = dict(plan.assignment)
-    if current and not domains:
-        assignment = _relabel(plan, graph, nodes, current)
+        in_force = current
+        in_force_backups = None
+    plan = place_min_migration(
+        graph,
+        pool if domains else NodePool.of(replace(n, domain=None) for n in nodes),
+        in_force,
+        bound=bound,
+        backups=in_force_backups,
+        choose_backups=choose,
+        algorithm=spec.placement_algorithm,
+        time_limit=time_limit,
+    )
     backups = None if plan.backups is None else list(plan.backups)
     violations = check_plan(
         graph,
         bound=bound,
         backups=backups,
-        assignment=assignment,
+        assignment=plan.assignment,
         capacity={n.name: n.cpu for n in nodes},
     )
     if violations:  # the planners promise this never happens; refuse to act on it
         raise RuntimeError("planner returned an invalid plan: " + violations[0].message)
-    capacity = {n.name: n.cpu for n in nodes}
-    if recorded is not None and spec.backups is BackupMode.planned and not domains:
-        old_assignment, old_backups = dict(recorded[0]), list(recorded[1])
-        still_valid = set(old_assignment) == set(graph.tasks) and not check_plan(
-            graph, bound=bound, backups=old_backups, assignment=old_assignment, capacity=capacity
-        )
-        fewer = len(set(assignment.values())) < len(set(old_assignment.values()))
-        if still_valid and not fewer:
-            assignment, backups = old_assignment, old_backups
-            plan = Placement(
-                algorithm=plan.algorithm + "+kept",
-                bound=bound,
-                assignment=assignment,
-                backups=tuple(old_backups),
-                nodes_used=len(set(assignment.values())),
-                worst=0.0,
-                optimal=None,
-            )
-    final = Placement(
-        algorithm=plan.algorithm,
-        bound=bound,
-        assignment=assignment,
-        backups=plan.backups,
-        nodes_used=len(set(assignment.values())),
-        worst=worst_node_failure(graph, backups, assignment)[0],
-        optimal=plan.optimal,
-    )
+    assignment = plan.assignment
     flags = frozenset(graph.tasks) if backups is None else frozenset(backups)
     moved = sum(1 for t, n in assignment.items() if current and t in current and current[t] != n)
-    return TopologyPlan(final, flags, per_node_worst(graph, backups, assignment), moved)
+    return TopologyPlan(plan, flags, per_node_worst(graph, backups, assignment), moved)
 
 
 def per_node_worst(
