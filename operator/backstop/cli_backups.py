@@ -56,7 +56,12 @@ def backups(
     ] = None,
     time_limit: Annotated[
         float,
-        typer.Option("--time-limit", min=0.0, help="Seconds for the searching algorithms."),
+        typer.Option(
+            "--time-limit",
+            min=0.0,
+            help="Budget of the searching algorithms in nominal seconds: a deterministic "
+            "work limit, so the same input and budget give the same plan on any machine.",
+        ),
     ] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")] = False,
 ) -> None:

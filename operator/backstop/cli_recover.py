@@ -159,7 +159,12 @@ def recover_command(
         ),
     ] = None,
     time_limit: Annotated[
-        float, typer.Option("--time-limit", help="Seconds for the exact solver.")
+        float,
+        typer.Option(
+            "--time-limit",
+            help="Budget of the exact solver in nominal seconds: a deterministic work limit, "
+            "so the same input and budget give the same plan on any machine.",
+        ),
     ] = 5.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
