@@ -3,8 +3,9 @@
 #
 #  1. brings the control plane up (building it on the first run) and installs the CRDs;
 #  2. creates simulated nodes (stand-ins for kubelets) and starts the node simulator;
-#  3. previews the plan (`backstop plan`), starts the operator, applies the example topology,
-#     and prints the task -> node placement the real kube-scheduler bound;
+#  3. previews the plan (`backstop plan --from-cluster`), starts the operator, applies the
+#     example topology, prints the task -> node placement the real kube-scheduler bound, and
+#     checks it against the preview task by task (the planners are deterministic);
 #  4. kills two nodes, adds replacement nodes one by one, and prints each RecoveryPlan and the
 #     queries coming back, then the final placement and whether the bound holds;
 #  5. runs one re-optimization with the Spark job in local mode.
@@ -84,8 +85,9 @@ PY
 
 step "the plan before applying: minimum backups, then backups + placement checked per node failure"
 run backstop backups "$TOPOLOGY"
-kubectl get nodes -l "test.backstop.dev/pool=$POOL" -o yaml > "$LOGS/nodes.yaml"
-run backstop plan "$TOPOLOGY" --nodes "$LOGS/nodes.yaml"
+# the dry run on the live nodes, exactly as the operator will plan it (same function, same budget)
+run backstop plan "$MANIFEST" --from-cluster -n "$NS"
+backstop plan "$MANIFEST" --from-cluster -n "$NS" --json > "$LOGS/preview.json"
 
 step "the operator (Kopf), watching namespace $NS; grace period 5 s for the demo"
 backstop operator --namespace "$NS" --liveness http://127.0.0.1:18080/healthz \
@@ -100,6 +102,24 @@ run kubectl get -n "$NS" st
 echo
 echo "task -> node (bound by the real kube-scheduler, following each pod's node affinity):"
 kubectl get pods -n "$NS" -o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase --sort-by=.spec.nodeName
+echo
+echo "the preview (backstop plan --from-cluster, before kubectl apply) against the bound pods:"
+kubectl get pods -n "$NS" -l streams.backstop.dev/role=primary -o json > "$LOGS/bound.json"
+python3 - "$LOGS/preview.json" "$LOGS/bound.json" <<'PY'
+import json, sys
+preview = json.load(open(sys.argv[1]))["assignment"]
+bound = {p["metadata"]["labels"]["streams.backstop.dev/task"]: p["spec"].get("nodeName")
+         for p in json.load(open(sys.argv[2]))["items"]}
+same = 0
+for task, node in preview.items():
+    ok = bound.get(task) == node
+    same += ok
+    print(f"  {task:14} preview {node:14} bound {bound.get(task) or '-':14} {'same' if ok else 'DIFFERENT'}")
+if same == len(preview) == len(bound):
+    print(f"preview and operator agree on all {same} tasks")
+else:
+    sys.exit(f"preview and operator differ on {len(preview) - same} of {len(preview)} tasks")
+PY
 
 step "node failure: killing two nodes (heartbeats stop; the node-lifecycle controller turns them NotReady)"
 victims=$(kubectl get pods -n "$NS" -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort | uniq -c | sort -rn | head -2 | awk '{print $2}')
@@ -130,6 +150,24 @@ kubectl wait -n "$NS" st/twitter-sentiment --for=condition=Ready --timeout=90s >
 step "recovered: final placement and the bound"
 run kubectl get -n "$NS" st
 kubectl get pods -n "$NS" -o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase --sort-by=.spec.nodeName
+echo
+echo "the preview (backstop plan --from-cluster, before kubectl apply) against the bound pods:"
+kubectl get pods -n "$NS" -l streams.backstop.dev/role=primary -o json > "$LOGS/bound.json"
+python3 - "$LOGS/preview.json" "$LOGS/bound.json" <<'PY'
+import json, sys
+preview = json.load(open(sys.argv[1]))["assignment"]
+bound = {p["metadata"]["labels"]["streams.backstop.dev/task"]: p["spec"].get("nodeName")
+         for p in json.load(open(sys.argv[2]))["items"]}
+same = 0
+for task, node in preview.items():
+    ok = bound.get(task) == node
+    same += ok
+    print(f"  {task:14} preview {node:14} bound {bound.get(task) or '-':14} {'same' if ok else 'DIFFERENT'}")
+if same == len(preview) == len(bound):
+    print(f"preview and operator agree on all {same} tasks")
+else:
+    sys.exit(f"preview and operator differ on {len(preview) - same} of {len(preview)} tasks")
+PY
 echo
 kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{range .status.conditions[*]}{.type}{"="}{.status}{"  "}{.reason}{": "}{.message}{"\n"}{end}'
 echo
