@@ -53,7 +53,7 @@ def _preview(env: Env, doc: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _bound(env: Env, name: str, n_tasks: int) -> dict[str, str]:
-    def all_bound() -> dict[str, str] | None:
+    def all_bound() -> dict[str, str]:
         pods = [
             p
             for p in env.pods(name)
@@ -62,7 +62,7 @@ def _bound(env: Env, name: str, n_tasks: int) -> dict[str, str]:
             and p.spec.node_name
         ]
         out = {p.metadata.labels[f"{GROUP}/task"]: p.spec.node_name for p in pods}
-        return out if len(out) == n_tasks else None
+        return out if len(out) == n_tasks else {}
 
     return wait_for(all_bound, 90, "every task pod bound by the scheduler")
 
