@@ -9,7 +9,7 @@ CLUSTER := hack/local-cluster.sh
 export BACKSTOP_CACHE ?= $(HOME)/.cache/backstop
 export KUBECONFIG_LOCAL := $(BACKSTOP_CACHE)/run/kubeconfig
 
-.PHONY: help install tools lint typecheck imports unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds
+.PHONY: help install tools lint typecheck imports unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds images e2e e2e-when-possible
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -40,7 +40,7 @@ imports: $(STAMP) ## import-linter: planners stay pure
 cluster-build: ## build etcd/kube-apiserver/controller-manager/scheduler into $(BACKSTOP_CACHE) (once)
 	$(CLUSTER) build
 
-cluster-up: ## start the local control plane; prints the KUBECONFIG to export
+cluster-up: ## start the local control plane (REAL_NODES=N: plus N real nodes, root); prints the KUBECONFIG
 	@$(CLUSTER) up
 
 cluster-down: ## stop the local control plane
@@ -49,8 +49,25 @@ cluster-down: ## stop the local control plane
 cluster-status:
 	@$(CLUSTER) status
 
-test: $(STAMP) tools lint typecheck imports ## everything CI runs: lint, types, layering, unit + cluster tests
+test: $(STAMP) tools lint typecheck imports ## everything CI runs: lint, types, layering, unit + cluster tests, e2e
 	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest
+	@$(MAKE) --no-print-directory e2e-when-possible
+
+images: ## build the base, operator and task-runtime images here (root, Docker) and load them into real nodes
+	hack/images.sh
+
+e2e: $(STAMP) tools ## real nodes, images, helm install, the example, a node killed and recovered, uninstall
+	PATH=$(CURDIR)/$(TOOLS):$(CURDIR)/$(BIN):$$PATH hack/e2e.sh
+
+# The e2e needs root (kubelets, containerd, bridges) and apt; CI (CI=true) has both and must run it.
+e2e-when-possible:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  $(MAKE) --no-print-directory e2e; \
+	elif [ "$${CI:-}" = true ]; then \
+	  echo "error: CI must run the e2e, which needs root and apt-get" >&2; exit 1; \
+	else \
+	  echo "e2e NOT RUN: it needs root and apt-get (run make e2e as root)"; \
+	fi
 
 demo: $(STAMP) tools ## the end-to-end demo on the local control plane and simulated nodes
 	PATH=$(CURDIR)/$(TOOLS):$(CURDIR)/$(BIN):$$PATH hack/demo.sh

@@ -36,7 +36,7 @@ from kubernetes.client.exceptions import ApiException
 from backstop.cluster import api_client
 from backstop.nodesim import NodeShape, Simulator
 from backstop.spec import GROUP, VERSION
-from tests.kubetools import free_port, install_crds, stop_operator, wait_for
+from tests.kubetools import create_namespace, free_port, install_crds, stop_operator, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 POOL_LABEL = "bench.backstop.dev/pool"
@@ -300,7 +300,7 @@ class Bench:
     # -------------------------------------------------------------- setup
     def start(self) -> None:
         install_crds(self.api)
-        self.core.create_namespace({"metadata": {"name": self.namespace}})
+        create_namespace(self.core, self.namespace)  # waits for the default ServiceAccount
         self._sim_thread = threading.Thread(
             target=self.sim.run, args=(self.sim_interval, self._sim_stop), daemon=True
         )

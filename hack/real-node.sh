@@ -51,6 +51,8 @@ RUN=${K8S_RUN_DIR:-$CACHE/run}
 KUBECONFIG_ADMIN=$RUN/kubeconfig
 NODES=$RUN/nodes
 PAUSE=$CACHE/images/pause
+IMAGES_DIR=$CACHE/images/load     # hack/images.sh saves the images it builds here
+# REAL_NODE_IMAGES: the archives a new node imports before its kubelet starts (default IMAGES_DIR)
 NET=${REAL_NODE_NET:-10.89}
 PORT_BASE=${REAL_NODE_PORT_BASE:-10250}
 BRIDGE=${REAL_NODE_BRIDGE:-bst}
@@ -170,9 +172,11 @@ kubelet_pid() { local f=$NODES/$1/kubelet.pid; [[ -f $f ]] && cat $f; }
 alive() { local p; p=$(kubelet_pid "$1") && [[ -n $p ]] && kill -0 "$p" 2>/dev/null; }
 
 write_config() { # name index
-  local n=$1 i=$2 d=$NODES/$1 s
+  local n=$1 i=$2 d=$NODES/$1 s images
   s=$(state_dir "$n")
   mkdir -p $d/cni $d/kubelet $d/logs $d/cni-state
+  [[ -f $d/images-dir ]] || echo "${REAL_NODE_IMAGES:-$IMAGES_DIR}" > $d/images-dir
+  images=$(cat $d/images-dir)
   cat > $d/containerd.toml <<TOML
 version = 2
 root = "$d/containerd"
@@ -224,6 +228,13 @@ mount -t tmpfs -o size=4m,mode=755 backstop-netns /run/netns
 containerd --config $d/containerd.toml > $d/containerd.log 2>&1 & echo \$! > $d/containerd.pid
 for _ in \$(seq 100); do [[ -S $s/containerd.sock ]] && break; sleep 0.1; done
 ctr -a $s/containerd.sock -n k8s.io images import $PAUSE/pause.tar >/dev/null
+# the images built here (hack/images.sh), as if pre-provisioned on the machine's disk
+for t in $images/*.tar; do
+  [[ -f \$t ]] || continue
+  id=\${t%.tar}.id; mark=$d/imported-\$(basename \${t%.tar})
+  [[ -f \$id && -f \$mark ]] && cmp -s \$id \$mark && continue
+  ctr -a $s/containerd.sock -n k8s.io images import \$t >/dev/null && { [[ -f \$id ]] && cp \$id \$mark; }
+done
 exec $BIN/kubelet --config=$d/kubelet.yaml --kubeconfig=$KUBECONFIG_ADMIN --hostname-override=$n \\
   --node-ip=$(host_ip) --container-runtime=remote --container-runtime-endpoint=unix://$s/containerd.sock \\
   --runtime-request-timeout=5m --root-dir=$d/kubelet --node-labels=$NODE_KIND_LABEL=real \\
@@ -232,7 +243,9 @@ RUN
   chmod +x $d/run.sh
 }
 
+SYSCTL_ORIG=/run/backstop-sysctl.orig   # the host's values before the first real node or kube-proxy
 net_setup() {
+  [[ -f $SYSCTL_ORIG ]] || sysctl -n net.ipv4.ip_forward net.ipv4.conf.all.route_localnet | paste -sd' ' > $SYSCTL_ORIG
   sysctl -qw net.ipv4.ip_forward=1
   # a running dockerd sets the FORWARD policy to DROP: let the pod subnets through
   iptables -C FORWARD -s $NET.0.0/16 -j ACCEPT 2>/dev/null || iptables -I FORWARD -s $NET.0.0/16 -j ACCEPT
@@ -278,7 +291,7 @@ up() { # name [index]
   echo "$i" > $NODES/$n/index
   write_config "$n" "$i"
   start "$n"
-  wait_ready "$n" 90
+  wait_ready "$n" 300
   log "node $n Ready: kubelet pid $(kubelet_pid $n) on port $((PORT_BASE + 10 * i)), pods in $NET.$i.0/24"
 }
 
@@ -339,7 +352,7 @@ revive() {
   reset_state "$n"
   write_config "$n" "$(index_of "$n")"
   start "$n"
-  wait_ready "$n" 90
+  wait_ready "$n" 300
   echo "node $n revived (kubelet pid $(kubelet_pid $n)); its old containers are gone"
 }
 
@@ -354,6 +367,20 @@ down() {
   kapi DELETE /api/v1/nodes/$n >/dev/null 2>&1 || true
   rm -rf "${NODES:?}/$n"
   log "node $n removed"
+  last_out
+}
+
+# After the last node and kube-proxy of this cluster: its host-wide rules; the KUBE-* chains and
+# sysctls once no cluster on this host has real nodes any more.
+last_out() {
+  ls -d $NODES/*/ >/dev/null 2>&1 && return 0
+  [[ -f $RUN/kube-proxy.pid ]] && kill -0 "$(cat $RUN/kube-proxy.pid)" 2>/dev/null && return 0
+  rmdir $NODES 2>/dev/null || true
+  rm -rf /run/backstop-$(api_port) 2>/dev/null || true
+  iptables -D FORWARD -s $NET.0.0/16 -j ACCEPT 2>/dev/null || true
+  iptables -D FORWARD -d $NET.0.0/16 -j ACCEPT 2>/dev/null || true
+  if ! ls -d /run/backstop-[0-9]*/ >/dev/null 2>&1; then host_cleanup; fi
+  return 0
 }
 
 proxy_up() {
@@ -395,18 +422,37 @@ proxy_down() {
   [[ -x $BIN/kube-proxy ]] && $BIN/kube-proxy --cleanup --proxy-mode=iptables >/dev/null 2>&1 || true
   rm -f $pf /run/backstop-$(api_port)/kube-proxy.pid
   log "kube-proxy stopped, its iptables chains removed"
+  last_out
+}
+
+# What kubelets and kube-proxy leave on the host once none of them runs any more: their KUBE-*
+# iptables chains (kube-proxy --cleanup misses the kubelet's) and the sysctls they set.
+host_cleanup() {
+  local table chain rule
+  for table in filter nat mangle; do
+    iptables-save -t $table 2>/dev/null | grep -E '^-A (INPUT|OUTPUT|FORWARD|PREROUTING|POSTROUTING) .*-j KUBE-' \
+      | while read -r rule; do eval "iptables -t $table ${rule/-A /-D }" 2>/dev/null || true; done || true
+    for chain in $(iptables-save -t $table 2>/dev/null | sed -n 's/^:\(KUBE-[^ ]*\) .*/\1/p'); do
+      iptables -t $table -F "$chain" 2>/dev/null || true
+    done
+    for chain in $(iptables-save -t $table 2>/dev/null | sed -n 's/^:\(KUBE-[^ ]*\) .*/\1/p'); do
+      iptables -t $table -X "$chain" 2>/dev/null || true
+    done
+  done
+  if [[ -f $SYSCTL_ORIG ]]; then
+    read -r fwd localnet < $SYSCTL_ORIG || true
+    [[ -n ${fwd:-} ]] && sysctl -qw net.ipv4.ip_forward=$fwd
+    [[ -n ${localnet:-} ]] && sysctl -qw net.ipv4.conf.all.route_localnet=$localnet
+    rm -f $SYSCTL_ORIG
+  fi
+  return 0
 }
 
 down_all() {
   local d
   proxy_down
   for d in $NODES/*/; do [[ -d $d ]] && down "$(basename $d)"; done
-  if [[ -d $NODES ]]; then rmdir $NODES 2>/dev/null || true; fi
-  if ! ls -d /run/backstop-*/*/ >/dev/null 2>&1; then   # no real node left on this host
-    iptables -D FORWARD -s $NET.0.0/16 -j ACCEPT 2>/dev/null || true
-    iptables -D FORWARD -d $NET.0.0/16 -j ACCEPT 2>/dev/null || true
-  fi
-  rm -rf /run/backstop-$(api_port) 2>/dev/null || true
+  last_out
   rm -f $RUN/real-node.env $RUN/real-node.sh
 }
 
@@ -420,6 +466,9 @@ load() { # name|all tar
   alive "$target" || die "node $target is not running"
   ctr -a "$(sock $target)" -n k8s.io images import "$tar" >/dev/null \
     || die "importing $tar into $target failed"
+  local id=${tar%.tar}.id
+  [[ -f $id ]] && cp "$id" "$NODES/$target/imported-$(basename "${tar%.tar}")"
+  return 0
 }
 
 list() {

@@ -20,11 +20,13 @@ from kubernetes import client
 
 from backstop.cluster import api_client
 from backstop.nodesim import Simulator
+from tests.kubetools import create_namespace
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "hack" / "local-cluster.sh"
 CACHE = Path(os.environ.get("BACKSTOP_CACHE", Path.home() / ".cache" / "backstop"))
-KUBECONFIG = CACHE / "run" / "kubeconfig"
+RUN_DIR = Path(os.environ.get("K8S_RUN_DIR") or CACHE / "run")  # as hack/local-cluster.sh
+KUBECONFIG = RUN_DIR / "kubeconfig"
 
 
 def _reachable(kubeconfig: Path) -> bool:
@@ -79,7 +81,7 @@ def namespace(kube: client.ApiClient) -> Iterator[str]:
     """A fresh namespace, deleted after the test."""
     core = client.CoreV1Api(kube)
     name = f"t-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
+    create_namespace(core, name)  # waits for its default ServiceAccount (admission)
     yield name
     core.delete_namespace(name)
 

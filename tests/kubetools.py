@@ -43,6 +43,26 @@ def wait_for(pred: Callable[[], T], timeout: float, what: str, interval: float =
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+def create_namespace(core: client.CoreV1Api, name: str, timeout: float = 30) -> None:
+    """Create a namespace and wait for its ``default`` ServiceAccount.
+
+    With the ServiceAccount admission plugin on (as on any real cluster), the API server
+    refuses pods in a namespace until the token controller has created that account.
+    """
+    core.create_namespace({"metadata": {"name": name}})
+
+    def has_default() -> bool:
+        try:
+            core.read_namespaced_service_account("default", name)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    wait_for(has_default, timeout, f"the default ServiceAccount of namespace {name}", 0.2)
+
+
 def install_crds(api: client.ApiClient) -> None:
     """Create or replace the project's CRDs and wait until they are established."""
     ext = client.ApiextensionsV1Api(api)
@@ -233,7 +253,7 @@ def topology_env(
     install_crds(kube)
     core = client.CoreV1Api(kube)
     ns = f"op-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": ns}})
+    create_namespace(core, ns)
     prefix = f"op{uuid.uuid4().hex[:4]}"
     names = [f"{prefix}-{i}" for i in range(nodes)]
     for i, n in enumerate(names):

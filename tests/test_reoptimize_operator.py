@@ -27,6 +27,7 @@ from tests.kubetools import (
     POOL_LABEL,
     ROOT,
     condition,
+    create_namespace,
     free_port,
     install_crds,
     stop_operator,
@@ -97,7 +98,7 @@ def env(
     install_crds(kube)
     core = client.CoreV1Api(kube)
     ns = f"ro-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": ns}})
+    create_namespace(core, ns)
     pool = f"ro{uuid.uuid4().hex[:4]}"
     names = [f"{pool}-{i}" for i in range(4)]
     for i, n in enumerate(names):

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# hack/e2e.sh - Backstop end to end on REAL nodes, the operator installed by Helm (`make e2e`).
+#
+#   images     hack/images.sh: base (debootstrap), operator and task-runtime images, built here
+#   cluster    its own control plane (hack/local-cluster.sh, own ports and run dir) with
+#              $E2E_NODES real nodes (kubelet + containerd each, hack/real-node.sh) and kube-proxy
+#   install    helm install charts/backstop: the operator Deployment runs on a real node, on the
+#              chart's ServiceAccount and RBAC, watching only the e2e namespace
+#   apply      kubectl apply -f examples/twitter-sentiment.yaml: every task pod Running in a real
+#              container (a containerd container ID) on a real node; no operator on the host
+#   logs       kubectl logs of a task pod on every real node that runs tasks
+#   kill       `backstop nodes kill` of a real node with tasks (not the operator's): its kubelet
+#              and containers get SIGKILL; a RecoveryPlan is issued and every lost task is Running
+#              again on the other real nodes
+#   uninstall  topology deleted, helm uninstall: no pod, ServiceAccount, Role(Binding) or
+#              ClusterRole(Binding) of the release is left (CRDs stay, as helm never deletes them)
+#   teardown   real nodes, kube-proxy and control plane stopped; no bridge, iptables rule or mount
+#              of theirs is left on the host
+# One line per phase with its duration. Needs root (kubelets, containerd, bridges) and apt.
+# Env: E2E_NODES (3), E2E_RUN_DIR ($BACKSTOP_CACHE/e2e), E2E_API_PORT (36443), KEEP=1 (leave the
+#      cluster running).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+export BACKSTOP_CACHE=${BACKSTOP_CACHE:-$HOME/.cache/backstop}
+export K8S_RUN_DIR=${E2E_RUN_DIR:-$BACKSTOP_CACHE/e2e}
+export API_PORT=${E2E_API_PORT:-36443} ETCD_PORT=${E2E_ETCD_PORT:-32379}
+export KUBECONFIG=$K8S_RUN_DIR/kubeconfig
+NODES=${E2E_NODES:-3}
+NS=backstop-e2e
+RELEASE=backstop
+RELEASE_NS=backstop-system
+TOPO=twitter-sentiment
+GROUP=streams.backstop.dev
+PATH=$ROOT/.tools/bin:$ROOT/.venv/bin:$PATH
+T_ALL=$SECONDS
+[[ $(id -u) == 0 ]] || { echo "error: make e2e needs root (kubelets, containerd, bridges, iptables)" >&2; exit 1; }
+command -v helm >/dev/null && command -v kubectl >/dev/null || { echo "error: helm/kubectl missing: run make tools" >&2; exit 1; }
+command -v backstop >/dev/null || { echo "error: the backstop CLI is missing: run make install" >&2; exit 1; }
+
+phase_t=0; phase_name=""
+phase() { phase_name=$1; phase_t=$SECONDS; echo "--- $1: $2" >&2; }
+done_phase() { printf 'e2e phase %-10s %4ds  %s\n' "$phase_name" $((SECONDS - phase_t)) "$1"; }
+fail() {
+  echo "e2e FAILED in phase $phase_name: $*" >&2
+  kubectl get nodes,pods -A -o wide >&2 2>/dev/null || true
+  kubectl -n $RELEASE_NS logs deploy/$RELEASE --tail=40 >&2 2>/dev/null || true
+  exit 1
+}
+wait_until() { # timeout what cmd...
+  local t=$1 what=$2; shift 2
+  local end=$((SECONDS + t))
+  until "$@" >/dev/null 2>&1; do ((SECONDS < end)) || fail "timed out after ${t}s waiting for $what"; sleep 1; done
+}
+teardown() {
+  if [[ ${KEEP:-0} == 1 ]]; then echo "left running: export KUBECONFIG=$KUBECONFIG" >&2; return; fi
+  hack/local-cluster.sh down >/dev/null 2>&1 || true
+}
+trap teardown EXIT
+
+pods_json() { kubectl get pods -n $NS -l $GROUP/topology=$TOPO -o json; }
+# all task pods Running, each in a containerd container, each on a Ready real node
+tasks_running_on_real_nodes() {
+  local want=$1
+  pods_json | python3 -c '
+import json, subprocess, sys
+want = int(sys.argv[1])
+pods = [p for p in json.load(sys.stdin)["items"] if not p["metadata"].get("deletionTimestamp")]
+nodes = {n["metadata"]["name"]: n for n in json.loads(subprocess.check_output(
+    ["kubectl", "get", "nodes", "-o", "json"]))["items"]}
+def ok(p):
+    st = p.get("status", {})
+    cs = st.get("containerStatuses") or []
+    node = nodes.get(p["spec"].get("nodeName") or "")
+    ready = node and any(c["type"] == "Ready" and c["status"] == "True"
+                         for c in node["status"].get("conditions", []))
+    return (st.get("phase") == "Running" and cs and all("running" in c["state"] and
+            c.get("containerID", "").startswith("containerd://") for c in cs) and ready and
+            node["metadata"]["labels"].get("backstop.dev/node-kind") == "real")
+sys.exit(0 if len(pods) == want and all(ok(p) for p in pods) else 1)' "$want"
+}
+
+# ---------------------------------------------------------------------------------------------
+phase images "hack/images.sh"
+mkdir -p $BACKSTOP_CACHE/images
+hack/images.sh > $BACKSTOP_CACHE/images/e2e-build.log 2>&1 || { tail -20 $BACKSTOP_CACHE/images/e2e-build.log >&2; fail "image build"; }
+sed 's/^/    /' $BACKSTOP_CACHE/images/e2e-build.log >&2
+done_phase "$(grep ' MB$' $BACKSTOP_CACHE/images/e2e-build.log | tr -s ' ' | paste -sd ';' -)"
+
+phase cluster "control plane (API :$API_PORT) + $NODES real nodes + kube-proxy"
+if hack/local-cluster.sh status | grep -q "kube-apiserver: running"; then hack/local-cluster.sh down >/dev/null; fi
+REAL_NODES=$NODES REAL_NODE_PREFIX=e2e hack/local-cluster.sh up 2>&1 | sed 's/^/    /' >&2
+[[ ${PIPESTATUS[0]} == 0 ]] || fail "cluster start"
+kubectl apply -f crds/ >/dev/null
+kubectl create namespace $NS >/dev/null
+wait_until 30 "the default ServiceAccount of $NS" kubectl get sa default -n $NS
+done_phase "$(kubectl get nodes -l backstop.dev/node-kind=real --no-headers | wc -l) real nodes Ready"
+
+phase install "helm install $RELEASE charts/backstop"
+helm install $RELEASE charts/backstop --namespace $RELEASE_NS --create-namespace \
+  --set "watchNamespaces={$NS}" --set recovery.gracePeriodSeconds=5 --set logFormat=plain \
+  --wait --timeout 5m >/dev/null || fail "helm install"
+op_pod=$(kubectl get pods -n $RELEASE_NS -o jsonpath='{.items[0].metadata.name}')
+op_node=$(kubectl get pod -n $RELEASE_NS "$op_pod" -o jsonpath='{.spec.nodeName}')
+op_cid=$(kubectl get pod -n $RELEASE_NS "$op_pod" -o jsonpath='{.status.containerStatuses[0].containerID}')
+op_sa=$(kubectl get pod -n $RELEASE_NS "$op_pod" -o jsonpath='{.spec.serviceAccountName}')
+[[ $(kubectl get node "$op_node" -o jsonpath='{.metadata.labels.backstop\.dev/node-kind}') == real ]] || fail "operator on $op_node, not a real node"
+[[ $op_cid == containerd://* ]] || fail "operator container id '$op_cid'"
+# the only operator of this cluster is that pod: no host process (outside a container) runs one
+for pid in $(pgrep -f "backstop operator" || true); do
+  [[ $(readlink /proc/$pid/ns/pid) == "$(readlink /proc/self/ns/pid)" ]] || continue   # in a container
+  tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "KUBECONFIG=$KUBECONFIG" \
+    && fail "an operator process on the host (pid $pid) watches this cluster"
+done
+done_phase "operator $op_pod on real node $op_node (SA $op_sa, ${op_cid:0:25}…)"
+
+phase apply "kubectl apply -f examples/$TOPO.yaml"
+kubectl apply -n $NS -f examples/$TOPO.yaml >/dev/null
+wait_until 180 "$TOPO Ready" kubectl wait -n $NS --for=condition=Ready st/$TOPO --timeout=5s
+ntasks=$(kubectl get st -n $NS $TOPO -o json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["status"]["plan"]["assignment"]))')
+wait_until 180 "$ntasks task pods Running in containerd containers on real nodes" tasks_running_on_real_nodes "$ntasks"
+task_nodes=$(pods_json | python3 -c 'import json,sys; print(" ".join(sorted({p["spec"]["nodeName"] for p in json.load(sys.stdin)["items"]})))')
+done_phase "$ntasks task pods Running in real containers on: $task_nodes"
+
+phase logs "kubectl logs of a task pod on every node with tasks"
+for node in $task_nodes; do
+  pod=$(kubectl get pods -n $NS -l $GROUP/topology=$TOPO --field-selector spec.nodeName=$node -o jsonpath='{.items[0].metadata.name}')
+  out=$(kubectl logs -n $NS "$pod" --tail=5) || fail "kubectl logs $pod (node $node)"
+  [[ -n $out ]] || fail "kubectl logs $pod (node $node) is empty"
+  echo "    $node/$pod: $(tail -1 <<<"$out" | cut -c1-120)" >&2
+done
+done_phase "logs read from $(wc -w <<<"$task_nodes") real nodes"
+
+phase kill "backstop nodes kill <a real node with tasks>"
+victim=""
+for node in $task_nodes; do [[ $node != "$op_node" ]] && { victim=$node; break; }; done
+[[ -n $victim ]] || fail "every task runs on the operator's node $op_node"
+lost=$(kubectl get pods -n $NS -l $GROUP/topology=$TOPO --field-selector spec.nodeName=$victim -o name | wc -l)
+victim_pids=$(ctr -a /run/backstop-$API_PORT/$victim/containerd.sock -n k8s.io tasks ls -q 2>/dev/null | wc -l)
+t_kill=$SECONDS
+backstop nodes kill "$victim" >/dev/null
+[[ -z $(pgrep -f -- "--hostname-override=$victim ") ]] || fail "the kubelet of $victim survived"
+wait_until 120 "$victim NotReady" bash -c "kubectl get node $victim -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qv True"
+t_notready=$((SECONDS - t_kill))
+wait_until 120 "a RecoveryPlan" bash -c "kubectl get recoveryplans -n $NS -o name | grep -q ."
+t_plan=$((SECONDS - t_kill))
+wait_until 240 "all $ntasks tasks Running again on the other real nodes" tasks_running_on_real_nodes "$ntasks"
+t_back=$((SECONDS - t_kill))
+pods_json | python3 -c 'import json,sys; v=sys.argv[1]; sys.exit(any(p["spec"]["nodeName"]==v for p in json.load(sys.stdin)["items"] if not p["metadata"].get("deletionTimestamp")))' "$victim" \
+  || fail "tasks still on $victim"
+kubectl get recoveryplans -n $NS >&2
+done_phase "$victim killed ($lost tasks, $victim_pids containers): NotReady after ${t_notready}s, RecoveryPlan after ${t_plan}s, all tasks Running again after ${t_back}s"
+
+phase uninstall "delete the topology, helm uninstall"
+kubectl delete -n $NS st/$TOPO --wait=true --timeout=120s >/dev/null || fail "deleting the topology (finalizer)"
+helm uninstall $RELEASE --namespace $RELEASE_NS --wait --timeout 2m >/dev/null || fail "helm uninstall"
+wait_until 60 "the operator pod to go" bash -c "[[ -z \$(kubectl get pods -n $RELEASE_NS -o name) ]]"
+left=$( { kubectl get sa,role,rolebinding,deploy,pods,svc -n $RELEASE_NS -o name | grep -v '^serviceaccount/default$'
+          kubectl get role,rolebinding -n $NS -o name
+          kubectl get clusterrole,clusterrolebinding -o name | grep "/$RELEASE"
+          kubectl get pods,recoveryplans,st -n $NS -o name; } 2>/dev/null || true)
+[[ -z $left ]] || fail "left behind after helm uninstall: $left"
+done_phase "nothing of the release left (CRDs stay: helm never deletes them)"
+
+phase teardown "stop real nodes, kube-proxy and the control plane"
+if [[ ${KEEP:-0} != 1 ]]; then
+  hack/local-cluster.sh down >/dev/null 2>&1
+  trap - EXIT
+  junk=$( { ip -o link show | grep -oE ' (bst[0-9]+):' || true
+            iptables-save 2>/dev/null | grep -E 'backstop-e2e-|KUBE-SVC' || true
+            grep -E "/run/backstop-$API_PORT|$K8S_RUN_DIR/nodes" /proc/mounts || true; } )
+  [[ -z $junk ]] || fail "host state left: $junk"
+fi
+done_phase "host clean"
+echo "e2e passed in $((SECONDS - T_ALL))s"
