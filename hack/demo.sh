@@ -151,24 +151,6 @@ step "recovered: final placement and the bound"
 run kubectl get -n "$NS" st
 kubectl get pods -n "$NS" -o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase --sort-by=.spec.nodeName
 echo
-echo "the preview (backstop plan --from-cluster, before kubectl apply) against the bound pods:"
-kubectl get pods -n "$NS" -l streams.backstop.dev/role=primary -o json > "$LOGS/bound.json"
-python3 - "$LOGS/preview.json" "$LOGS/bound.json" <<'PY'
-import json, sys
-preview = json.load(open(sys.argv[1]))["assignment"]
-bound = {p["metadata"]["labels"]["streams.backstop.dev/task"]: p["spec"].get("nodeName")
-         for p in json.load(open(sys.argv[2]))["items"]}
-same = 0
-for task, node in preview.items():
-    ok = bound.get(task) == node
-    same += ok
-    print(f"  {task:14} preview {node:14} bound {bound.get(task) or '-':14} {'same' if ok else 'DIFFERENT'}")
-if same == len(preview) == len(bound):
-    print(f"preview and operator agree on all {same} tasks")
-else:
-    sys.exit(f"preview and operator differ on {len(preview) - same} of {len(preview)} tasks")
-PY
-echo
 kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{range .status.conditions[*]}{.type}{"="}{.status}{"  "}{.reason}{": "}{.message}{"\n"}{end}'
 echo
 echo "events:"
