@@ -9,8 +9,8 @@ in *work*, never in seconds:
 
 - the Python searches (greedy passes, local search, the recovery DP) count
   steps in a :class:`WorkBudget`; a ``time_limit`` of ``s`` seconds buys
-  ``s * STEPS_PER_SECOND`` steps, calibrated so that one nominal second is
-  roughly one second on a 2-core CI machine;
+  ``s * STEPS_PER_SECOND`` steps (measured 0.2-1.2 million steps a second on the
+  2-core CI machine, so a nominal second of search takes at most about one);
 - CP-SAT runs with a fixed seed, one worker (its sequential search is
   deterministic; measured on 2 cores it was also the fastest to the same plans,
   see ``docs/benchmarks.md``), and ``max_deterministic_time`` (CP-SAT's own work
@@ -37,7 +37,8 @@ __all__ = [
 ]
 
 STEPS_PER_SECOND = 200_000
-"""Work steps per nominal second (one step is about one task touched by a check)."""
+"""Work steps per nominal second (one step is about one task touched by a recovery check
+or a state copy); the slowest rate measured on the 2-core CI machine."""
 
 CP_SAT_WORKERS = 1
 """CP-SAT's workers: a constant, never ``os.cpu_count()``, so the plan is the same on
