@@ -250,6 +250,12 @@ class BatchLog:
     def last(self) -> int:
         return max(self.entries, default=-1)
 
+    @property
+    def eos_round(self) -> int | None:
+        """The round that ended a bounded stream, if it has ended."""
+        last = self.last
+        return last if last >= 0 and self.entries[last]["eos"] else None
+
     def append(self, r: int, state: Any, wm: float, eos: bool) -> None:
         e = {"r": r, "state": state, "wm": wm, "eos": eos, "at": time.time()}
         if self.path is not None:

@@ -108,6 +108,7 @@ async def _frames(reader: asyncio.StreamReader, watch: asyncio.Future[None]) -> 
     """Frames from ``reader`` until the peer closes or ``watch`` fires."""
     while True:
         nxt: asyncio.Future[Any] = asyncio.ensure_future(wire.read(reader))
+        nxt.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved
         waiting: set[asyncio.Future[Any]] = {nxt, watch}
         done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if nxt not in done:

@@ -12,6 +12,7 @@ makes every regenerated batch identical to the one the consumer would have got.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -31,12 +32,15 @@ from backstop_runtime.engine import (
 if TYPE_CHECKING:
     from backstop_runtime.task import Task
 
+log = logging.getLogger("backstop_runtime.replay")
+
 
 async def regenerate(task: Task, consumer: str, lo: int, hi: int) -> AsyncIterator[Batch]:
     """Batches ``lo..hi`` of ``consumer``'s channel, recomputed (the last may end early
     with ``eos``). Counted in the task's replay metrics."""
     start = time.monotonic()
     cfg = task.cfg
+    log.info("%s: regenerating batches %d..%d for %s", cfg.task, lo, hi, consumer)
     counters = Counters()
     try:
         if cfg.is_source:
@@ -51,6 +55,9 @@ async def regenerate(task: Task, consumer: str, lo: int, hi: int) -> AsyncIterat
             source.open(ctx)
             proc = SourceProcessor(cfg, source, task.log, counters, only=consumer)
             for r in range(lo, hi + 1):
+                if task.log.eos_round is not None and r > task.log.eos_round:
+                    yield Batch(r, [], INF, True)  # the stream ended before round r
+                    return
                 await task.logged(r)
                 batch = proc.step_replay(r)[consumer]
                 yield batch
@@ -64,7 +71,8 @@ async def regenerate(task: Task, consumer: str, lo: int, hi: int) -> AsyncIterat
             cfg, op, counters, DeadLetters(None, counters, cfg.task), only=consumer
         )
         replayer.restore(ckpt)
-        if replayer.eos:
+        if replayer.eos:  # the stream ended before round lo
+            yield Batch(lo, [], INF, True)
             return
         streams = [
             inputs.stream(task.store, u, consumer=cfg.task, epoch=task.epoch, start=r0 + 1, end=hi)

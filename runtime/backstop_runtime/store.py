@@ -117,6 +117,27 @@ class Store:
             return []
         return sorted(int(p.stem) for p in ckpt.glob("*.json") if p.stem.isdigit())
 
+    def global_checkpoint(self) -> int:
+        """The round up to which no task can need a buffered batch any more.
+
+        ``G``, the newest round every non-source task has checkpointed (``cp(P_k)`` of the
+        paper's Sec. 4.2.4), lowered to the newest checkpoint at or before ``G`` of every
+        task, since operators checkpoint at different periods: a task without a buffer
+        that regenerates output for a consumer restored at ``>= G`` restores its own
+        checkpoint at or before that round and needs our batches from there. A task that
+        has not checkpointed yet counts as round 0.
+        """
+        tasks = self.dir.parent
+        rounds = [
+            self.checkpoint_rounds(t.name)
+            for t in tasks.iterdir()
+            if t.is_dir() and not (t / "batches.jsonl").exists()
+        ]
+        if not rounds:
+            return 0
+        g = min(max(rs, default=0) for rs in rounds)
+        return min(max((r for r in rs if r <= g), default=0) for rs in rounds)
+
     def load_checkpoint(self, at_most: int | None = None) -> dict[str, Any] | None:
         """The latest checkpoint whose round is ``<= at_most`` (any if ``None``)."""
         for r in reversed(self.checkpoint_rounds()):

@@ -175,7 +175,7 @@ class Task:
             self.round = r
             self._progress(time.time() - float(self.log.entries[r]["at"]))
             if any(b.eos for b in outs.values()) or self.log.entries[r]["eos"]:
-                self.eos = True
+                await self._ended()
                 self._status()
                 break
             n = self.counters.tuples_in - before
@@ -186,7 +186,9 @@ class Task:
         await asyncio.Event().wait()  # keep serving replays
 
     async def _process_loop(self) -> None:
-        if self.eos:
+        if self.eos:  # restored after the end of the stream: only serve what was asked
+            self.eos = False
+            await self._ended()
             await asyncio.Event().wait()
         queues: list[asyncio.Queue[Batch]] = [asyncio.Queue(self.cap) for _ in self.cfg.upstream]
         pumps = [
@@ -195,7 +197,7 @@ class Task:
         ]
         ended = [False] * len(queues)
         try:
-            while not self.eos:
+            while not self.proc.eos:
                 r = self.round + 1
                 batches = []
                 for i, q in enumerate(queues):
@@ -206,13 +208,15 @@ class Task:
                     ended[i] = b.eos
                     batches.append(b)
                 outs = self.proc.step(r, batches)
-                self.round = r
+                if r % self.period == 0 or self.proc.eos:
+                    # before publishing: no consumer can checkpoint round r before we have
+                    # (a regenerating replay restores our checkpoint at its round)
+                    self._checkpoint(r)
                 if self.channels:
                     await self._publish(outs)
+                self.round = r  # after publishing: a subscriber regenerates up to self.round
                 self._progress(time.time() - max(b.at for b in batches))
-                self.eos = self.proc.eos
-                if r % self.period == 0 or self.eos:
-                    self._checkpoint(r)
+            await self._ended()
             self._status()
             await asyncio.Event().wait()
         finally:
@@ -261,8 +265,22 @@ class Task:
         self._status()
 
     async def _publish(self, outs: dict[str, Batch]) -> None:
+        if self.round == 0 and not self.backup:
+            # A fresh start: wait until every consumer has subscribed, so what they need
+            # is sent rather than regenerated (a consumer that is down later is the
+            # failure case the replay exists for).
+            for ch in self.channels.values():
+                async with ch.cond:
+                    await ch.cond.wait_for(lambda ch=ch: ch.connected)  # type: ignore[misc]
         for c, batch in outs.items():
             await self.channels[c].append(batch.r, wire.encode(batch.to_msg()), self.backup)
+
+    async def _ended(self) -> None:
+        """The stream ended: wake senders whose consumers wait past its end."""
+        self.eos = True
+        for ch in self.channels.values():
+            async with ch.cond:
+                ch.cond.notify_all()
 
     def _status(self) -> None:
         self.store.write_status(
@@ -271,6 +289,9 @@ class Task:
             started=self.started,
             recoverySeconds=self.metrics.recovery_seconds,
             lag=self.metrics.lag,
+            replayedBatches=self.metrics.replayed_batches,
+            replaySeconds=self.metrics.replay_seconds,
+            deadLetters=self.counters.dead_letters,
         )
 
     # ---- serving consumers ----------------------------------------------------------------
@@ -338,13 +359,22 @@ class Task:
                         lambda nxt=nxt: (
                             ch.sub_token is not token  # type: ignore[misc]
                             or (ch.last() or self.round) >= nxt
+                            or (self.eos and nxt > self.round)
                         )
                     )
                     if ch.sub_token is not token:
                         return
+                    past_end = self.eos and nxt > self.round and (ch.last() or 0) < nxt
                     first = ch.first()
                     frames = ch.frames(nxt) if first is not None and first <= nxt else []
                     hi = (first - 1) if first is not None else self.round
+                if past_end:
+                    # the consumer restored past the end of our stream: tell it so (the
+                    # channel's lock is released: a newer subscriber must be able to attach)
+                    await self._send(writer, [wire.encode(Batch(nxt, [], INF, True).to_msg())])
+                    async with ch.cond:
+                        await ch.cond.wait_for(lambda: ch.sub_token is not token)
+                    return
                 if frames:
                     await self._send(writer, frames)
                     nxt += len(frames)
@@ -356,7 +386,9 @@ class Task:
                     await self._send(writer, [wire.encode(b.to_msg())])
                     nxt = b.r + 1
                 if hi >= nxt:  # the stream ended while regenerating
-                    await asyncio.Event().wait()
+                    async with ch.cond:
+                        await ch.cond.wait_for(lambda: ch.sub_token is not token)
+                    return
         finally:
             await ch.detach(token, self.backup)
 
@@ -368,13 +400,13 @@ class Task:
             self.store.check_fence()
 
     async def _trim_loop(self) -> None:
-        """Trim backup buffers up to each consumer's newest checkpoint (the ack)."""
+        """Trim backup buffers up to the global checkpoint (see ``Store.global_checkpoint``)."""
         while True:
             await asyncio.sleep(0.5)
-            for c, ch in self.channels.items():
-                rounds = self.store.checkpoint_rounds(c)
-                if rounds and self.backup:
-                    await ch.trim(rounds[-1])
+            if self.backup and self.channels:
+                done = self.store.global_checkpoint()
+                for ch in self.channels.values():
+                    await ch.trim(done)
 
     async def _session_watch(self) -> None:
         """Adaptive buffering while the operator's recovery session asks for it."""
