@@ -1,0 +1,62 @@
+"""Regeneration follows the failure-effect model: replay recurses up to a buffer or the log.
+
+A chain ``source -> tokenize -> count -> sink`` (one task each) runs as processes; the sink
+is SIGKILLed mid-stream and restarted. Its input after its checkpoint is held by nobody
+unless ``count`` keeps an upstream backup, so ``count`` regenerates it by replaying its
+own input, which ``tokenize`` regenerates in turn unless it keeps a backup: exactly the
+``a(u)`` of ``ℓ(v) = t_v + max a(u)``. Which tasks replayed is read from their status.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.runtime_data import counts_of, expected_counts, output_lines, wordcount_spec, write_input
+from tests.runtime_harness import LocalTopology
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    inp = tmp_path_factory.mktemp("input")
+    write_input(inp, files=2, per_file=1500, seed=11)
+    return inp
+
+
+@pytest.mark.parametrize(
+    ("backups", "replayed"),
+    [
+        ((), {"count-0", "tokenize-0", "source-0"}),
+        (("tokenize-0",), {"count-0"}),
+        (("count-0",), set()),
+    ],
+    ids=["no-backups", "tokenize-keeps-backup", "count-keeps-backup"],
+)
+def test_sink_failure_replays_up_to_the_nearest_buffer(
+    backups: tuple[str, ...], replayed: set[str], data: Path, tmp_path: Path
+) -> None:
+    spec = wordcount_spec(data, tmp_path / "out", rate=1500.0, batch=30, parallelism=1)
+    topo = LocalTopology("chain", spec, tmp_path / "store", backups=backups)
+    sink = tmp_path / "out" / "sink-0.jsonl"
+    topo.start_all()
+    try:
+
+        def under_way() -> bool:
+            progress: int = topo.status("sink-0").get("round", 0)
+            return sink.exists() and sink.stat().st_size > 0 and progress >= 25
+
+        topo.wait("the stream to be under way", under_way)
+        assert not topo.status("sink-0").get("eos")
+        topo.kill("sink-0")
+        topo.start("sink-0")
+        topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True)
+    finally:
+        topo.stop_all()  # the tasks write their final status on SIGTERM
+    did = {t for t in ("source-0", "tokenize-0", "count-0") if topo.status(t)["replayedBatches"]}
+    assert did == replayed
+    assert topo.status("sink-0")["epoch"] == 2
+    lines = output_lines(tmp_path / "out")
+    assert len(lines) == len(set(lines)) and counts_of(lines) == dict(expected_counts(data))
