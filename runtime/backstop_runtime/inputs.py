@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -23,6 +25,33 @@ from backstop_runtime.store import Store
 log = logging.getLogger("backstop_runtime.inputs")
 POLL = 0.05
 CONNECT_TIMEOUT = 2.0
+PEER_TIMEOUT = float(os.environ.get("BACKSTOP_PEER_TIMEOUT", "30"))
+UNANSWERED: dict[str, tuple[float, str]] = {}
+"""Producers this process cannot reach: since when (monotonic) and why. A peer that
+never answers is reported in the task's log and ``status.json`` (``unanswered``)."""
+
+
+def unanswered() -> dict[str, str]:
+    """Producers unreachable for longer than ``BACKSTOP_PEER_TIMEOUT`` seconds."""
+    now = time.monotonic()
+    return {
+        p: f"{why} for {now - since:.0f}s"
+        for p, (since, why) in UNANSWERED.items()
+        if now - since >= PEER_TIMEOUT
+    }
+
+
+def _no_answer(producer: str, why: str) -> None:
+    since, _ = UNANSWERED.get(producer, (time.monotonic(), why))
+    UNANSWERED[producer] = (since, why)
+    now = time.monotonic()
+    last = _warned.get(producer, since)
+    if now - last >= PEER_TIMEOUT:
+        log.warning("no answer from %s for %.0fs: %s", producer, now - since, why)
+        _warned[producer] = now
+
+
+_warned: dict[str, float] = {}
 
 
 class PeerGone(Exception):
@@ -61,6 +90,7 @@ async def stream(
             if not warned:
                 log.info("waiting for %s to register", producer)
                 warned = True
+            _no_answer(producer, "it has not registered in the store")
             await asyncio.sleep(POLL)
             continue
         peer_epoch = int(doc["epoch"])
@@ -68,9 +98,13 @@ async def stream(
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(doc["host"], int(doc["port"])), CONNECT_TIMEOUT
             )
-        except (OSError, TimeoutError):
+        except (OSError, TimeoutError) as err:
+            where = f"{doc['host']}:{doc['port']} (epoch {peer_epoch})"
+            _no_answer(producer, f"cannot connect to {where}: {err or 'timeout'}")
             await asyncio.sleep(POLL)
             continue
+        UNANSWERED.pop(producer, None)
+        _warned.pop(producer, None)
         sub = {"t": "sub", "consumer": consumer, "epoch": epoch, "from": expected}
         writer.write(wire.encode({**sub, "to": end}))
         watch = asyncio.ensure_future(_watch_registry(store, producer, peer_epoch))

@@ -292,6 +292,7 @@ class Task:
             replayedBatches=self.metrics.replayed_batches,
             replaySeconds=self.metrics.replay_seconds,
             deadLetters=self.counters.dead_letters,
+            unanswered=inputs.unanswered(),
         )
 
     # ---- serving consumers ----------------------------------------------------------------
@@ -424,9 +425,12 @@ class Task:
         await asyncio.Event().wait()
 
     async def _metrics_loop(self, writer: MetricsWriter) -> None:
+        next_row = time.monotonic() + self.cfg.metrics_interval
         while True:
-            await asyncio.sleep(self.cfg.metrics_interval)
-            writer.write()
+            await asyncio.sleep(1.0)
+            if time.monotonic() >= next_row:
+                writer.write()
+                next_row += self.cfg.metrics_interval
             self._status()
 
 
