@@ -88,7 +88,6 @@ clean:
 # ---- docs, CRDs, kind (issue 9) ---------------------------------------------
 .PHONY: docs kind-demo
 KIND_CLUSTER ?= backstop
-KIND_IMAGE ?= ghcr.io/backstop-dev/backstop-operator:dev
 
 docs: $(STAMP) ## regenerate docs/streamtopology.md and docs/cli.md from the code
 	$(BIN)/python hack/gen-docs.py
@@ -97,16 +96,12 @@ crds: $(STAMP) ## regenerate crds/ from the pydantic models and copy them into t
 	$(BIN)/backstop crd --write crds
 	cp crds/*.yaml charts/backstop/crds/
 
-kind-demo: tools ## needs Docker + kind (not on CI): image, chart and the example on a kind cluster
+kind-demo: tools ## needs Docker + kind + registry access (a recipe): images, chart and the example on kind
 	kind get clusters | grep -qx $(KIND_CLUSTER) || kind create cluster --name $(KIND_CLUSTER) --config hack/kind-config.yaml
-	docker build -f operator/Dockerfile -t $(KIND_IMAGE) .
-	kind load docker-image $(KIND_IMAGE) --name $(KIND_CLUSTER)
+	IMAGES="operator runtime" hack/images.sh
+	kind load docker-image backstop/operator:0.1.0 backstop/runtime:0.1.0 --name $(KIND_CLUSTER)
 	$(TOOLS)/helm upgrade --install backstop charts/backstop --kube-context kind-$(KIND_CLUSTER) \
-	  --namespace backstop-system --create-namespace --set watchNamespaces={default} \
-	  --set image.repository=$(firstword $(subst :, ,$(KIND_IMAGE))) --set image.tag=$(lastword $(subst :, ,$(KIND_IMAGE))) \
-	  --set image.pullPolicy=Never --wait --timeout 5m
-	# the example's task image is a placeholder: run the pause image in its place
-	sed 's#registry.example/sentiment:1.0#registry.k8s.io/pause:3.9#' examples/twitter-sentiment.yaml \
-	  | $(TOOLS)/kubectl --context kind-$(KIND_CLUSTER) apply -n default -f -
+	  --namespace backstop-system --create-namespace --set watchNamespaces={default} --wait --timeout 5m
+	$(TOOLS)/kubectl --context kind-$(KIND_CLUSTER) apply -n default -f examples/twitter-sentiment.yaml
 	$(TOOLS)/kubectl --context kind-$(KIND_CLUSTER) -n default wait --for=condition=Ready st/twitter-sentiment --timeout=5m
 	$(TOOLS)/kubectl --context kind-$(KIND_CLUSTER) -n default get st,pods -o wide

@@ -18,7 +18,7 @@
 #              of theirs is left on the host
 # One line per phase with its duration. Needs root (kubelets, containerd, bridges) and apt.
 # Env: E2E_NODES (3), E2E_RUN_DIR ($BACKSTOP_CACHE/e2e), E2E_API_PORT (36443), KEEP=1 (leave the
-#      cluster running).
+#      cluster running), E2E_EXAMPLE (examples/twitter-sentiment.yaml; its metadata.name is used).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -30,7 +30,8 @@ NODES=${E2E_NODES:-3}
 NS=backstop-e2e
 RELEASE=backstop
 RELEASE_NS=backstop-system
-TOPO=twitter-sentiment
+EXAMPLE=${E2E_EXAMPLE:-examples/twitter-sentiment.yaml}
+TOPO=$(sed -n 's/^  name: *//p' "$EXAMPLE" | head -1)
 GROUP=streams.backstop.dev
 PATH=$ROOT/.tools/bin:$ROOT/.venv/bin:$PATH
 T_ALL=$SECONDS
@@ -59,7 +60,7 @@ teardown() {
 trap teardown EXIT
 
 pods_json() { kubectl get pods -n $NS -l $GROUP/topology=$TOPO -o json; }
-# all task pods Running, each in a containerd container, each on a Ready real node
+# every task has a pod Running in a containerd container on a Ready real node
 tasks_running_on_real_nodes() {
   local want=$1
   pods_json | python3 -c '
@@ -77,7 +78,8 @@ def ok(p):
     return (st.get("phase") == "Running" and cs and all("running" in c["state"] and
             c.get("containerID", "").startswith("containerd://") for c in cs) and ready and
             node["metadata"]["labels"].get("backstop.dev/node-kind") == "real")
-sys.exit(0 if len(pods) == want and all(ok(p) for p in pods) else 1)' "$want"
+tasks = {p["metadata"]["labels"].get("streams.backstop.dev/task") for p in pods if ok(p)}
+sys.exit(0 if len(tasks) == want else 1)' "$want"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -89,8 +91,9 @@ done_phase "$(grep ' MB$' $BACKSTOP_CACHE/images/e2e-build.log | tr -s ' ' | pas
 
 phase cluster "control plane (API :$API_PORT) + $NODES real nodes + kube-proxy"
 if hack/local-cluster.sh status | grep -q "kube-apiserver: running"; then hack/local-cluster.sh down >/dev/null; fi
-REAL_NODES=$NODES REAL_NODE_PREFIX=e2e hack/local-cluster.sh up 2>&1 | sed 's/^/    /' >&2
-[[ ${PIPESTATUS[0]} == 0 ]] || fail "cluster start"
+REAL_NODES=$NODES REAL_NODE_PREFIX=e2e hack/local-cluster.sh up > $K8S_RUN_DIR.up.log 2>&1 \
+  || { sed 's/^/    /' $K8S_RUN_DIR.up.log >&2; fail "cluster start"; }
+sed 's/^/    /' $K8S_RUN_DIR.up.log >&2
 kubectl apply -f crds/ >/dev/null
 kubectl create namespace $NS >/dev/null
 wait_until 30 "the default ServiceAccount of $NS" kubectl get sa default -n $NS
@@ -114,8 +117,8 @@ for pid in $(pgrep -f "backstop operator" || true); do
 done
 done_phase "operator $op_pod on real node $op_node (SA $op_sa, ${op_cid:0:25}…)"
 
-phase apply "kubectl apply -f examples/$TOPO.yaml"
-kubectl apply -n $NS -f examples/$TOPO.yaml >/dev/null
+phase apply "kubectl apply -f $EXAMPLE"
+kubectl apply -n $NS -f "$EXAMPLE" >/dev/null
 wait_until 180 "$TOPO Ready" kubectl wait -n $NS --for=condition=Ready st/$TOPO --timeout=5s
 ntasks=$(kubectl get st -n $NS $TOPO -o json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["status"]["plan"]["assignment"]))')
 wait_until 180 "$ntasks task pods Running in containerd containers on real nodes" tasks_running_on_real_nodes "$ntasks"
@@ -153,6 +156,7 @@ done_phase "$victim killed ($lost tasks, $victim_pids containers): NotReady afte
 
 phase uninstall "delete the topology, helm uninstall"
 kubectl delete -n $NS st/$TOPO --wait=true --timeout=120s >/dev/null || fail "deleting the topology (finalizer)"
+wait_until 120 "the task pods to go" bash -c "[[ -z \$(kubectl get pods -n $NS -o name) ]]"
 helm uninstall $RELEASE --namespace $RELEASE_NS --wait --timeout 2m >/dev/null || fail "helm uninstall"
 wait_until 60 "the operator pod to go" bash -c "[[ -z \$(kubectl get pods -n $RELEASE_NS -o name) ]]"
 left=$( { kubectl get sa,role,rolebinding,deploy,pods,svc -n $RELEASE_NS -o name | grep -v '^serviceaccount/default$'

@@ -292,7 +292,11 @@ start_real_nodes() {
   local rn; rn="$(dirname "${BASH_SOURCE[0]}")/real-node.sh"
   K8S_RUN_DIR=$RUN $rn deps
   K8S_RUN_DIR=$RUN $rn proxy-up
-  for ((i = 0; i < n; i++)); do K8S_RUN_DIR=$RUN $rn up "${REAL_NODE_PREFIX:-real}-$i"; done
+  # in parallel: each node imports the images hack/images.sh built before its kubelet starts
+  local pids=() rc=0 p
+  for ((i = 0; i < n; i++)); do K8S_RUN_DIR=$RUN $rn up "${REAL_NODE_PREFIX:-real}-$i" & pids+=($!); done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  return $rc
 }
 
 stop() {

@@ -150,12 +150,14 @@ deps() {
 }
 
 # This script and its settings next to the cluster's kubeconfig: `backstop nodes` finds them there.
-install_self() {
-  [[ ${BASH_SOURCE[0]} -ef $RUN/real-node.sh ]] || cp "${BASH_SOURCE[0]}" $RUN/real-node.sh.tmp
-  [[ -f $RUN/real-node.sh.tmp ]] && mv $RUN/real-node.sh.tmp $RUN/real-node.sh
-  cat > $RUN/real-node.env <<ENV
+install_self() {   # (tmp + rename: nodes may start in parallel)
+  if [[ ! ${BASH_SOURCE[0]} -ef $RUN/real-node.sh ]]; then
+    cp "${BASH_SOURCE[0]}" $RUN/real-node.sh.$$ && mv -f $RUN/real-node.sh.$$ $RUN/real-node.sh
+  fi
+  cat > $RUN/real-node.env.$$ <<ENV
 : \${BACKSTOP_CACHE:=$CACHE} \${REAL_NODE_NET:=$NET} \${REAL_NODE_PORT_BASE:=$PORT_BASE} \${REAL_NODE_BRIDGE:=$BRIDGE}
 ENV
+  mv -f $RUN/real-node.env.$$ $RUN/real-node.env
 }
 
 index_of() { cat "$NODES/$1/index" 2>/dev/null; }
@@ -284,11 +286,13 @@ up() { # name [index]
   if alive "$n"; then log "node $n already running (pid $(kubelet_pid $n))"; return 0; fi
   mkdir -p $NODES
   install_self
+  exec 9> $NODES/.lock; flock 9   # nodes started in parallel get distinct indexes
   if [[ -z $i ]]; then i=$(index_of "$n" || true); fi
   if [[ -z $i ]]; then i=$(free_index); fi
   [[ $i =~ ^[0-9]+$ && $i -le 99 ]] || die "INDEX must be 0..99, not '$i'"
   mkdir -p $NODES/$n
   echo "$i" > $NODES/$n/index
+  flock -u 9; exec 9>&-
   write_config "$n" "$i"
   start "$n"
   wait_ready "$n" 300
@@ -374,6 +378,7 @@ down() {
 # sysctls once no cluster on this host has real nodes any more.
 last_out() {
   ls -d $NODES/*/ >/dev/null 2>&1 && return 0
+  rm -f $NODES/.lock
   [[ -f $RUN/kube-proxy.pid ]] && kill -0 "$(cat $RUN/kube-proxy.pid)" 2>/dev/null && return 0
   rmdir $NODES 2>/dev/null || true
   rm -rf /run/backstop-$(api_port) 2>/dev/null || true

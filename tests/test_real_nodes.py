@@ -98,7 +98,10 @@ def task_image(dest: Path) -> Path:
             tar.addfile(info)
     data = layer.getvalue()
     layer_id = hashlib.sha256(data).hexdigest()
-    script = 'echo "task $BACKSTOP_TASK_ID ($BACKSTOP_ROLE) up"; exec sleep 2147483647'
+    script = (
+        'trap "exit 0" TERM; echo "task $BACKSTOP_TASK_ID ($BACKSTOP_ROLE) up"; '
+        "while true; do sleep 1; done"
+    )
     config = json.dumps(
         {
             "architecture": "amd64",
