@@ -95,6 +95,7 @@ def test_task_pod_carries_the_runtime_contract() -> None:
         {"operator": "sink", "parallelism": 1, "grouping": "broadcast"},
     ]
     assert env["BACKSTOP_PARALLELISM"] == "2" and env["BACKSTOP_CHECKPOINT_INTERVAL"] == "1.0"
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["store"] == env["BACKSTOP_STORE"]
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}

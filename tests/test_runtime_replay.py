@@ -4,11 +4,14 @@ A chain ``source -> tokenize -> count -> sink`` (one task each) runs as processe
 is SIGKILLed mid-stream and restarted. Its input after its checkpoint is held by nobody
 unless ``count`` keeps an upstream backup, so ``count`` regenerates it by replaying its
 own input, which ``tokenize`` regenerates in turn unless it keeps a backup: exactly the
-``a(u)`` of ``ℓ(v) = t_v + max a(u)``. Which tasks replayed is read from their status.
+``a(u)`` of ``ℓ(v) = t_v + max a(u)``. While the operator's recovery session asks for
+adaptive buffering, every task buffers as if it kept a backup. Which tasks replayed is read
+from their status.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -26,18 +29,38 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return inp
 
 
+ACTIVE = {"phase": "Recovering", "step": 1, "adaptiveBuffering": True, "orderPreserving": True}
+DONE = {**ACTIVE, "phase": "Completed"}
+
+
 @pytest.mark.parametrize(
-    ("backups", "replayed"),
+    ("backups", "session", "replayed"),
     [
-        ((), {"count-0", "tokenize-0", "source-0"}),
-        (("tokenize-0",), {"count-0"}),
-        (("count-0",), set()),
+        ((), None, {"count-0", "tokenize-0", "source-0"}),
+        (("tokenize-0",), None, {"count-0"}),
+        (("count-0",), None, set()),
+        # the operator's recovery session asks every task to buffer (adaptive buffering)
+        ((), ACTIVE, set()),
+        ((), DONE, {"count-0", "tokenize-0", "source-0"}),
     ],
-    ids=["no-backups", "tokenize-keeps-backup", "count-keeps-backup"],
+    ids=[
+        "no-backups",
+        "tokenize-keeps-backup",
+        "count-keeps-backup",
+        "adaptive-buffering",
+        "session-completed",
+    ],
 )
 def test_sink_failure_replays_up_to_the_nearest_buffer(
-    backups: tuple[str, ...], replayed: set[str], data: Path, tmp_path: Path
+    backups: tuple[str, ...],
+    session: dict[str, object] | None,
+    replayed: set[str],
+    data: Path,
+    tmp_path: Path,
 ) -> None:
+    if session is not None:  # what the <topology>-recovery ConfigMap mounts
+        (tmp_path / "store" / "recovery").mkdir(parents=True)
+        (tmp_path / "store" / "recovery" / "session.json").write_text(json.dumps(session))
     spec = wordcount_spec(data, tmp_path / "out", rate=1500.0, batch=30, parallelism=1)
     topo = LocalTopology("chain", spec, tmp_path / "store", backups=backups)
     sink = tmp_path / "out" / "sink-0.jsonl"

@@ -179,6 +179,9 @@ def build_task_pod(
                     "requests": {"cpu": op.resources.cpu, "memory": op.resources.memory},
                 },
                 "ports": [{"name": "data", "containerPort": DATA_PORT}],
+                # a task that fails to start (a config error names the field and exits 2)
+                # shows the last lines of its log in the pod's status
+                "terminationMessagePolicy": "FallbackToLogsOnError",
                 "volumeMounts": [
                     {"name": "recovery", "mountPath": SESSION_MOUNT},
                     {"name": "store", "mountPath": STORE_MOUNT},
