@@ -103,6 +103,7 @@ async def stream(
             _no_answer(producer, f"cannot connect to {where}: {err or 'timeout'}")
             await asyncio.sleep(POLL)
             continue
+        wire.tune(writer)
         UNANSWERED.pop(producer, None)
         _warned.pop(producer, None)
         sub = {"t": "sub", "consumer": consumer, "epoch": epoch, "from": expected}

@@ -299,6 +299,7 @@ class Task:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            wire.tune(writer)
             msg = await wire.read(reader)
             ch = self.channels.get(str(msg.get("consumer")))
             if msg.get("t") != "sub" or ch is None:

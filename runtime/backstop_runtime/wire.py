@@ -18,11 +18,35 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import struct
 from typing import Any
 
 _LEN = struct.Struct(">I")
 MAX_FRAME = 256 * 1024 * 1024
+
+
+def tune(writer: asyncio.StreamWriter, dead_after: float = 5.0) -> None:
+    """Notice a peer whose node is gone within ``dead_after`` seconds.
+
+    A lost node sends no RST: without keepalives a connection to it looks open for many
+    minutes, a writer to it blocks, and a producer without a backup would keep buffering for
+    a consumer that is gone. TCP keepalive probes and ``TCP_USER_TIMEOUT`` (Linux) make both
+    ends fail fast instead.
+    """
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", 1),
+        ("TCP_KEEPINTVL", 1),
+        ("TCP_KEEPCNT", 3),
+        ("TCP_USER_TIMEOUT", int(dead_after * 1000)),
+    ):
+        opt = getattr(socket, name, None)
+        if opt is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, opt, value)
 
 
 def encode(msg: dict[str, Any]) -> bytes:
