@@ -58,7 +58,7 @@ class Task:
         self.max_records = int(cfg.config.get("maxRecordsPerBatch", 1000))
         self.rate = float(cfg.config.get("maxRecordsPerSecond", 0))
         self.period = max(1, round(cfg.checkpoint_interval / cfg.batch_interval))
-        self.catch_up_lag = float(os.environ.get("BACKSTOP_CAUGHT_UP_LAG", "1.0"))
+        self.catch_up_lag = float(os.environ.get("BACKSTOP_CAUGHT_UP_LAG", "0.5"))
         self.channels = {c: OutChannel(c, self.cap) for c, _ in cfg.consumers()}
         self.log = BatchLog(self.store.dir / "batches.jsonl" if cfg.is_source else None)
         self.logged_cond = asyncio.Condition()
