@@ -32,7 +32,7 @@ lint: $(STAMP) ## ruff (lint + format check)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP) ## mypy --strict
-	$(BIN)/mypy --strict planners operator/backstop tests bench
+	$(BIN)/mypy --strict planners operator/backstop runtime/backstop_runtime tests bench
 
 imports: $(STAMP) ## import-linter: planners stay pure
 	$(BIN)/lint-imports
