@@ -23,8 +23,6 @@ from typing import Any
 
 from backstop_runtime.config import Fenced, TaskConfig
 
-KEEP_CHECKPOINTS = 10
-
 
 def write_json(path: Path, obj: Any, *, sync: bool = False) -> None:
     """Write ``obj`` to ``path`` atomically (a temporary file renamed into place)."""
@@ -105,8 +103,12 @@ class Store:
         self.check_fence()
         ckpt = self.dir / "ckpt"
         write_json(ckpt / f"{round_:012d}.json", {**state, "round": round_}, sync=True)
+        # Keep every checkpoint a replay may still restore: those after the newest round
+        # all tasks have checkpointed (G), and our newest one at or before G.
+        g = self._all_checkpointed()
         rounds = self.checkpoint_rounds()
-        for old in rounds[:-KEEP_CHECKPOINTS]:
+        older = [r for r in rounds if r <= g]
+        for old in older[:-1]:
             (ckpt / f"{old:012d}.json").unlink(missing_ok=True)
 
     def checkpoint_rounds(self, task: str | None = None) -> list[int]:
@@ -127,16 +129,21 @@ class Store:
         checkpoint at or before that round and needs our batches from there. A task that
         has not checkpointed yet counts as round 0.
         """
-        tasks = self.dir.parent
-        rounds = [
+        rounds = self._checkpoints_of_all()
+        g = min((max(rs, default=0) for rs in rounds), default=0)
+        return min((max((r for r in rs if r <= g), default=0) for rs in rounds), default=0)
+
+    def _checkpoints_of_all(self) -> list[list[int]]:
+        """Checkpointed rounds of every non-source task that has started."""
+        return [
             self.checkpoint_rounds(t.name)
-            for t in tasks.iterdir()
+            for t in self.dir.parent.iterdir()
             if t.is_dir() and not (t / "batches.jsonl").exists()
         ]
-        if not rounds:
-            return 0
-        g = min(max(rs, default=0) for rs in rounds)
-        return min(max((r for r in rs if r <= g), default=0) for rs in rounds)
+
+    def _all_checkpointed(self) -> int:
+        """``G``: the newest round that every non-source task has checkpointed."""
+        return min((max(rs, default=0) for rs in self._checkpoints_of_all()), default=0)
 
     def load_checkpoint(self, at_most: int | None = None) -> dict[str, Any] | None:
         """The latest checkpoint whose round is ``<= at_most`` (any if ``None``)."""
