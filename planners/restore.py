@@ -195,9 +195,9 @@ def min_migration(
         else:
             col = []
             for i in range(n):
-                b = model.new_bool_var("")
-                model.add(b == sum(x[i][j] for j in members))
-                col.append(b)
+                in_group = model.new_bool_var("")
+                model.add(in_group == sum(x[i][j] for j in members))
+                col.append(in_group)
         lvar = [model.new_int_var(t_int[v], max(ub, t_int[v]), "") for v in range(n)]
         for v in range(n):
             model.add(lvar[v] <= r_int).only_enforce_if(col[v])
@@ -348,7 +348,12 @@ def move_schedule(
         grown = {node for node in moves.values()}  # a node that only loses tasks may stay over
         return all(new[p] <= capacity.get(p, 0.0) + _EPS for p in grown)
 
-    while todo and not (stop_early and broken and not lost and cache.worst() <= bound + _EPS):
+    def restored() -> bool:
+        """Whether the state already keeps the bound within capacity (the rest is not needed)."""
+        fits_all = all(v <= capacity.get(p, 0.0) + _EPS for p, v in load.items() if v > _EPS)
+        return stop_early and broken and not lost and fits_all and cache.worst() <= bound + _EPS
+
+    while todo and not restored():
         chosen: dict[str, str] = {}
         limit = max(cache.worst(), bound) + _EPS
         while len(chosen) < batch:

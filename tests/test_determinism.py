@@ -2,7 +2,8 @@
 
 The dry run (``backstop plan``) is only worth showing if the operator then does
 the same, and a re-plan of an unchanged topology must not move pods. So every
-planner family (backups, placement, the joint plan, recovery, replication) must
+planner family (backups, placement, the joint plan, recovery, replication, the
+minimum-migration restore) must
 answer the same question the same way:
 
 - twice in one process;
@@ -39,6 +40,7 @@ from planners.evaluate import check_plan, worst_correlated_failure, worst_task_f
 from planners.placement import PLACEMENT_ALGORITHMS, Node, NodePool, place, plan_joint
 from planners.recovery import RECOVERY_ALGORITHMS, check_recovery, schedule_recovery
 from planners.replication import STRATEGIES, check_replication, select_replicas
+from planners.restore import plan_restore
 
 BUDGET = 0.3
 """Nominal seconds per planner call: small, so the searches run into their limits."""
@@ -138,6 +140,29 @@ def run_all(case: Case, nodes_order: list[int] | None = None) -> dict[str, Any]:
     except PlannerError:
         names = sorted(n.name for n in nodes)
         placement = {t: names[i % len(names)] for i, t in enumerate(graph.tasks)}
+
+    # restore: every task crowded on the first node by name (as after a recovery onto
+    # one survivor), the failed tasks' node gone; back to the bound with few moves
+    first = min(n.name for n in nodes)
+    crowded = {t: first for t in graph.tasks}
+    crowded.update({graph.tasks[i]: "lost-node" for i in case["failed"] if i < len(graph)})
+    joint_backups = [graph.tasks[i] for i in range(len(graph)) if i % 2 == 0]
+
+    def restore() -> Any:
+        plan = plan_restore(
+            graph, nodes, crowded, bound=bound, backups=joint_backups, time_limit=BUDGET
+        )
+        violations = check_plan(
+            graph,
+            bound=bound,
+            backups=joint_backups,
+            assignment=plan.assignment,
+            capacity=capacity,
+        )
+        assert not violations, ("restore", violations[0].message)
+        return plan
+
+    out["restore/min-migration"] = _attempt(restore)
 
     failed = [graph.tasks[i] for i in case["failed"] if i < len(graph)]
     for name in RECOVERY_ALGORITHMS:
