@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from planners.errors import Infeasible
 from planners.evaluate import check_plan, worst_correlated_failure, worst_node_failure
 from planners.graph import TaskGraph
 from planners.placement import Node, NodePool, Placement, place, plan_joint
@@ -121,8 +122,11 @@ def place_min_migration(
        ``choose_backups`` this needs the backups in force (``backups`` given):
        keeping the placement but changing every task's role would restart
        every pod anyway.
-    3. Otherwise the fresh plan, its node groups renamed onto the nodes where
-       most of their tasks run (:func:`relabel_nodes`; not with failure domains).
+    3. Otherwise the fewest moves that keep the bound with the fresh plan's
+       backups (:func:`planners.restore.min_migration`, CP-SAT), starting from
+       the fresh plan with its node groups renamed onto the nodes where most of
+       their tasks run (:func:`relabel_nodes`; not with failure domains); that
+       renamed plan is kept if the search finds nothing that moves fewer tasks.
 
     Parameters
     ----------
@@ -172,11 +176,14 @@ def place_min_migration(
 
     Notes
     -----
-    The fresh plan's cost, plus O(V + E) per node for the validity check and a
-    min-cost assignment over (groups × nodes) for the renaming. The renaming is
-    optimal for the fresh plan's partition, not over all partitions: a true
-    minimum-migration re-placement is the next step (issue 19).
+    The fresh plan's cost, plus O(V + E) per node for the validity check, a
+    min-cost assignment over (groups × nodes) for the renaming and, when the
+    plan in force is no longer valid, the minimum-migration search with the
+    same budget (minimal over all placements for the fresh plan's backups,
+    when it finishes; see :mod:`planners.restore`).
     """
+    from planners.restore import min_migration  # restore builds on this module
+
     pool = pool.with_domains(domains)
     if choose_backups:
         fresh = plan_joint(graph, pool, bound=bound, algorithm=algorithm, time_limit=time_limit)
@@ -201,15 +208,32 @@ def place_min_migration(
                 worst=worst_node_failure(graph, kept_backups, assignment)[0],
                 optimal=None,
             )
-    if pool.domains() or pool.unbounded:
+    if pool.unbounded:
         return fresh
-    assignment = relabel_nodes(fresh, graph, pool.nodes, current)
+    start = fresh.assignment if pool.domains() else relabel_nodes(fresh, graph, pool.nodes, current)
+    assignment, algorithm = start, fresh.algorithm
+    try:  # the fewest moves for the fresh plan's backups, the renamed plan as the hint
+        mig = min_migration(
+            graph,
+            pool.nodes,
+            current,
+            bound=bound,
+            backups=fresh.backups,
+            hint=start,
+            time_limit=time_limit,
+        )
+    except Infeasible:
+        mig = None
+    if mig is not None and len(mig.moved) < sum(
+        1 for t in graph.tasks if current.get(t) != start[t]
+    ):
+        assignment, algorithm = mig.assignment, f"{fresh.algorithm}+min-migration"
     return Placement(
-        algorithm=fresh.algorithm,
+        algorithm=algorithm,
         bound=fresh.bound,
         assignment=assignment,
         backups=fresh.backups,
         nodes_used=len(set(assignment.values())),
         worst=worst_node_failure(graph, fresh.backups, assignment)[0],
-        optimal=fresh.optimal,
+        optimal=fresh.optimal if assignment is start else None,
     )

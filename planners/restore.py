@@ -33,7 +33,8 @@ from planners.budget import deterministic_cp_sat
 from planners.errors import Infeasible
 from planners.evaluate import node_failure_latency, worst_node_failure
 from planners.graph import TaskGraph
-from planners.placement import Node
+from planners.migration import relabel_nodes
+from planners.placement import Node, NodePool, place
 from planners.placement_cpsat import _ceil_int, _floor_int
 
 __all__ = [
@@ -400,6 +401,26 @@ def move_schedule(
     return steps
 
 
+def _heuristic_hint(
+    graph: TaskGraph,
+    nodes: Sequence[Node],
+    current: Mapping[str, str],
+    *,
+    bound: float,
+    backups: list[str] | None,
+    time_limit: float,
+) -> dict[str, str] | None:
+    """A valid start for the search: a fresh placement, renamed onto where tasks run now."""
+    pool = NodePool.of(nodes)
+    try:
+        fresh = place(graph, pool, bound=bound, backups=backups, time_limit=time_limit / 2)
+    except Infeasible:
+        return None
+    if pool.domains():
+        return dict(fresh.assignment)
+    return relabel_nodes(fresh, graph, pool.nodes, current)
+
+
 def plan_restore(
     graph: TaskGraph,
     nodes: Sequence[Node],
@@ -412,6 +433,11 @@ def plan_restore(
     batch: int = RESTORE_BATCH,
 ) -> RestorePlan:
     """A minimum-migration target and the safe batches that reach it (see the module doc).
+
+    Without a ``hint``, a fresh heuristic placement (:func:`planners.placement.place`
+    with ``backups``) renamed onto the nodes where its groups' tasks run is the
+    search's start; if the search finds nothing within its budget, that
+    placement is the target (``proven`` false).
 
     Raises
     ------
@@ -428,9 +454,23 @@ def plan_restore(
     (3.0, True, 1, 1)
     """
     blist = None if backups is None else list(backups)
-    mig = min_migration(
-        graph, nodes, current, bound=bound, backups=blist, hint=hint, time_limit=time_limit
-    )
+    if hint is None:
+        hint = _heuristic_hint(
+            graph, nodes, current, bound=bound, backups=blist, time_limit=time_limit
+        )
+    try:
+        mig = min_migration(
+            graph, nodes, current, bound=bound, backups=blist, hint=hint, time_limit=time_limit
+        )
+    except Infeasible:
+        if hint is None:
+            raise
+        mig = Migration(  # the search ran out of budget: the heuristic plan still keeps the bound
+            assignment=dict(hint),
+            moved=tuple(t for t in graph.tasks if current.get(t) != hint[t]),
+            worst=worst_node_failure(graph, blist, hint)[0],
+            proven=False,
+        )
     usable = {n.name for n in nodes}
     placed = {t: n for t, n in current.items() if n in usable}
     before = worst_node_failure(graph, blist, placed)[0] if len(placed) == len(graph) else 0.0

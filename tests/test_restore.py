@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from planners import Infeasible, TaskGraph
 from planners.evaluate import check_plan, worst_node_failure
-from planners.placement import Node
+from planners.migration import current_still_valid, place_min_migration
+from planners.placement import Node, NodePool
 from planners.restore import min_migration, move_schedule, plan_restore
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
@@ -27,7 +28,7 @@ def brute_force_min_moves(
     nodes: list[Node],
     current: dict[str, str],
     bound: float,
-    backups: list[str],
+    backups: list[str] | None,
 ) -> int | None:
     """The fewest moved tasks over every valid assignment (``None``: none is valid)."""
     names = [n.name for n in nodes]
@@ -199,3 +200,25 @@ def test_a_step_that_restores_the_bound_ends_the_restore() -> None:
     assert not check_plan(
         g, bound=2, backups=["a", "b"], assignment=state, capacity={"n1": 3, "n2": 3}
     )
+
+
+@SETTINGS
+@given(inst=tiny())
+def test_a_replan_of_an_invalid_placement_moves_as_few_tasks_as_brute_force(
+    inst: tuple[TaskGraph, list[Node], dict[str, str], float, list[str]],
+) -> None:
+    """The operator's re-plan (``place_min_migration``) uses the minimum migration (issue 19)."""
+    graph, nodes, current, bound, _ = inst
+    pool = NodePool.of(nodes)
+    assume(not current_still_valid(graph, pool, current, bound=bound, backups=None))
+    reference = brute_force_min_moves(graph, nodes, current, bound, None)
+    try:
+        plan = place_min_migration(graph, pool, current, bound=bound, choose_backups=False)
+    except Infeasible:
+        return  # the fresh heuristic plan found nothing: no re-plan (the reference may differ)
+    capacity = {n.name: n.cpu for n in nodes}
+    assert not check_plan(
+        graph, bound=bound, backups=None, assignment=plan.assignment, capacity=capacity
+    )
+    assert reference is not None
+    assert sum(1 for t in graph.tasks if current[t] != plan.assignment[t]) == reference
