@@ -49,6 +49,7 @@ class LocalTopology:
             env.update(
                 BACKSTOP_STORE=str(store),
                 BACKSTOP_PORT="0",
+                BACKSTOP_METRICS_PORT="0",
                 BACKSTOP_POD_IP="127.0.0.1",
                 BACKSTOP_NODE_NAME="local",
                 BACKSTOP_RECOVERY_DIR=str(store / "recovery"),

@@ -96,6 +96,10 @@ def test_task_pod_carries_the_runtime_contract() -> None:
     ]
     assert env["BACKSTOP_PARALLELISM"] == "2" and env["BACKSTOP_CHECKPOINT_INTERVAL"] == "1.0"
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "data": 7077,
+        "metrics": 9090,
+    }
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["store"] == env["BACKSTOP_STORE"]
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}

@@ -6,6 +6,9 @@ from the input (``runtime_data.expected_counts``), not with the runtime's own co
 
 from __future__ import annotations
 
+import json
+import socket
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -106,3 +109,29 @@ def test_a_superseded_copy_is_fenced(data: Path, tmp_path: Path) -> None:
             old.kill()
     lines = output_lines(tmp_path / "out")
     assert counts_of(lines) == dict(expected_counts(data)) and len(lines) == len(set(lines))
+
+
+def test_metrics_endpoint_counts_what_the_sink_wrote(data: Path, tmp_path: Path) -> None:
+    with socket.socket() as s:  # a free port for the sink's /metrics
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    topo = LocalTopology(
+        "wordcount",
+        wordcount_spec(data, tmp_path / "out", rate=3000.0, batch=BATCH),
+        tmp_path / "store",
+    )
+    topo.env["sink-0"]["BACKSTOP_METRICS_PORT"] = str(port)
+    topo.start_all()
+    try:
+        topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True)
+        url = f"http://127.0.0.1:{port}"
+        text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+        status = json.loads(urllib.request.urlopen(f"{url}/status", timeout=10).read())
+    finally:
+        topo.stop_all()
+    values = dict(
+        line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("backstop_task_")
+    )
+    lines = output_lines(tmp_path / "out")
+    assert float(values['backstop_task_tuples_in_total{task="sink-0"}']) == len(lines)
+    assert status["eos"] is True and status["epoch"] == 1

@@ -27,6 +27,7 @@ SESSION_CONFIGMAP_SUFFIX = "-recovery"
 SESSION_MOUNT = "/etc/backstop/recovery"
 STORE_MOUNT = "/var/lib/backstop"
 DATA_PORT = 7077
+METRICS_PORT = 9090  # the task runtime's GET /metrics (Prometheus) and /status
 
 # The fixed set of Event reasons the operator posts (kopf's own log events use "Logging").
 EVENT_REASONS = frozenset(
@@ -178,7 +179,10 @@ def build_task_pod(
                 "resources": {
                     "requests": {"cpu": op.resources.cpu, "memory": op.resources.memory},
                 },
-                "ports": [{"name": "data", "containerPort": DATA_PORT}],
+                "ports": [
+                    {"name": "data", "containerPort": DATA_PORT},
+                    {"name": "metrics", "containerPort": METRICS_PORT},
+                ],
                 # a task that fails to start (a config error names the field and exits 2)
                 # shows the last lines of its log in the pod's status
                 "terminationMessagePolicy": "FallbackToLogsOnError",

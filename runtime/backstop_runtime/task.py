@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any
 
-from backstop_runtime import inputs, wire
+from backstop_runtime import httpmetrics, inputs, wire
 from backstop_runtime.api import Context, Operator, Sink, Source
 from backstop_runtime.channels import OutChannel
 from backstop_runtime.config import ConfigError, Fenced, TaskConfig
@@ -101,6 +101,9 @@ class Task:
         server = await asyncio.start_server(self._serve, host="0.0.0.0", port=self.cfg.port)
         port = server.sockets[0].getsockname()[1]
         self.store.publish_address(self.cfg.host, port)
+        web = await httpmetrics.serve(
+            int(os.environ.get("BACKSTOP_METRICS_PORT", "9090")), self.cfg.task, self._values
+        )
         node = os.environ.get("BACKSTOP_NODE_NAME") or "localhost"
         writer = MetricsWriter(
             self.cfg.metrics_dir,
@@ -131,6 +134,7 @@ class Task:
             for f in [work, stopping, *helpers]:
                 f.cancel()
             server.close()
+            web.close()
             with contextlib.suppress(Exception):
                 writer.write()
             self._status()
@@ -281,6 +285,25 @@ class Task:
         for ch in self.channels.values():
             async with ch.cond:
                 ch.cond.notify_all()
+
+    def _values(self) -> dict[str, Any]:
+        """The live values of ``/metrics`` and ``/status``."""
+        c, m = self.counters, self.metrics
+        return {
+            "tuples_in_total": c.tuples_in,
+            "tuples_out_total": c.tuples_out,
+            "dead_letters_total": c.dead_letters,
+            "checkpoints_total": m.checkpoints,
+            "checkpoint_seconds_total": m.checkpoint_seconds,
+            "replayed_batches_total": m.replayed_batches,
+            "replay_seconds_total": m.replay_seconds,
+            "round": self.round,
+            "lag_seconds": m.lag,
+            "recovery_seconds": m.recovery_seconds,
+            "epoch": self.epoch,
+            "eos": self.eos,
+            "unanswered": inputs.unanswered(),
+        }
 
     def _status(self) -> None:
         self.store.write_status(
