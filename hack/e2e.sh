@@ -7,7 +7,9 @@
 #   install    helm install charts/backstop: the operator Deployment runs on a real node, on the
 #              chart's ServiceAccount and RBAC, watching only the e2e namespace
 #   apply      kubectl apply -f examples/twitter-sentiment.yaml: every task pod Running in a real
-#              container (a containerd container ID) on a real node; no operator on the host
+#              container (a containerd container ID) on a real node; no operator on the host.
+#              Its store is the hostPath /srv/backstop (created 1777 if missing, removed again),
+#              and the example's tweet generator appends the source log there while the run lasts
 #   logs       kubectl logs of a task pod on every real node that runs tasks
 #   kill       `backstop nodes kill` of a real node with tasks (not the operator's): its kubelet
 #              and containers get SIGKILL; a RecoveryPlan is issued and every lost task is Running
@@ -53,11 +55,31 @@ wait_until() { # timeout what cmd...
   local end=$((SECONDS + t))
   until "$@" >/dev/null 2>&1; do ((SECONDS < end)) || fail "timed out after ${t}s waiting for $what"; sleep 1; done
 }
+# The example's store: a hostPath directory (every real node is on this host, so it is shared
+# storage), and the tweet log its sources replay, written by the example's generator on the host.
+STORE=/srv/backstop
+store_made=""; tweets_pid=""
+store_up() {
+  if [[ ! -d $STORE ]]; then install -d -m 1777 $STORE; store_made=$STORE; fi
+  [[ -e $STORE/twitter ]] && fail "$STORE/twitter exists: another run of the example uses the store"
+  install -d -m 1777 $STORE/twitter   # the sinks write their output next to the input
+  PYTHONPATH=$ROOT/runtime setsid python3 -m backstop_runtime.examples.tweets $STORE/twitter/input \
+    --follow --seconds 1800 > $K8S_RUN_DIR.tweets.log 2>&1 < /dev/null &
+  tweets_pid=$!
+}
+store_down() {
+  [[ -n $tweets_pid ]] && { kill "$tweets_pid" 2>/dev/null; wait "$tweets_pid" 2>/dev/null || true; }
+  tweets_pid=""
+  # what the run wrote: the tweet log, and the topology's checkpoints and registry (by uid 65532)
+  if [[ -n $store_made ]]; then rm -rf "$store_made"; else rm -rf $STORE/twitter $STORE/$TOPO $STORE/$NS 2>/dev/null || true; fi
+}
 teardown() {
   if [[ ${KEEP:-0} == 1 ]]; then echo "left running: export KUBECONFIG=$KUBECONFIG" >&2; return; fi
+  store_down
   hack/local-cluster.sh down >/dev/null 2>&1 || true
 }
 trap teardown EXIT
+trap 'exit 130' INT TERM   # so that teardown runs on Ctrl-C or kill too
 
 pods_json() { kubectl get pods -n $NS -l $GROUP/topology=$TOPO -o json; }
 # every task has a pod Running in a containerd container on a Ready real node
@@ -118,6 +140,7 @@ done
 done_phase "operator $op_pod on real node $op_node (SA $op_sa, ${op_cid:0:25}…)"
 
 phase apply "kubectl apply -f $EXAMPLE"
+if grep -q "path: $STORE" "$EXAMPLE"; then store_up; fi
 kubectl apply -n $NS -f "$EXAMPLE" >/dev/null
 wait_until 180 "$TOPO Ready" kubectl wait -n $NS --for=condition=Ready st/$TOPO --timeout=5s
 ntasks=$(kubectl get st -n $NS $TOPO -o json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["status"]["plan"]["assignment"]))')
@@ -168,6 +191,7 @@ done_phase "nothing of the release left (CRDs stay: helm never deletes them)"
 
 phase teardown "stop real nodes, kube-proxy and the control plane"
 if [[ ${KEEP:-0} != 1 ]]; then
+  store_down
   hack/local-cluster.sh down >/dev/null 2>&1
   trap - EXIT
   junk=$( { ip -o link show | grep -oE ' (bst[0-9]+):' || true

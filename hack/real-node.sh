@@ -217,6 +217,7 @@ authorization: {mode: AlwaysAllow}
 evictionHard: {}
 imageGCHighThresholdPercent: 100
 nodeStatusUpdateFrequency: 4s
+syncFrequency: 10s
 YAML
   # The node's own mount namespace: /var/log/pods, /var/lib/cni and /run/netns are private to it,
   # so its pod logs survive the other kubelets and everything it mounts dies with it.
