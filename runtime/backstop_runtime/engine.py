@@ -239,16 +239,18 @@ class BatchLog:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.entries: dict[int, dict[str, Any]] = {}
+        self._last = -1
         if path is not None and path.exists():
             with path.open() as f:
                 for line in f:
                     if line.endswith("\n"):  # a line cut by a kill is not committed
                         e = json.loads(line)
                         self.entries[int(e["r"])] = e
+                        self._last = max(self._last, int(e["r"]))
 
     @property
     def last(self) -> int:
-        return max(self.entries, default=-1)
+        return self._last
 
     @property
     def eos_round(self) -> int | None:
@@ -256,12 +258,18 @@ class BatchLog:
         last = self.last
         return last if last >= 0 and self.entries[last]["eos"] else None
 
+    def forget_before(self, r: int) -> None:
+        """Drop entries before round ``r`` from memory (the file keeps them)."""
+        for old in [k for k in self.entries if k < r and k != self.last]:
+            del self.entries[old]
+
     def append(self, r: int, state: Any, wm: float, eos: bool) -> None:
         e = {"r": r, "state": state, "wm": wm, "eos": eos, "at": time.time()}
         if self.path is not None:
             with self.path.open("a") as f:
                 f.write(json.dumps(e, separators=(",", ":")) + "\n")
         self.entries[r] = e
+        self._last = max(self._last, r)
 
 
 class SourceProcessor:

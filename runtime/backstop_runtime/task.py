@@ -425,11 +425,14 @@ class Task:
             self.store.check_fence()
 
     async def _trim_loop(self) -> None:
-        """Trim backup buffers up to the global checkpoint (see ``Store.global_checkpoint``)."""
+        """Trim backup buffers (and a source's in-memory batch log) up to the global
+        checkpoint: no replay can ask for a batch before it (``Store.global_checkpoint``)."""
         while True:
             await asyncio.sleep(0.5)
-            if self.backup and self.channels:
-                done = self.store.global_checkpoint()
+            done = self.store.global_checkpoint()
+            if self.cfg.is_source:
+                self.log.forget_before(done)
+            if self.backup:
                 for ch in self.channels.values():
                     await ch.trim(done)
 
