@@ -7,7 +7,8 @@ simulated nodes, so this module finds the script a cluster was started with and 
 
 The script installs itself (and its settings) next to the cluster's kubeconfig when the
 first real node starts, so the kubeconfig path alone tells where a cluster's real nodes
-live; ``BACKSTOP_REAL_NODE_SCRIPT`` overrides the script.
+live; before that, a local cluster (a ``pki`` folder next to its kubeconfig) uses the source
+tree's ``hack/real-node.sh``. ``BACKSTOP_REAL_NODE_SCRIPT`` overrides the script.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ class RealNodes:
         run_dir = Path(path).resolve().parent
         override = os.environ.get("BACKSTOP_REAL_NODE_SCRIPT")
         script = Path(override) if override else run_dir / SCRIPT_NAME
+        if not override and not script.is_file() and (run_dir / "pki").is_dir():
+            # a local cluster without real nodes yet: the source tree's script starts the first
+            source = Path(__file__).resolve().parents[2] / "hack" / SCRIPT_NAME
+            script = source if source.is_file() else script
         if not script.is_file():
             raise RealNodeError(
                 f"no real-node support next to {path} ({script} is missing): start the cluster "
