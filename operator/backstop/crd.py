@@ -190,7 +190,12 @@ def build_streamtopology_crd() -> dict[str, Any]:
 
 
 def build_recoveryplan_crd() -> dict[str, Any]:
-    """The ``RecoveryPlan`` CRD: one object per step of an incremental recovery."""
+    """The ``RecoveryPlan`` CRD: one object per step of a recovery or of a restore.
+
+    A restore (trigger ``Restore``) moves running tasks to bring the bound back
+    once capacity returns; its steps are RecoveryPlans too, so ``kubectl get
+    recoveryplans`` shows the whole history of moves in one place.
+    """
     spec = {
         "type": "object",
         "required": ["topology", "step"],
@@ -198,7 +203,11 @@ def build_recoveryplan_crd() -> dict[str, Any]:
             "topology": {"type": "string", "description": "The StreamTopology recovered."},
             "session": {"type": "string", "description": "The recovery session id."},
             "step": {"type": "integer", "minimum": 1},
-            "trigger": {"type": "string", "description": "NodeLost, NodeReady or NodeBack."},
+            "trigger": {
+                "type": "string",
+                "description": "NodeLost, NodeReady, NodeBack or Retry (a recovery step); "
+                "Restore (a step restoring the bound when capacity returned).",
+            },
             "algorithm": {"type": "string"},
             "lostNodes": {"type": "array", "items": {"type": "string"}},
             "assignments": {
@@ -213,6 +222,16 @@ def build_recoveryplan_crd() -> dict[str, Any]:
             "recoveredQueries": {"type": "array", "items": {"type": "string"}},
             "recoveredPriority": {"type": "number"},
             "failedPriority": {"type": "number"},
+            "worstBefore": {
+                "type": "number",
+                "nullable": True,
+                "description": "Restore: worst single-node recovery (s) before the step.",
+            },
+            "worstAfter": {
+                "type": "number",
+                "nullable": True,
+                "description": "Restore: worst single-node recovery (s) after the step.",
+            },
         },
     }
     status = {
@@ -234,10 +253,11 @@ def build_recoveryplan_crd() -> dict[str, Any]:
             _col("Trigger", "string", ".spec.trigger", "What triggered the step"),
             _col("Recovered", "number", ".spec.recoveredPriority", "Priority of queries back"),
             _col("Failed", "number", ".spec.failedPriority", "Priority of queries that failed"),
+            _col("Worst", "number", ".spec.worstAfter", "Restore: worst recovery after (s)"),
             _col("Phase", "string", ".status.phase", "Issued, Applied, Completed"),
             _col("Age", "date", ".metadata.creationTimestamp", "Age"),
         ],
-        description="One step of an incremental, query-centric recovery.",
+        description="One step of an incremental recovery, or of restoring the bound.",
     )
 
 

@@ -27,6 +27,7 @@ from backstop.kubeio import Kube
 from backstop.manifests import EVENT_REASONS, LABEL_TOPOLOGY, Owner, conditions_changed, merge_patch
 from backstop.nodesim import node_is_ready
 from backstop.planning import current_assignment, desired_pods, diff_pods, plan_topology
+from backstop.restore import restore_tick
 from backstop.spec import (
     GROUP,
     VERSION,
@@ -359,8 +360,9 @@ def _supervise(
 
     About once a second: detect lost/returned/new Ready nodes from the node
     index and advance the recovery session (recorded in the status before any
-    pod is touched), converge the pods to the recorded plan, and rewrite the
-    conditions when they change. Quiet unless something happens.
+    pod is touched), drain cordoned nodes, restore a broken bound when capacity
+    allows (:mod:`backstop.restore`), converge the pods to the recorded plan,
+    and rewrite the conditions when they change. Quiet unless something happens.
     """
     assert namespace is not None
     pods_index: kopf.Index[tuple[str | None, str], Any] = kwargs["pods_by_topology"]
@@ -389,8 +391,11 @@ def _supervise(
                     emit=emit,
                 )
                 with topology_lock(namespace, name):
-                    obj = recovery_tick(tick) or drain_tick(
-                        tick, list(pods_index.get((namespace, name), []))
+                    indexed = list(pods_index.get((namespace, name), []))
+                    obj = (
+                        recovery_tick(tick)
+                        or drain_tick(tick, indexed)
+                        or restore_tick(tick, indexed)
                     )
                     if obj is not None:
                         current = dict(obj.get("status") or {})

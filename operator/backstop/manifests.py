@@ -41,6 +41,9 @@ EVENT_REASONS = frozenset(
         "TaskRecovered",
         "Recovered",
         "BoundViolated",
+        "RestorePlanned",
+        "RestoreStep",
+        "BoundRestored",
         "Reoptimized",
     }
 )

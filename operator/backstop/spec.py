@@ -137,7 +137,11 @@ class RecoveryPolicy(_Model):
     correlated_threshold: int = Field(2, ge=1, description="Lost nodes that make it correlated.")
     window_seconds: float = Field(60.0, ge=0, description="Losses within it join one session.")
     algorithm: str = Field("auto", description="Recovery scheduling algorithm.")
-    replan_on_violation: bool = Field(True, description="Re-plan if the bound breaks after.")
+    replan_on_violation: bool = Field(
+        True,
+        description="Whenever the bound is broken (after a recovery, say), restore it as soon "
+        "as capacity allows: re-plan with the fewest moved pods and move a few at a time.",
+    )
 
 
 class ReplicationPolicy(_Model):

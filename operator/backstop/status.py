@@ -101,6 +101,7 @@ def derive_conditions(
     plan = status.get("plan") or {}
     problem = status.get("problem")
     recovery = status.get("recovery") or {}
+    restore = status.get("restore") or {}
     out: list[dict[str, Any]] = []
     if problem and problem.get("generation") == generation:
         reason, message = problem["reason"], problem["message"]
@@ -137,14 +138,28 @@ def derive_conditions(
                 generation,
             )
         )
+    elif restore.get("active") and restore.get("generation") == generation:
+        steps = len(restore.get("steps") or [])
+        out.append(
+            build_condition(
+                "BoundSatisfied",
+                False,
+                "Restoring",
+                f"worst single-node failure recovers in {worst:g}s (bound {bound:g}s); "
+                f"restore step {restore.get('issued', 0)}/{steps}: {restore.get('message', '')}",
+                generation,
+            )
+        )
     else:
         ok = bool(plan.get("boundSatisfied"))
+        waiting = restore.get("message") if restore.get("phase") == "Waiting" and not ok else ""
         out.append(
             build_condition(
                 "BoundSatisfied",
                 ok,
                 "WithinBound" if ok else "BoundViolated",
-                f"worst single-node failure recovers in {worst:g}s (bound {bound:g}s)",
+                f"worst single-node failure recovers in {worst:g}s (bound {bound:g}s)"
+                + (f"; {waiting}" if waiting else ""),
                 generation,
             )
         )

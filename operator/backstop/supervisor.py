@@ -31,10 +31,10 @@ from backstop.incidents import (
 )
 from backstop.kubeio import Kube
 from backstop.manifests import ANN_HASH, Owner, merge_patch
-from backstop.planning import desired_pods, diff_pods, per_node_worst, plan_topology
+from backstop.planning import desired_pods, diff_pods, per_node_worst
 from backstop.spec import StreamTopologySpec
-from backstop.status import PodState, build_plan_status, conditions_patch
-from planners import PlannerError, TaskGraph
+from backstop.status import PodState, conditions_patch
+from planners import TaskGraph
 from planners.recovery import fill_leftover, free_capacity, schedule_recovery
 
 RETRY_SECONDS = 10.0
@@ -228,54 +228,8 @@ def recovery_tick(t: Tick, now: float | None = None) -> dict[str, Any] | None:
                 f"{t.model.recovery_latency_bound:g}s",
                 True,
             )
-            if policy.replan_on_violation:
-                obj = replan(t, dict(obj.get("status") or {})) or obj
-    return obj
-
-
-def replan(t: Tick, status: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Re-plan backups and placement on the nodes available now (after a recovery).
-
-    The recovered placement keeps every task running but may no longer keep the
-    bound; a full plan restores the guarantee at the price of moving some pods
-    (only those whose node or role changes). Returns the written object, or
-    ``None`` if no plan on the current nodes keeps the bound.
-    """
-    plan = dict(status.get("plan") or {})
-    view = t.kube.view(t.owner.namespace, t.owner.name, t.model.topology_key, t.model.node_selector)
-    try:
-        fresh = plan_topology(t.model, t.graph, view.nodes, current=plan.get("assignment"))
-    except PlannerError as err:
-        t.emit("BoundViolated", f"no placement on the current nodes keeps the bound: {err}", True)
-        return None
-    new_plan = build_plan_status(t.generation, t.graph, fresh)
-    if "specHash" in plan:
-        new_plan["specHash"] = plan["specHash"]
-    if "replicas" in plan:  # keep replicas that still avoid their primary's node
-        primary = new_plan["assignment"]
-        kept = {
-            task: [n for n in nodes if n != primary.get(task)]
-            for task, nodes in plan["replicas"].items()
-        }
-        new_plan["replicas"] = {task: nodes for task, nodes in kept.items() if nodes}
-        new_plan["replicated"] = sorted(new_plan["replicas"])
-        new_plan["availability"] = plan.get("availability")
-    message = (status.get("recovery") or {}).get("message", "")
-    obj = t.kube.patch_status_returning(
-        t.owner.namespace,
-        t.owner.name,
-        {
-            "plan": merge_patch(plan, new_plan),
-            "recovery": {"message": f"{message}; re-planned to keep the bound"},
-        },
-    )
-    t.emit(
-        "Planned",
-        f"re-planned after recovery: {new_plan['backupCount']} backups, "
-        f"{new_plan['nodesUsed']} nodes, worst recovery {new_plan['worstRecoveryLatency']:g}s "
-        f"(bound {new_plan['bound']:g}s), {fresh.moved} pods move",
-        False,
-    )
+            # backstop.restore takes over: it re-plans with the fewest moves whenever usable
+            # capacity changes, and moves a few pods at a time
     return obj
 
 
@@ -381,7 +335,8 @@ def drain_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> dict[str, Any] | No
     """
     plan = t.status.get("plan") or {}
     rec = t.status.get("recovery") or {}
-    if plan.get("generation") != t.generation or rec.get("active"):
+    restoring = (t.status.get("restore") or {}).get("active")
+    if plan.get("generation") != t.generation or rec.get("active") or restoring:
         return None
     assignment: dict[str, str] = dict(plan.get("assignment") or {})
     cordoned = {n for n in set(assignment.values()) if n in t.nodes and t.nodes[n].cordoned}
