@@ -18,7 +18,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import tarfile
@@ -43,42 +42,23 @@ from tests.kubetools import (
     stop_operator,
     wait_for,
 )
+from tests.realnodes import (
+    CACHE,
+    containerd_socket,
+    node_processes,
+    process_gone,
+    real_node,
+    require_root,
+    task_pids,
+)
 
 pytestmark = pytest.mark.cluster
 
-SCRIPT = ROOT / "hack" / "real-node.sh"
-CACHE = Path(os.environ.get("BACKSTOP_CACHE", Path.home() / ".cache" / "backstop"))
 TASK_IMAGE = "backstop/test-task:1"
 POOL = "test.backstop.dev/real-pool"
 
 
 # ---------------------------------------------------------------- fixtures
-def _require_root() -> None:
-    if os.geteuid() == 0:
-        return
-    reason = "real nodes need root (kubelet, containerd, bridges, iptables)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason}: CI must run these tests as root")
-    pytest.skip(reason)
-
-
-def real_node(
-    run_dir: Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None
-) -> str:
-    """Run ``hack/real-node.sh ARGS`` for the test cluster; fail with its output."""
-    env = {**os.environ, "K8S_RUN_DIR": str(run_dir), **(env or {})}
-    proc = subprocess.run(
-        ["bash", str(SCRIPT), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, f"real-node.sh {' '.join(args)}:\n{proc.stdout}{proc.stderr}"
-    return proc.stdout
-
-
 def task_image(dest: Path) -> Path:
     """A one-layer image archive: Debian's static busybox, printing who it is, then sleeping.
 
@@ -130,7 +110,7 @@ def real_nodes(
     cluster: str, kube: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[str]]:
     """Two real nodes in the test cluster, with the test task image; removed afterwards."""
-    _require_root()
+    require_root()
     core = client.CoreV1Api(kube)
     endpoint = core.read_namespaced_endpoints("kubernetes", "default").subsets[0].addresses[0].ip
     if endpoint.startswith("127."):
@@ -153,25 +133,6 @@ def real_nodes(
     finally:
         for name in names:
             real_node(run_dir, "down", name)
-
-
-def containerd_socket(cluster: str, node: str) -> str:
-    port = re.search(r"server: https://[^:]+:(\d+)", Path(cluster).read_text())
-    assert port is not None
-    return f"/run/backstop-{port.group(1)}/{node}/containerd.sock"
-
-
-def task_pids(sock: str) -> dict[str, int]:
-    """Container id -> host PID of its init process, from the node's containerd."""
-    out = subprocess.run(
-        ["ctr", "-a", sock, "-n", "k8s.io", "tasks", "ls"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    ).stdout
-    rows = [line.split() for line in out.splitlines()[1:] if line.strip()]
-    return {row[0]: int(row[1]) for row in rows}
 
 
 def busybox_pod(name: str, node: str, command: str) -> dict[str, Any]:
@@ -199,27 +160,6 @@ def container_id(core: client.CoreV1Api, namespace: str, name: str) -> str | Non
         return None
     cid = statuses[0].container_id or ""
     return cid if cid.startswith("containerd://") else None
-
-
-def process_gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return True
-    return state in ("Z", "X")  # a zombie holds no resources and runs nothing
-
-
-def node_processes(sock: str, node: str) -> list[int]:
-    """Host PIDs of the node's kubelet, containerd and shims (matched by their own sockets)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if f"--hostname-override={node} " in cmd or f"-address {sock} " in cmd:
-                found.append(int(proc.name))
-    return [p for p in found if not process_gone(p)]
 
 
 # ---------------------------------------------------------------- tests
