@@ -13,6 +13,7 @@ recovery no worse than the step before.
 from __future__ import annotations
 
 import itertools
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +25,7 @@ from backstop.nodesim import Simulator
 from backstop.spec import GROUP, VERSION, cpu_cores, expand, parse_spec
 from planners import TaskGraph
 from planners.evaluate import check_plan, worst_node_failure
-from tests.kubetools import Env, condition, node_ready, topology_env, wait_for
+from tests.kubetools import ROOT, Env, condition, node_ready, topology_env, wait_for
 from tests.test_node_loss import POOL, Pool, plans, recovery
 
 pytestmark = pytest.mark.cluster
@@ -72,9 +73,7 @@ def chains_topology(name: str, pool: str, *, parallelism: int = 3) -> dict[str, 
                 "reprocessingLatency": latency,
                 **op,
                 **(
-                    {"inputs": [{"operator": stages[k - 1][0], "grouping": "forward"}]}
-                    if k
-                    else {}
+                    {"inputs": [{"operator": stages[k - 1][0], "grouping": "forward"}]} if k else {}
                 ),
             }
         )
@@ -121,7 +120,8 @@ def restore_plans(env: Env, name: str) -> list[dict[str, Any]]:
 def reasons(env: Env, name: str) -> list[str]:
     events = env.core.list_namespaced_event(env.namespace).items
     return [
-        e.reason for e in sorted(events, key=lambda e: e.metadata.creation_timestamp)
+        e.reason
+        for e in sorted(events, key=lambda e: e.metadata.creation_timestamp)
         if e.involved_object.name == name
     ]
 
@@ -216,3 +216,24 @@ def test_bound_broken_by_a_node_loss_is_restored_with_minimal_safe_moves(
         if p.metadata.deletion_timestamp is None
     }
     assert pods == final
+    _transcript(env, name, took, len(moved), len(steps))
+
+
+def _transcript(env: Env, name: str, took: float, moved: int, steps: int) -> None:
+    """What a user sees (``pytest -s`` shows it; the README quotes it)."""
+    kubectl = ROOT / ".tools" / "bin" / "kubectl"
+    print(f"\nbound restored {took:.1f}s after the node turned Ready: {moved} pods, {steps} steps")
+    if not kubectl.exists():
+        return
+    for args in (
+        ["get", "st,recoveryplans"],
+        ["get", "events", "--field-selector", "involvedObject.kind=StreamTopology",
+         "--sort-by=.lastTimestamp", "-o", "custom-columns=REASON:.reason,MESSAGE:.message"],
+    ):  # fmt: skip
+        out = subprocess.run(
+            [str(kubectl), "--kubeconfig", env.kubeconfig, "-n", env.namespace, *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        print(f"$ kubectl {' '.join(args)}\n{out.stdout}")
