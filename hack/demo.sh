@@ -146,6 +146,9 @@ for cpu in 1 2 4; do
   [[ $active == "false" ]] && break
 done
 kubectl wait -n "$NS" st/twitter-sentiment --for=condition=Ready --timeout=90s >/dev/null
+# a recovered placement that breaks the bound is restored with the fewest moves (issue 19)
+kubectl wait -n "$NS" st/twitter-sentiment --for=condition=BoundSatisfied --timeout=90s >/dev/null || true
+kubectl wait -n "$NS" st/twitter-sentiment --for=condition=Ready --timeout=90s >/dev/null
 
 step "recovered: final placement and the bound"
 run kubectl get -n "$NS" st
