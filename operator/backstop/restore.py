@@ -247,22 +247,9 @@ def _attempt(
             batch=RESTORE_BATCH,
         )
     except Infeasible as err:
-        waiting = {
-            "active": False,
-            "phase": "Waiting",
-            "attempts": attempts,
-            "capacityKey": key,
-            "message": f"waiting for capacity: {err}",
-        }
-        obj = _write(t, plan, plan, waiting)
-        t.emit(
-            "BoundViolated",
-            f"worst single-node recovery {plan.get('worstRecoveryLatency', 0):g}s > bound "
-            f"{bound:g}s; no placement on the {len(view.nodes)} usable nodes restores it "
-            "yet: waiting for capacity",
-            True,
-        )
-        return obj
+        return _wait(t, plan, attempts, key, str(err), len(view.nodes))
+    if not rp.steps:  # nothing to move can restore it (the bound check disagrees): wait
+        return _wait(t, plan, attempts, key, "no move restores the bound", len(view.nodes))
     record = restore_record(
         rp, graph=t.graph, generation=t.generation, attempts=attempts, key=key, now=now
     )
@@ -273,6 +260,28 @@ def _attempt(
         False,
     )
     return _issue(t, plan, record)
+
+
+def _wait(
+    t: Tick, plan: Mapping[str, Any], attempts: int, key: str, why: str, usable: int
+) -> dict[str, Any]:
+    """Record that no placement on this capacity restores the bound; say so once per capacity."""
+    waiting = {
+        "active": False,
+        "phase": "Waiting",
+        "attempts": attempts,
+        "capacityKey": key,
+        "message": f"waiting for capacity: {why}",
+    }
+    obj = _write(t, plan, plan, waiting)
+    t.emit(
+        "BoundViolated",
+        f"worst single-node recovery {plan.get('worstRecoveryLatency', 0):g}s > bound "
+        f"{t.model.recovery_latency_bound:g}s; no placement on the {usable} usable nodes "
+        "restores it yet: waiting for capacity",
+        True,
+    )
+    return obj
 
 
 def _issue(t: Tick, plan: Mapping[str, Any], rst: dict[str, Any]) -> dict[str, Any]:
@@ -342,9 +351,8 @@ def _finish(t: Tick, plan: Mapping[str, Any], rst: dict[str, Any], now: float) -
         "completedAt": epoch_rfc3339(now),
         "durationSeconds": round(took, 3),
         "message": message,
+        "capacityKey": None,  # a later violation is looked at at once, whatever the capacity
     }
-    if not ok:
-        done["capacityKey"] = None  # look again at once
     obj = _write(t, plan, plan, done)
     t.emit("BoundRestored" if ok else "BoundViolated", message, not ok)
     return obj
