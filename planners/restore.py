@@ -102,6 +102,7 @@ def min_migration(
     backups: Iterable[str] | None,
     hint: Mapping[str, str] | None = None,
     time_limit: float = 2.0,
+    max_nodes: int | None = None,
 ) -> Migration:
     """The valid placement that moves the fewest tasks away from ``current``.
 
@@ -125,6 +126,8 @@ def min_migration(
         A valid placement to start from (e.g. the heuristic re-plan); optional.
     time_limit:
         Nominal seconds of CP-SAT work (deterministic).
+    max_nodes:
+        At most this many nodes used (consolidation); ``None``: no limit.
 
     Returns
     -------
@@ -190,6 +193,8 @@ def min_migration(
             model.add_implication(x[i][j], y[j])
     for j in range(m):
         model.add(sum(w_int[i] * x[i][j] for i in range(n)) <= cap_int[j])
+    if max_nodes is not None:
+        model.add(sum(y) <= max_nodes)
     for members in _group_columns(slots):
         if len(members) == 1:
             col = [x[i][members[0]] for i in range(n)]

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from planners import Infeasible, TaskGraph
+from planners.consolidate import plan_consolidation
 from planners.evaluate import check_plan, worst_node_failure
 from planners.migration import current_still_valid, place_min_migration
 from planners.placement import Node, NodePool
@@ -222,3 +223,45 @@ def test_a_replan_of_an_invalid_placement_moves_as_few_tasks_as_brute_force(
     )
     assert reference is not None
     assert sum(1 for t in graph.tasks if current[t] != plan.assignment[t]) == reference
+
+
+@SETTINGS
+@given(inst=tiny(), batch=st.integers(1, 3))
+def test_consolidation_keeps_the_bound_at_every_step_and_moves_as_few_as_brute_force(
+    inst: tuple[TaskGraph, list[Node], dict[str, str], float, list[str]], batch: int
+) -> None:
+    """Scale-down: fewer nodes, and no moment in which one node failure breaks the bound."""
+    graph, nodes, _, bound, backups = inst
+    capacity = {n.name: n.cpu for n in nodes}
+    # a valid but spread-out placement in force: one task per node, round robin
+    names = sorted(capacity)
+    current = {t: names[i % len(names)] for i, t in enumerate(graph.tasks)}
+    assume(
+        not check_plan(graph, bound=bound, backups=backups, assignment=current, capacity=capacity)
+    )
+    plan = plan_consolidation(graph, nodes, current, bound=bound, backups=backups, batch=batch)
+    if plan is None:
+        return
+    state = dict(current)
+    for step in plan.steps:
+        assert len(step.moves) <= max(batch, 2) or step is plan.steps[-1]
+        state.update(step.moves)
+        assert not check_plan(
+            graph, bound=bound, backups=backups, assignment=state, capacity=capacity
+        ), step
+    assert state == plan.assignment
+    k = len(set(plan.assignment.values()))
+    assert k < len(set(current.values()))
+    best = min(
+        sum(1 for t, n in zip(graph.tasks, combo, strict=True) if current[t] != n)
+        for combo in itertools.product(names, repeat=len(graph))
+        if len(set(combo)) <= k
+        and not check_plan(
+            graph,
+            bound=bound,
+            backups=backups,
+            assignment=dict(zip(graph.tasks, combo, strict=True)),
+            capacity=capacity,
+        )
+    )
+    assert len(plan.moved) == best
