@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 
 from planners import PlannerError, TaskGraph
 from planners.backups import BACKUP_ALGORITHMS, plan_backups
+from planners.consolidate import plan_consolidation
 from planners.evaluate import check_plan, worst_correlated_failure, worst_task_failure
 from planners.placement import PLACEMENT_ALGORITHMS, Node, NodePool, place, plan_joint
 from planners.recovery import RECOVERY_ALGORITHMS, check_recovery, schedule_recovery
@@ -163,6 +164,30 @@ def run_all(case: Case, nodes_order: list[int] | None = None) -> dict[str, Any]:
         return plan
 
     out["restore/min-migration"] = _attempt(restore)
+
+    # consolidation: the tasks spread round robin over every node, onto fewer if it can
+    names = sorted(n.name for n in nodes)
+    spread = {t: names[i % len(names)] for i, t in enumerate(graph.tasks)}
+
+    def consolidate() -> Any:
+        plan = plan_consolidation(
+            graph, nodes, spread, bound=bound, backups=joint_backups, time_limit=BUDGET
+        )
+        if plan is not None:
+            state = dict(spread)
+            for step in plan.steps:  # every intermediate state keeps the bound
+                state.update(step.moves)
+                violations = check_plan(
+                    graph,
+                    bound=bound,
+                    backups=joint_backups,
+                    assignment=state,
+                    capacity=capacity,
+                )
+                assert not violations, ("consolidate", violations[0].message)
+        return plan
+
+    out["consolidate/min-migration"] = _attempt(consolidate)
 
     failed = [graph.tasks[i] for i in case["failed"] if i < len(graph)]
     for name in RECOVERY_ALGORITHMS:
