@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,3 +115,21 @@ def real_node_pool(
     finally:
         for name in names:
             real_node(run_dir, "down", name, env=env)
+
+
+def build_runtime_image() -> Path:
+    """``IMAGES=runtime hack/images.sh`` (cached: seconds); a folder with only its archive."""
+    env = {**os.environ, "IMAGES": "runtime", "K8S_RUN_DIR": str(CACHE / "no-cluster")}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "hack" / "images.sh")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, f"hack/images.sh:\n{proc.stdout}{proc.stderr[-4000:]}"
+    only = Path(tempfile.mkdtemp(prefix="backstop-runtime-image-"))
+    for name in ("runtime.tar", "runtime.id"):
+        (only / name).symlink_to(CACHE / "images" / "load" / name)
+    return only

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -42,7 +41,6 @@ from typer.testing import CliRunner
 from backstop.cli import app
 from backstop.spec import GROUP, VERSION
 from tests.kubetools import (
-    ROOT,
     create_namespace,
     install_crds,
     node_ready,
@@ -51,7 +49,7 @@ from tests.kubetools import (
     wait_for,
 )
 from tests.realnodes import (
-    CACHE,
+    build_runtime_image,
     containerd_socket,
     process_gone,
     real_node_pool,
@@ -66,24 +64,6 @@ POOL = "test.backstop.dev/wordcount-pool"
 IN_POD = "/var/lib/backstop"  # where every task pod mounts spec.store
 REF_RATE, KILL_RATE = 2000.0, 120.0  # records/s per source task
 FILES, PER_FILE = 2, 3000  # one input file per source task: the killed run lasts ~25 s
-
-
-def build_runtime_image() -> Path:
-    """``IMAGES=runtime hack/images.sh`` (cached: seconds); a folder with only its archive."""
-    env = {**os.environ, "IMAGES": "runtime", "K8S_RUN_DIR": str(CACHE / "no-cluster")}
-    proc = subprocess.run(
-        ["bash", str(ROOT / "hack" / "images.sh")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, f"hack/images.sh:\n{proc.stdout}{proc.stderr[-4000:]}"
-    only = Path(tempfile.mkdtemp(prefix="backstop-runtime-image-"))
-    for name in ("runtime.tar", "runtime.id"):
-        (only / name).symlink_to(CACHE / "images" / "load" / name)
-    return only
 
 
 @dataclass
