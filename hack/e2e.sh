@@ -118,7 +118,9 @@ REAL_NODES=$NODES REAL_NODE_PREFIX=e2e hack/local-cluster.sh up > $K8S_RUN_DIR.u
 sed 's/^/    /' $K8S_RUN_DIR.up.log >&2
 kubectl apply -f crds/ >/dev/null
 kubectl create namespace $NS >/dev/null
-wait_until 30 "the default ServiceAccount of $NS" kubectl get sa default -n $NS
+# pods are refused until the namespace's default ServiceAccount has its token (admission)
+wait_until 30 "the default ServiceAccount of $NS and its token" \
+  bash -c "kubectl get sa default -n $NS -o jsonpath='{.secrets[0].name}' | grep -q ."
 done_phase "$(kubectl get nodes -l backstop.dev/node-kind=real --no-headers | wc -l) real nodes Ready"
 
 phase install "helm install $RELEASE charts/backstop"

@@ -44,23 +44,24 @@ def wait_for(pred: Callable[[], T], timeout: float, what: str, interval: float =
 
 
 def create_namespace(core: client.CoreV1Api, name: str, timeout: float = 30) -> None:
-    """Create a namespace and wait for its ``default`` ServiceAccount.
+    """Create a namespace and wait for its ``default`` ServiceAccount and that account's token.
 
     With the ServiceAccount admission plugin on (as on any real cluster), the API server
-    refuses pods in a namespace until the token controller has created that account.
+    refuses pods in a namespace until the ServiceAccount controller has created that account
+    and the token controller has given it a token Secret ("No API token found").
     """
     core.create_namespace({"metadata": {"name": name}})
 
-    def has_default() -> bool:
+    def has_token() -> bool:
         try:
-            core.read_namespaced_service_account("default", name)
+            sa = core.read_namespaced_service_account("default", name)
         except ApiException as err:
             if err.status == 404:
                 return False
             raise
-        return True
+        return bool(sa.secrets)
 
-    wait_for(has_default, timeout, f"the default ServiceAccount of namespace {name}", 0.2)
+    wait_for(has_token, timeout, f"the default ServiceAccount of namespace {name}", 0.2)
 
 
 def install_crds(api: client.ApiClient) -> None:
