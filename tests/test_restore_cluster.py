@@ -237,3 +237,65 @@ def _transcript(env: Env, name: str, took: float, moved: int, steps: int) -> Non
             check=False,
         )
         print(f"$ kubectl {' '.join(args)}\n{out.stdout}")
+
+
+def test_consolidation_onto_fewer_nodes_keeps_the_bound_at_every_step(env: Env, pool: Pool) -> None:
+    """Scale-down with ``apply: auto``: a larger node arrives, fewer nodes suffice, and the
+    tasks move there a few at a time, every intermediate placement keeping the bound."""
+    small = [pool.add("750m") for _ in range(3)]
+    pool.wait_ready()
+    name = "consolidate"
+    doc = chains_topology(name, pool.name, parallelism=2)
+    doc["spec"]["reoptimization"] = {"apply": "auto"}
+    env.create(doc)
+    obj = env.wait_condition(name, "Ready", "True")
+    graph = expand(parse_spec(obj["spec"]))
+    bound = float(obj["spec"]["recoveryLatencyBound"])
+    before = dict(obj["status"]["plan"]["assignment"])
+    backups = list(obj["status"]["plan"]["backups"])
+    assert set(before.values()) == set(small), "eight 250m tasks need three 750m nodes"
+    time.sleep(3)
+    assert consolidation_plans(env, name) == [], "no capacity change: nothing moves"
+
+    big = pool.add("4")
+    pool.wait_ready([big])
+    wait_for(
+        lambda: (env.get(name)["status"].get("restore") or {}).get("phase") == "Consolidated",
+        120,
+        "the consolidation to finish",
+    )
+    obj = env.wait_condition(name, "Ready", "True", timeout=60)
+    final = dict(obj["status"]["plan"]["assignment"])
+    alloc = {n: 0.75 for n in small} | {big: 4.0}
+    steps = consolidation_plans(env, name)
+    assert steps
+    state = dict(before)
+    for rp in steps:  # every intermediate placement keeps the bound and fits
+        state.update({a["task"]: a["node"] for a in rp["spec"]["assignments"]})
+        violations = check_plan(
+            graph, bound=bound, backups=backups, assignment=state, capacity=alloc
+        )
+        assert not violations, (rp["spec"]["step"], violations[0].message)
+    assert state == final
+    used = len(set(final.values()))
+    assert used < len(set(before.values()))
+    moved = sum(1 for t in graph.tasks if before[t] != final[t])
+    best = len(graph) + 1
+    for combo in itertools.product(sorted(alloc), repeat=len(graph)):
+        if len(set(combo)) > used:
+            continue
+        assignment = dict(zip(graph.tasks, combo, strict=True))
+        n_moved = sum(1 for t in graph.tasks if before[t] != assignment[t])
+        if n_moved < best and not check_plan(
+            graph, bound=bound, backups=backups, assignment=assignment, capacity=alloc
+        ):
+            best = n_moved
+    assert moved == best
+    seen = reasons(env, name)
+    assert "Consolidated" in seen and "BoundViolated" not in seen
+    bound_ok = condition(obj, "BoundSatisfied")
+    assert bound_ok is not None and bound_ok["status"] == "True"
+
+
+def consolidation_plans(env: Env, name: str) -> list[dict[str, Any]]:
+    return [p for p in plans(env, name) if p["spec"]["trigger"] == "Consolidate"]

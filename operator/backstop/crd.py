@@ -206,7 +206,8 @@ def build_recoveryplan_crd() -> dict[str, Any]:
             "trigger": {
                 "type": "string",
                 "description": "NodeLost, NodeReady, NodeBack or Retry (a recovery step); "
-                "Restore (a step restoring the bound when capacity returned).",
+                "Restore (a step restoring the bound when capacity returned); Consolidate "
+                "(a step onto fewer nodes, apply: auto).",
             },
             "algorithm": {"type": "string"},
             "lostNodes": {"type": "array", "items": {"type": "string"}},

@@ -44,6 +44,7 @@ EVENT_REASONS = frozenset(
         "RestorePlanned",
         "RestoreStep",
         "BoundRestored",
+        "Consolidated",
         "Reoptimized",
     }
 )

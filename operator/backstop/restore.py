@@ -32,8 +32,10 @@ from typing import Any
 from backstop.incidents import build_recoveryplan, epoch_rfc3339, recoveryplan_name
 from backstop.manifests import merge_patch
 from backstop.planning import desired_pods, per_node_worst
+from backstop.spec import ApplyMode
 from backstop.supervisor import Tick, pods_match
 from planners import Infeasible, TaskGraph
+from planners.consolidate import plan_consolidation
 from planners.placement import Node
 from planners.restore import RESTORE_BATCH, RestorePlan, plan_restore
 
@@ -41,12 +43,16 @@ RESTORE_TIME_LIMIT = 2.0
 """Planner budget of one restore attempt, in nominal seconds (a deterministic work limit)."""
 POLL_SECONDS = 5.0
 """While the bound is broken and no node changed, look at the pods' free CPU this often."""
-TRIGGER = "Restore"
-"""The ``spec.trigger`` of the RecoveryPlans a restore writes."""
+RESTORE = "Restore"
+"""Purpose (and RecoveryPlan ``spec.trigger``) of moves that bring a broken bound back."""
+CONSOLIDATE = "Consolidate"
+"""Purpose (and trigger) of moves onto fewer nodes while the bound holds (``apply: auto``)."""
 
 _EPS = 1e-9
 _looked: dict[str, tuple[str, float]] = {}
 """Per topology uid: the node key last looked at and when (a cache: a restart just looks again)."""
+_no_gain: dict[str, str] = {}
+"""Per topology uid: the capacity key on which consolidation found nothing to gain."""
 
 
 def node_key(t: Tick) -> str:
@@ -71,13 +77,21 @@ def capacity_key(nodes: Sequence[Node]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def next_action(plan: Mapping[str, Any], restore: Mapping[str, Any], generation: int) -> str:
+def next_action(
+    plan: Mapping[str, Any],
+    restore: Mapping[str, Any],
+    generation: int,
+    *,
+    consolidate: bool = False,
+) -> str:
     """What the restore does next, from the recorded facts alone.
 
     ``"supersede"`` (a spec change re-planned under a running restore),
     ``"issue"`` (the next step), ``"finish"`` (every step has landed),
-    ``"plan"`` (the bound is broken and no restore runs), or ``"none"``.
-    The caller issues or finishes only once the previous step's pods run.
+    ``"plan"`` (the bound is broken and no restore runs), ``"consolidate"``
+    (the bound holds and ``consolidate`` allows looking for fewer nodes), or
+    ``"none"``. The caller issues or finishes only once the previous step's
+    pods run.
 
     Examples
     --------
@@ -90,22 +104,37 @@ def next_action(plan: Mapping[str, Any], restore: Mapping[str, Any], generation:
     'finish'
     >>> next_action({}, {"active": True, "generation": 1}, 2)
     'supersede'
+    >>> next_action({"boundSatisfied": True}, {}, 1, consolidate=True)
+    'consolidate'
     """
     if restore.get("active"):
         if restore.get("generation") != generation:
             return "supersede"
         return "issue" if restore.get("issued", 0) < len(restore.get("steps") or []) else "finish"
-    if plan.get("boundSatisfied", True):
-        return "none"
-    return "plan"
+    if not plan.get("boundSatisfied", True):
+        return "plan"
+    return "consolidate" if consolidate else "none"
 
 
 def restore_record(
-    rp: RestorePlan, *, graph: TaskGraph, generation: int, attempts: int, key: str, now: float
+    rp: RestorePlan,
+    *,
+    graph: TaskGraph,
+    generation: int,
+    attempts: int,
+    key: str,
+    now: float,
+    purpose: str = RESTORE,
 ) -> dict[str, Any]:
-    """``status.restore`` for a new restore: every step, recorded before any pod moves."""
+    """``status.restore`` for a new restore: every step, recorded before any pod moves.
+
+    ``purpose`` is :data:`RESTORE` (the bound is broken) or :data:`CONSOLIDATE`
+    (it holds, and fewer nodes would keep it).
+    """
+    what = "restoring the bound" if purpose == RESTORE else "consolidating onto fewer nodes"
     return {
-        "id": f"r{int(now)}",
+        "id": f"{'r' if purpose == RESTORE else 'c'}{int(now)}",
+        "purpose": purpose,
         "active": True,
         "phase": "Moving",
         "generation": generation,
@@ -120,8 +149,9 @@ def restore_record(
         "worstTarget": round(rp.worst, 6),
         "steps": [{"moves": dict(s.moves), "worst": round(s.worst, 6)} for s in rp.steps],
         "issued": 0,
+        "nodesTarget": len(set(rp.assignment.values())),
         "message": (
-            f"restoring the bound: {len(rp.moved)} pods move in {len(rp.steps)} steps, "
+            f"{what}: {len(rp.moved)} pods move in {len(rp.steps)} steps, "
             f"worst single-node recovery {rp.worst_before:g}s -> {rp.worst:g}s"
         ),
     }
@@ -197,7 +227,9 @@ def restore_tick(
         return None
     if (t.status.get("recovery") or {}).get("active") or not t.model.recovery.replan_on_violation:
         return None
-    action = next_action(plan, rst, t.generation)
+    policy = t.model.reoptimization
+    consolidate = policy is not None and policy.apply is ApplyMode.auto
+    action = next_action(plan, rst, t.generation, consolidate=consolidate)
     if action == "supersede":
         rst.update(active=False, phase="Superseded", message="a new plan replaced this restore")
         return _write(t, plan, plan, rst)
@@ -207,7 +239,7 @@ def restore_tick(
         return _issue(t, plan, rst)
     if action == "finish":
         return _finish(t, plan, rst, now)
-    return _attempt(t, plan, rst, now)
+    return _attempt(t, plan, rst, now, RESTORE if action == "plan" else CONSOLIDATE)
 
 
 def _write(
@@ -222,7 +254,7 @@ def _write(
 
 
 def _attempt(
-    t: Tick, plan: Mapping[str, Any], rst: dict[str, Any], now: float
+    t: Tick, plan: Mapping[str, Any], rst: dict[str, Any], now: float, purpose: str
 ) -> dict[str, Any] | None:
     """Re-plan if usable capacity changed since the last attempt; start moving if it can."""
     nkey = node_key(t)
@@ -232,26 +264,48 @@ def _attempt(
     _looked[t.owner.uid] = (nkey, now)
     view = t.kube.view(t.owner.namespace, t.owner.name, t.model.topology_key, t.model.node_selector)
     key = capacity_key(view.nodes)
-    if key == rst.get("capacityKey"):
-        return None  # the same capacity gives the same answer (the planners are deterministic)
+    # the same capacity gives the same answer (the planners are deterministic)
+    if key == (rst.get("capacityKey") if purpose == RESTORE else _no_gain.get(t.owner.uid)):
+        return None
     bound = t.model.recovery_latency_bound
+    backups = list(plan.get("backups") or [])
     attempts = int(rst.get("attempts", 0)) + 1
-    try:
-        rp = plan_restore(
+    if purpose == CONSOLIDATE:
+        rp = plan_consolidation(
             t.graph,
             view.nodes,
             plan["assignment"],
             bound=bound,
-            backups=list(plan.get("backups") or []),
+            backups=backups,
             time_limit=RESTORE_TIME_LIMIT,
             batch=RESTORE_BATCH,
         )
-    except Infeasible as err:
-        return _wait(t, plan, attempts, key, str(err), len(view.nodes))
-    if not rp.steps:  # nothing to move can restore it (the bound check disagrees): wait
-        return _wait(t, plan, attempts, key, "no move restores the bound", len(view.nodes))
+        if rp is None or not rp.steps:
+            _no_gain[t.owner.uid] = key  # nothing to gain here: quiet, no status write
+            return None
+    else:
+        try:
+            rp = plan_restore(
+                t.graph,
+                view.nodes,
+                plan["assignment"],
+                bound=bound,
+                backups=backups,
+                time_limit=RESTORE_TIME_LIMIT,
+                batch=RESTORE_BATCH,
+            )
+        except Infeasible as err:
+            return _wait(t, plan, attempts, key, str(err), len(view.nodes))
+        if not rp.steps:  # nothing to move can restore it (the bound check disagrees): wait
+            return _wait(t, plan, attempts, key, "no move restores the bound", len(view.nodes))
     record = restore_record(
-        rp, graph=t.graph, generation=t.generation, attempts=attempts, key=key, now=now
+        rp,
+        graph=t.graph,
+        generation=t.generation,
+        attempts=attempts,
+        key=key,
+        now=now,
+        purpose=purpose,
     )
     t.emit(
         "RestorePlanned",
@@ -298,7 +352,7 @@ def _issue(t: Tick, plan: Mapping[str, Any], rst: dict[str, Any]) -> dict[str, A
         t.owner,
         session=rst["id"],
         step_no=number,
-        trigger=TRIGGER,
+        trigger=rst.get("purpose", RESTORE),
         lost=[],
         step={
             "algorithm": "min-migration",
@@ -337,22 +391,30 @@ def _finish(t: Tick, plan: Mapping[str, Any], rst: dict[str, Any], now: float) -
     worst = float(plan.get("worstRecoveryLatency", 0.0))
     ok = bool(plan.get("boundSatisfied"))
     bound = t.model.recovery_latency_bound
-    message = (
-        f"bound restored: worst single-node recovery {worst:g}s <= {bound:g}s "
-        f"after moving {rst.get('moved', 0)} pods in {len(rst.get('steps') or [])} steps "
-        f"({took:.1f}s)"
-        if ok
-        else f"restore ended with worst single-node recovery {worst:g}s: re-planning"
-    )
+    consolidated = rst.get("purpose") == CONSOLIDATE
+    moves = f"moving {rst.get('moved', 0)} pods in {len(rst.get('steps') or [])} steps"
+    if not ok:
+        message = f"restore ended with worst single-node recovery {worst:g}s: re-planning"
+    elif consolidated:
+        message = (
+            f"consolidated onto {plan.get('nodesUsed')} nodes after {moves} ({took:.1f}s); "
+            f"worst single-node recovery {worst:g}s <= {bound:g}s at every step"
+        )
+    else:
+        message = (
+            f"bound restored: worst single-node recovery {worst:g}s <= {bound:g}s "
+            f"after {moves} ({took:.1f}s)"
+        )
     done = {
         **rst,
         "active": False,
-        "phase": "Restored" if ok else "Incomplete",
+        "phase": ("Consolidated" if consolidated else "Restored") if ok else "Incomplete",
         "completedAt": epoch_rfc3339(now),
         "durationSeconds": round(took, 3),
         "message": message,
         "capacityKey": None,  # a later violation is looked at at once, whatever the capacity
     }
     obj = _write(t, plan, plan, done)
-    t.emit("BoundRestored" if ok else "BoundViolated", message, not ok)
+    reason = ("Consolidated" if consolidated else "BoundRestored") if ok else "BoundViolated"
+    t.emit(reason, message, not ok)
     return obj

@@ -138,7 +138,11 @@ def derive_conditions(
                 generation,
             )
         )
-    elif restore.get("active") and restore.get("generation") == generation:
+    elif (
+        restore.get("active")
+        and restore.get("generation") == generation
+        and restore.get("purpose", "Restore") == "Restore"
+    ):
         steps = len(restore.get("steps") or [])
         out.append(
             build_condition(
