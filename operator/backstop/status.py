@@ -29,11 +29,55 @@ class PodState:
     phase: str | None
     node: str | None
     deleting: bool
+    failure: str | None = None  # why its task keeps failing (see :func:`pod_failure`)
+
+
+FAILING = {
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "RunContainerError",
+}
+
+
+def pod_failure(status: Mapping[str, Any] | None) -> str | None:
+    """Why a pod's task fails, from its status (a dict, camelCase as the API sends it).
+
+    A task the runtime stops with an error (a config error, say) exits non-zero; the
+    kubelet restarts it and reports ``CrashLoopBackOff`` while the pod phase stays
+    ``Running``. The message is the container's termination message: with
+    ``terminationMessagePolicy: FallbackToLogsOnError`` the end of the task's log.
+
+    >>> pod_failure({"containerStatuses": [{"state": {"waiting": {
+    ...     "reason": "CrashLoopBackOff"}}, "lastState": {"terminated": {"exitCode": 2,
+    ...     "message": "error: config: count-0: missing field 'windowSeconds'"}}}]})
+    "CrashLoopBackOff (exit 2): error: config: count-0: missing field 'windowSeconds'"
+    >>> pod_failure({"containerStatuses": [{"state": {"running": {}}}]}) is None
+    True
+    """
+    for cs in (status or {}).get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        waiting = state.get("waiting") or {}
+        ended = state.get("terminated") or {}
+        if waiting.get("reason") not in FAILING and not (ended and ended.get("exitCode")):
+            continue
+        last = ended or (cs.get("lastState") or {}).get("terminated") or {}
+        reason = waiting.get("reason") or last.get("reason") or "Error"
+        code = f" (exit {last['exitCode']})" if last.get("exitCode") is not None else ""
+        text = (last.get("message") or waiting.get("message") or "").strip()
+        tail = text.splitlines()[-1] if text else ""
+        return f"{reason}{code}" + (f": {tail[:300]}" if tail else "")
+    return None
 
 
 def pod_state(pod: Any) -> PodState:
     """A :class:`PodState` from a kubernetes client pod object."""
     labels = pod.metadata.labels or {}
+    raw = _camel(pod.status.to_dict()) if pod.status else None
     return PodState(
         name=pod.metadata.name,
         task=labels.get("streams.backstop.dev/task", ""),
@@ -41,7 +85,20 @@ def pod_state(pod: Any) -> PodState:
         phase=pod.status.phase if pod.status else None,
         node=pod.spec.node_name,
         deleting=pod.metadata.deletion_timestamp is not None,
+        failure=pod_failure(raw),
     )
+
+
+def _camel(obj: Any) -> Any:
+    """snake_case keys (the client's ``to_dict``) as the API's camelCase."""
+    if isinstance(obj, dict):
+        return {
+            k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): _camel(v)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_camel(v) for v in obj]
+    return obj
 
 
 def build_plan_status(
@@ -224,13 +281,18 @@ def derive_conditions(
                 generation,
             )
         )
+    failing = sorted(
+        f"{have[k].name}: {have[k].failure}" for k in want if k in have and have[k].failure
+    )
+    running = [k for k in running if not have[k].failure]
     ready = current and len(running) == len(want) and not recovery.get("active")
     out.append(
         build_condition(
             "Ready",
             ready,
-            "AllTasksRunning" if ready else "TasksStarting",
-            f"{len(running)}/{len(want)} pods running",
+            "AllTasksRunning" if ready else ("TaskFailing" if failing else "TasksStarting"),
+            f"{len(running)}/{len(want)} pods running"
+            + (f"; {len(failing)} failing: " + "; ".join(failing) if failing else ""),
             generation,
         )
     )

@@ -33,7 +33,7 @@ from backstop.kubeio import Kube
 from backstop.manifests import ANN_HASH, Owner, merge_patch
 from backstop.planning import desired_pods, diff_pods, per_node_worst
 from backstop.spec import StreamTopologySpec
-from backstop.status import PodState, conditions_patch
+from backstop.status import PodState, conditions_patch, pod_failure
 from planners import TaskGraph
 from planners.recovery import fill_leftover, free_capacity, schedule_recovery
 
@@ -307,6 +307,7 @@ def pod_states(bodies: list[Mapping[str, Any]]) -> list[PodState]:
                 phase=(b.get("status") or {}).get("phase"),
                 node=(b.get("spec") or {}).get("nodeName"),
                 deleting=meta.get("deletionTimestamp") is not None,
+                failure=pod_failure(b.get("status")),
             )
         )
     return out
