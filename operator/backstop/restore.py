@@ -270,6 +270,7 @@ def _attempt(
     bound = t.model.recovery_latency_bound
     backups = list(plan.get("backups") or [])
     attempts = int(rst.get("attempts", 0)) + 1
+    started = time.perf_counter()
     if purpose == CONSOLIDATE:
         rp = plan_consolidation(
             t.graph,
@@ -307,9 +308,10 @@ def _attempt(
         now=now,
         purpose=purpose,
     )
+    record["planSeconds"] = round(time.perf_counter() - started, 3)
     t.emit(
         "RestorePlanned",
-        f"capacity changed: {record['message']}"
+        f"capacity changed: {record['message']} (planned in {record['planSeconds']:g}s)"
         + ("" if rp.proven else " (fewest moves not proven within the budget)"),
         False,
     )
