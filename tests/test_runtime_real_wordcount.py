@@ -105,7 +105,7 @@ class Env:
     def alive(self) -> None:
         assert self.operator.poll() is None, "operator exited:\n" + self.operator_log.read_text()
 
-    def create(self, name: str, rate: float) -> None:
+    def create(self, name: str, rate: float, broken_sink: bool = False) -> None:
         doc = yaml.safe_load(WORDCOUNT.read_text())
         doc["metadata"] = {"name": name}
         spec = doc["spec"]
@@ -123,6 +123,8 @@ class Env:
                 )
             if op["name"] == "sink":
                 op["config"]["path"] = f"{IN_POD}/{name}/output"
+                if broken_sink:  # a config error: the runtime stops the task (exit 2)
+                    del op["config"]["path"]
         self.custom.create_namespaced_custom_object(
             GROUP, VERSION, self.namespace, "streamtopologies", doc
         )
@@ -270,3 +272,29 @@ def test_killing_a_real_node_mid_stream_changes_no_output_line(
     assert len(lines) == len(set(lines)), "a line was written twice"
     assert lines == reference
     assert counts_of(lines) == dict(expected_counts(env.input))
+
+
+def test_a_task_config_error_shows_in_the_topology_status(env: Env) -> None:
+    """The sink's config lacks its ``path``: the runtime exits with a configuration error, the
+    kubelet restarts it (CrashLoopBackOff, while the pod phase stays Running) and the
+    topology's Ready condition (``kubectl get st``, ``kubectl describe st``) says which pod
+    fails and why, with the runtime's own log line (the termination message)."""
+    name = "wc-bad"
+    env.create(name, REF_RATE, broken_sink=True)
+
+    def reported() -> dict[str, Any] | None:
+        env.alive()
+        st = env.custom.get_namespaced_custom_object(
+            GROUP, VERSION, env.namespace, "streamtopologies", name
+        )
+        conds = {c["type"]: c for c in (st.get("status") or {}).get("conditions") or []}
+        ready = conds.get("Ready") or {}
+        return ready if ready.get("reason") == "TaskFailing" else None
+
+    ready = wait_for(reported, 120, f"{name}: Ready=False, reason TaskFailing")
+    assert ready is not None and ready["status"] == "False"
+    message = ready["message"]
+    assert f"{name}-sink-0: " in message, message
+    assert "config.path is required but missing" in message, message
+    assert "1 failing" in message, message
+    env.delete(name)
