@@ -280,7 +280,7 @@ class Bench:
                 f"predicted {cyc.predicted_node:g}s)"
             )
             if self.show:
-                self.flowing(name, "after the recovery (the lost tasks now on other nodes)")
+                self.flowing(name, "after the recovery, the lost tasks on other nodes")
                 for t in cyc.tasks:
                     print(
                         f"  {t.task:14} predicted ℓ {t.predicted:.1f} s   measured "
