@@ -70,6 +70,16 @@ def test_a_bad_config_field_is_named(
     assert message in res.stderr and "Traceback" not in res.stderr
 
 
+def test_a_store_the_task_cannot_write_is_named(tmp_path: Path) -> None:
+    env = env_of(tmp_path, "sink-0")
+    (tmp_path / "not-a-dir").write_text("")
+    env["BACKSTOP_STORE"] = str(tmp_path / "not-a-dir")
+    res = start_fails(env)
+    assert res.returncode == 2, res.stderr
+    assert f"BACKSTOP_STORE={tmp_path}/not-a-dir: cannot create" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from backstop_runtime.config import Fenced, TaskConfig
+from backstop_runtime.config import ConfigError, Fenced, TaskConfig
 
 
 def write_json(path: Path, obj: Any, *, sync: bool = False) -> None:
@@ -47,7 +47,13 @@ class Store:
     def __init__(self, cfg: TaskConfig) -> None:
         self.cfg = cfg
         self.dir = cfg.task_dir
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # a store volume the task's user cannot write, say
+            raise ConfigError(
+                f"BACKSTOP_STORE={cfg.store}: cannot create {self.dir} ({err.strerror}); the "
+                f"store must be a shared directory writable by uid {os.getuid()}"
+            ) from None
         self.epoch = 0
 
     # ---- epochs and fencing ---------------------------------------------------------
