@@ -116,6 +116,7 @@ if hack/local-cluster.sh status | grep -q "kube-apiserver: running"; then hack/l
 REAL_NODES=$NODES REAL_NODE_PREFIX=e2e hack/local-cluster.sh up > $K8S_RUN_DIR.up.log 2>&1 \
   || { sed 's/^/    /' $K8S_RUN_DIR.up.log >&2; fail "cluster start"; }
 sed 's/^/    /' $K8S_RUN_DIR.up.log >&2
+read -r _ _ BRIDGE < <(hack/real-node.sh net-info)   # this cluster's bridge prefix
 kubectl apply -f crds/ >/dev/null
 kubectl create namespace $NS >/dev/null
 # pods are refused until the namespace's default ServiceAccount has its token (admission)
@@ -196,7 +197,7 @@ if [[ ${KEEP:-0} != 1 ]]; then
   store_down
   hack/local-cluster.sh down >/dev/null 2>&1
   trap - EXIT
-  junk=$( { ip -o link show | grep -oE ' (bst[0-9]+):' || true
+  junk=$( { ip -o link show | grep -oE " (${BRIDGE}[0-9]+):" || true
             iptables-save 2>/dev/null | grep -E 'backstop-e2e-|KUBE-SVC' || true
             grep -E "/run/backstop-$API_PORT|$K8S_RUN_DIR/nodes" /proc/mounts || true; } )
   [[ -z $junk ]] || fail "host state left: $junk"

@@ -19,11 +19,13 @@
 #   hack/real-node.sh proxy-up|proxy-down  kube-proxy (iptables mode) on the host, so that pods reach
 #                                        the API server at 10.0.0.1:443 (one per host: host-wide iptables)
 #   hack/real-node.sh list               NAME INDEX STATE per node
+#   hack/real-node.sh net-info           NET PORT_BASE BRIDGE of this cluster's nodes
 #
 # Env: BACKSTOP_CACHE (~/.cache/backstop; binaries in $BACKSTOP_CACHE/k8s), K8S_RUN_DIR (the cluster's
 #      run dir, $BACKSTOP_CACHE/run: node state goes to $K8S_RUN_DIR/nodes), REAL_NODE_NET (10.89: pods of
 #      node i get NET.i.0/24), REAL_NODE_PORT_BASE (10250: kubelet i listens on BASE+10*i, healthz on
-#      BASE-2+10*i), REAL_NODE_BRIDGE (bst: bridge i is bst<i>).
+#      BASE-2+10*i), REAL_NODE_BRIDGE (bst: bridge i is bst<i>). The defaults in brackets are the
+#      default cluster's (API port 16443); another cluster gets its own from its API port (below).
 #
 # What this encodes (each one found the hard way on these VMs):
 #  - the VM lacks CAP_SYS_RESOURCE, so runc cannot set oom_score_adj -998 for a pod sandbox:
@@ -53,9 +55,16 @@ NODES=$RUN/nodes
 PAUSE=$CACHE/images/pause
 IMAGES_DIR=$CACHE/images/load     # hack/images.sh saves the images it builds here
 # REAL_NODE_IMAGES: the archives a new node imports before its kubelet starts (default IMAGES_DIR)
-NET=${REAL_NODE_NET:-10.89}
-PORT_BASE=${REAL_NODE_PORT_BASE:-10250}
-BRIDGE=${REAL_NODE_BRIDGE:-bst}
+# Defaults per cluster, so that the real nodes of two local clusters on one host never share a
+# subnet, a bridge or a kubelet port: the default cluster (API port 16443) gets 10.89 / 10250 /
+# bst<i>; any other one a slot k = 1..20 from its API port: 10.(89-k) / 10250+1000k / b<k>n<i>.
+api_port_of() { sed -n 's#.*server: https://[^:]*:\([0-9]*\).*#\1#p' "$1" 2>/dev/null | head -1; }
+_port=$(api_port_of "$RUN/kubeconfig"); _port=${_port:-16443}
+if [[ $_port == 16443 ]]; then _slot=0; else _slot=$(((_port / 1000 * 7 + _port) % 20 + 1)); fi
+if ((_slot == 0)); then _net=10.89 _base=10250 _br=bst; else _net=10.$((89 - _slot)) _base=$((10250 + 1000 * _slot)) _br=b${_slot}n; fi
+NET=${REAL_NODE_NET:-$_net}
+PORT_BASE=${REAL_NODE_PORT_BASE:-$_base}
+BRIDGE=${REAL_NODE_BRIDGE:-$_br}
 NODE_KIND_LABEL=backstop.dev/node-kind
 K8S_VERSION=v1.20.2
 GOROOT_DIR=/usr/lib/go-1.19
@@ -498,5 +507,6 @@ case $cmd in
   proxy-up) proxy_up ;;
   proxy-down) need_root; proxy_down ;;
   list) list ;;
+  net-info) echo "$NET $PORT_BASE $BRIDGE" ;;
   *) echo "usage: $0 deps|up NAME [INDEX]|kill NAME|revive NAME|down NAME|down-all|load NAME|all TAR|proxy-up|proxy-down|list" >&2; exit 2 ;;
 esac
