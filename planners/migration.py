@@ -123,7 +123,8 @@ def place_min_migration(
        keeping the placement but changing every task's role would restart
        every pod anyway.
     3. Otherwise the fewest moves that keep the bound with the fresh plan's
-       backups (:func:`planners.restore.min_migration`, CP-SAT), starting from
+       backups on at most as many nodes as the fresh plan uses
+       (:func:`planners.restore.min_migration`, CP-SAT), starting from
        the fresh plan with its node groups renamed onto the nodes where most of
        their tasks run (:func:`relabel_nodes`; not with failure domains); that
        renamed plan is kept if the search finds nothing that moves fewer tasks.
@@ -221,6 +222,7 @@ def place_min_migration(
             backups=fresh.backups,
             hint=start,
             time_limit=time_limit,
+            max_nodes=fresh.nodes_used,  # nodes first, then moves (as in step 2)
         )
     except Infeasible:
         mig = None

@@ -30,12 +30,18 @@ def brute_force_min_moves(
     current: dict[str, str],
     bound: float,
     backups: list[str] | None,
+    max_nodes: int | None = None,
 ) -> int | None:
-    """The fewest moved tasks over every valid assignment (``None``: none is valid)."""
+    """The fewest moved tasks over every valid assignment (``None``: none is valid).
+
+    With ``max_nodes``, only assignments using at most that many nodes count.
+    """
     names = [n.name for n in nodes]
     capacity = {n.name: n.cpu for n in nodes}
     best: int | None = None
     for combo in itertools.product(names, repeat=len(graph)):
+        if max_nodes is not None and len(set(combo)) > max_nodes:
+            continue
         assignment = dict(zip(graph.tasks, combo, strict=True))
         if check_plan(
             graph, bound=bound, backups=backups, assignment=assignment, capacity=capacity
@@ -222,7 +228,10 @@ def test_a_replan_of_an_invalid_placement_moves_as_few_tasks_as_brute_force(
         graph, bound=bound, backups=None, assignment=plan.assignment, capacity=capacity
     )
     assert reference is not None
-    assert sum(1 for t in graph.tasks if current[t] != plan.assignment[t]) == reference
+    # nodes first, then moves: the fewest moves among placements on as few nodes
+    used = len(set(plan.assignment.values()))
+    on_as_few = brute_force_min_moves(graph, nodes, current, bound, None, max_nodes=used)
+    assert sum(1 for t in graph.tasks if current[t] != plan.assignment[t]) == on_as_few
 
 
 @SETTINGS
