@@ -59,7 +59,7 @@ IMAGES_DIR=$CACHE/images/load     # hack/images.sh saves the images it builds he
 # subnet, a bridge or a kubelet port: the default cluster (API port 16443) gets 10.89 / 10250 /
 # bst<i>; any other one a slot k = 1..20 from its API port: 10.(89-k) / 10250+1000k / b<k>n<i>.
 api_port_of() { sed -n 's#.*server: https://[^:]*:\([0-9]*\).*#\1#p' "$1" 2>/dev/null | head -1; }
-_port=$(api_port_of "$RUN/kubeconfig"); _port=${_port:-16443}
+_port=$(api_port_of "$RUN/kubeconfig" || true); _port=${_port:-16443}
 if [[ $_port == 16443 ]]; then _slot=0; else _slot=$(((_port / 1000 * 7 + _port) % 20 + 1)); fi
 if ((_slot == 0)); then _net=10.89 _base=10250 _br=bst; else _net=10.$((89 - _slot)) _base=$((10250 + 1000 * _slot)) _br=b${_slot}n; fi
 NET=${REAL_NODE_NET:-$_net}
