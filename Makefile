@@ -77,6 +77,7 @@ bench: $(STAMP) ## planner + Spark benchmarks; each rewrites its section of docs
 	$(BIN)/python bench/bench_placement.py --docs docs/benchmarks.md
 	$(BIN)/python bench/bench_recovery.py --out docs/benchmarks.md
 	$(BIN)/python bench/bench_reoptimize.py --out docs/benchmarks.md
+	$(BIN)/python bench/bench_restore.py --out docs/benchmarks.md
 
 bench-cluster: $(STAMP) ## operator benchmarks on the local control plane (make cluster-up first)
 	$(BIN)/python bench/bench_operator.py --out docs/benchmarks.md

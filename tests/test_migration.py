@@ -15,25 +15,14 @@ from planners import Infeasible, TaskGraph
 from planners.evaluate import check_plan
 from planners.migration import current_still_valid, place_min_migration
 from planners.placement import Node, NodePool, place
+from tests.strategies import task_dags
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 @st.composite
 def instances(draw: st.DrawFn) -> tuple[TaskGraph, list[Node], float]:
-    n = draw(st.integers(2, 10))
-    tasks = [f"t-{i}" for i in range(n)]
-    edges = [
-        (tasks[u], tasks[v])
-        for v in range(1, n)
-        for u in draw(st.sets(st.integers(0, v - 1), max_size=2))
-    ]
-    graph = TaskGraph.build(
-        tasks,
-        edges,
-        latency={t: draw(st.sampled_from([0.5, 1.0, 1.5])) for t in tasks},
-        weight={t: draw(st.sampled_from([0.25, 0.5, 1.0])) for t in tasks},
-    )
+    graph = draw(task_dags(2, 10))
     k = draw(st.integers(2, 6))
     nodes = [Node(f"n{j}", draw(st.sampled_from([1.0, 2.0]))) for j in range(k)]
     return graph, nodes, draw(st.sampled_from([1.5, 2.0, 3.0, 5.0]))

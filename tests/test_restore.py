@@ -20,6 +20,7 @@ from planners.evaluate import check_plan, worst_node_failure
 from planners.migration import current_still_valid, place_min_migration
 from planners.placement import Node, NodePool
 from planners.restore import min_migration, move_schedule, plan_restore
+from tests.strategies import task_dags
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -54,19 +55,8 @@ def brute_force_min_moves(
 
 @st.composite
 def tiny(draw: st.DrawFn) -> tuple[TaskGraph, list[Node], dict[str, str], float, list[str]]:
-    n = draw(st.integers(2, 6))
-    tasks = [f"t-{i}" for i in range(n)]
-    edges = [
-        (tasks[u], tasks[v])
-        for v in range(1, n)
-        for u in draw(st.sets(st.integers(0, v - 1), max_size=2))
-    ]
-    graph = TaskGraph.build(
-        tasks,
-        edges,
-        latency={t: draw(st.sampled_from([0.5, 1.0, 1.5])) for t in tasks},
-        weight={t: draw(st.sampled_from([0.25, 0.5, 1.0])) for t in tasks},
-    )
+    graph = draw(task_dags(2, 6))
+    tasks = list(graph.tasks)
     k = draw(st.integers(1, 3))
     nodes = [Node(f"n{j}", draw(st.sampled_from([1.0, 1.5, 2.0]))) for j in range(k)]
     # the current placement may use a node that is gone ("lost") and break the bound
