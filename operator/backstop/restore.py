@@ -31,9 +31,9 @@ from typing import Any
 
 from backstop.incidents import build_recoveryplan, epoch_rfc3339, recoveryplan_name
 from backstop.manifests import merge_patch
-from backstop.planning import desired_pods, per_node_worst
+from backstop.planning import per_node_worst
 from backstop.spec import ApplyMode
-from backstop.supervisor import Tick, pods_match
+from backstop.supervisor import Tick, planned_pods, pods_match
 from planners import Infeasible, TaskGraph
 from planners.consolidate import plan_consolidation
 from planners.placement import Node
@@ -198,14 +198,7 @@ def _landed(t: Tick, plan: Mapping[str, Any], indexed: list[Mapping[str, Any]]) 
     The pods' spec hash covers the node, so matching hashes and phase Running
     mean every pod runs on its planned node.
     """
-    desired = desired_pods(
-        t.owner,
-        t.model,
-        t.graph,
-        frozenset(plan.get("backups") or []),
-        plan["assignment"],
-        plan.get("replicas"),
-    )
+    desired = planned_pods(t, plan)
     running = all((b.get("status") or {}).get("phase") == "Running" for b in indexed)
     return running and pods_match(desired, indexed)
 

@@ -233,6 +233,19 @@ def recovery_tick(t: Tick, now: float | None = None) -> dict[str, Any] | None:
     return obj
 
 
+def planned_pods(t: Tick, plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The pods a recorded plan (``status.plan``) asks for: one builder for converging
+    to it and for checking that a restore step has landed."""
+    return desired_pods(
+        t.owner,
+        t.model,
+        t.graph,
+        frozenset(plan.get("backups") or []),
+        plan["assignment"],
+        plan.get("replicas"),
+    )
+
+
 def pods_match(desired: Mapping[str, Mapping[str, Any]], bodies: list[Mapping[str, Any]]) -> bool:
     """Whether the indexed pods are exactly the desired ones (same hash, none deleting)."""
     have: dict[str, str | None] = {}
@@ -253,14 +266,7 @@ def converge(
     plan = t.status.get("plan") or {}
     if plan.get("generation") != t.generation or "assignment" not in plan:
         return 0, 0, 0
-    desired = desired_pods(
-        t.owner,
-        t.model,
-        t.graph,
-        frozenset(plan.get("backups") or []),
-        plan["assignment"],
-        plan.get("replicas"),
-    )
+    desired = planned_pods(t, plan)
     if pods_match(desired, indexed):
         return 0, 0, 0
     diff = diff_pods(desired, t.kube.own_pods(t.owner.namespace, t.owner.name), force_nodes)
@@ -343,17 +349,7 @@ def drain_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> dict[str, Any] | No
     cordoned = {n for n in set(assignment.values()) if n in t.nodes and t.nodes[n].cordoned}
     if not cordoned:
         return None
-    if not pods_match(
-        desired_pods(
-            t.owner,
-            t.model,
-            t.graph,
-            frozenset(plan.get("backups") or []),
-            assignment,
-            plan.get("replicas"),
-        ),
-        indexed,
-    ):
+    if not pods_match(planned_pods(t, plan), indexed):
         return None  # the previous batch is still moving
     if any((b.get("status") or {}).get("phase") != "Running" for b in indexed):
         return None  # ... or still starting
