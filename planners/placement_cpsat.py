@@ -1,6 +1,6 @@
 """The exact placement model: CP-SAT over node choice, node use and per-group latencies.
 
-Split out of :mod:`planners.placement` (which calls it) to keep that module readable;
+Split out of the :mod:`planners.placement` package (which calls it) to keep it readable;
 nothing here is public. The solver runs with deterministic settings
 (:func:`planners.budget.deterministic_cp_sat`), so the same model and budget give the
 same placement on any machine.
@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from planners.budget import deterministic_cp_sat
 
 if TYPE_CHECKING:
-    from planners.placement import Node, _Problem, _State
+    from planners.placement.model import Node
+    from planners.placement.state import _Problem, _State
 
 _SCALE = 1000  # CP-SAT works on integers: milli-seconds and milli-cores
 

@@ -1,0 +1,80 @@
+"""The default minimum-backup algorithm: shape detection, local search, then CP-SAT."""
+
+from __future__ import annotations
+
+from planners.backups.common import (
+    BackupPlan,
+    _finish,
+    _forced,
+    _require_feasible,
+    _tree_greedy,
+    topology_shape,
+)
+from planners.backups.dag import _ftc_dag
+from planners.backups.exact import _exact
+from planners.backups.local import _improve
+from planners.budget import WorkBudget
+from planners.graph import TaskGraph
+
+# --------------------------------------------------------------------------- auto, registry
+
+
+def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -> BackupPlan:
+    """The default: the exact linear algorithm where the shape allows, else the best found.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        Any task DAG.
+    bound : float
+        Recovery-latency bound ``R`` in seconds.
+    time_limit : float
+        Seconds for local search and CP-SAT on general DAGs.
+
+    Returns
+    -------
+    BackupPlan
+        ``algorithm`` names the method used: ``auto:tree`` (line(s) and trees,
+        always optimal), ``auto:dag+local`` (the heuristic met a lower bound or
+        the solver did not beat it), or ``auto:exact``.
+
+    Raises
+    ------
+    Infeasible
+        If ``bound`` is below the smallest feasible bound ``max_v t_v``.
+
+    Examples
+    --------
+    >>> g = TaskGraph.build("sabck", [("s", "a"), ("s", "b"), ("a", "c"), ("b", "c"),
+    ...                               ("c", "k")], latency=dict.fromkeys("sabck", 1.0))
+    >>> plan = backups_auto(g, 2.0)
+    >>> len(plan.backups), plan.optimal
+    (2, True)
+
+    Notes
+    -----
+    Line(s) and trees: O(N) and optimal (:func:`backups_tree`). Other DAGs:
+    the seed's DAG heuristic (O(N²) worst case), local search (drop each
+    backup that is not needed; add one task where that lets two backups go),
+    each move checked incrementally against the bound; if the result does
+    not meet the lower bound of forced backups, CP-SAT starts from it and
+    keeps whichever plan is smaller when the budget ends, or earlier once the
+    solver has found nothing better for a tenth of the budget (at least 0.5 s).
+
+    References
+    ----------
+    ``minimum-backups-ftc.txt``, Sec. IV (Algorithms 1-4) and problem (5).
+    """
+    _require_feasible(graph, bound)
+    if topology_shape(graph) != "dag":
+        return _finish(graph, bound, "auto:tree", _tree_greedy(graph, bound), True)
+    budget = WorkBudget(time_limit)
+    flags = _improve(graph, bound, _ftc_dag(graph, bound), budget=budget)
+    lower = sum(_forced(graph, bound))
+    if sum(flags) == lower:
+        return _finish(graph, bound, "auto:dag+local", flags, True)
+    patience = max(0.5, 0.1 * time_limit)
+    exact, proven = _exact(graph, bound, max(0.05, budget.seconds_left()), flags, patience)
+    if exact is not None and sum(exact) <= sum(flags):
+        return _finish(graph, bound, "auto:exact", exact, proven)
+    return _finish(graph, bound, "auto:dag+local", flags, False)

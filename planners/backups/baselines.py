@@ -1,0 +1,162 @@
+"""The seed's comparison algorithms: the share-based baseline and Algorithm exhaust."""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+from planners.backups.common import (
+    EPS,
+    BackupPlan,
+    _ell,
+    _finish,
+    _forced,
+    _require_feasible,
+    _sinks,
+)
+from planners.errors import PlannerError
+from planners.graph import TaskGraph
+
+EXHAUSTIVE_MAX_TASKS = 20
+"""``exhaustive`` refuses larger graphs: it enumerates subsets of the tasks."""
+
+
+# --------------------------------------------------------------------------- share-based
+
+
+def backups_share_based(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -> BackupPlan:
+    """The seed's baseline: back up the task with the largest resource share first.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        Any task DAG.
+    bound : float
+        Recovery-latency bound ``R`` in seconds.
+    time_limit : float
+        Unused; kept for the common signature.
+
+    Returns
+    -------
+    BackupPlan
+        A valid plan (``optimal=None``).
+
+    Raises
+    ------
+    Infeasible
+        If ``bound`` is below the smallest feasible bound ``max_v t_v``.
+
+    Examples
+    --------
+    >>> g = TaskGraph.build("abcd", [("a", "b"), ("b", "c"), ("c", "d")],
+    ...                     latency=dict.fromkeys("abcd", 1.0))
+    >>> backups_share_based(g, 2.0).backups
+    ('a', 'b')
+
+    Notes
+    -----
+    The seed models this baseline on the balanced resource shares of
+    Eidenbenz and Locher (its ref. [9]): a task's share grows with the square
+    root of its work, ``s(v) = sqrt(t_v · F(v))`` with ``F`` the share of the
+    input stream that flows through ``v`` (eq. 7 over the whole graph). While
+    the worst task breaks ``R``, the non-backup task of largest share among its
+    non-backup upstream becomes a backup (ties: earliest task). O(M · (N + E))
+    for ``M`` backups.
+
+    References
+    ----------
+    ``minimum-backups-ftc.txt``, Sec. V-A ("share-based"), Table I.
+    """
+    _require_feasible(graph, bound)
+    preds, succs, t = graph.preds, graph.succs, graph.latency
+    flow = [0.0] * len(graph)
+    for v, ps in enumerate(preds):
+        flow[v] = 1.0 if not ps else sum(flow[u] / len(succs[u]) for u in ps)
+    share = [math.sqrt(t[v] * flow[v]) for v in range(len(graph))]
+    flags = [False] * len(graph)
+    while True:
+        ell = _ell(graph, flags)
+        worst = max(range(len(graph)), key=ell.__getitem__)
+        if ell[worst] <= bound + EPS:
+            break
+        # The non-backup upstream the worst task waits for.
+        cands: list[int] = []
+        stack = [u for u in preds[worst] if not flags[u]]
+        seen = set(stack)
+        while stack:
+            u = stack.pop()
+            cands.append(u)
+            for p in preds[u]:
+                if not flags[p] and p not in seen:
+                    seen.add(p)
+                    stack.append(p)
+        flags[max(cands, key=lambda u: (share[u], -u))] = True
+    return _finish(graph, bound, "share-based", flags, None)
+
+
+# --------------------------------------------------------------------------- exhaustive
+
+
+def backups_exhaustive(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -> BackupPlan:
+    """The seed's reference: try every set of backups, fewest first (tiny graphs only).
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        At most :data:`EXHAUSTIVE_MAX_TASKS` tasks.
+    bound : float
+        Recovery-latency bound ``R`` in seconds.
+    time_limit : float
+        Unused; the size limit keeps the search short.
+
+    Returns
+    -------
+    BackupPlan
+        A minimum plan (``optimal=True``); among minimum plans, one with the
+        smallest worst latency (as the seed's Algorithm exhaust).
+
+    Raises
+    ------
+    PlannerError
+        If the graph has more than :data:`EXHAUSTIVE_MAX_TASKS` tasks.
+    Infeasible
+        If ``bound`` is below the smallest feasible bound ``max_v t_v``.
+
+    Examples
+    --------
+    >>> g = TaskGraph.build("abcd", [("a", "b"), ("b", "c"), ("c", "d")],
+    ...                     latency=dict.fromkeys("abcd", 1.0))
+    >>> backups_exhaustive(g, 2.0).backups
+    ('b',)
+
+    Notes
+    -----
+    O(2^K · (N + E)) for ``K`` candidate tasks. Sinks never need a backup, and
+    tasks with ``t_u + t_w > R`` for a consumer ``w`` always do, so only the
+    others are enumerated.
+
+    References
+    ----------
+    ``minimum-backups-ftc.txt``, Sec. IV-E (Algorithm exhaust).
+    """
+    if len(graph) > EXHAUSTIVE_MAX_TASKS:
+        raise PlannerError(
+            f"algorithm 'exhaustive' is limited to {EXHAUSTIVE_MAX_TASKS} tasks and this "
+            f"graph has {len(graph)}; use 'exact' (provably optimal, with a time budget)"
+        )
+    _require_feasible(graph, bound)
+    forced = _forced(graph, bound)
+    sinks = _sinks(graph)
+    free = [u for u in range(len(graph)) if not forced[u] and not sinks[u]]
+    for k in range(len(free) + 1):
+        best: tuple[float, list[bool]] | None = None
+        for combo in combinations(free, k):
+            flags = list(forced)
+            for u in combo:
+                flags[u] = True
+            worst = max(_ell(graph, flags))
+            if worst <= bound + EPS and (best is None or worst < best[0]):
+                best = (worst, flags)
+        if best is not None:
+            return _finish(graph, bound, "exhaustive", best[1], True)
+    raise RuntimeError("internal error: backing up every task must keep a feasible bound")

@@ -1,0 +1,67 @@
+"""Recovery-latency-aware placement: which node each task runs on (RTAP seeds).
+
+Why this module exists: tasks placed on one node fail together, and a task that
+fails together with its upstream must wait for it to recover before it can replay
+(the correlated failure effect of ``rtap-journal.txt``). So a placement is not
+plain bin packing: every node failure ``K_p`` (and, with failure domains, every
+zone or rack) must keep ``H(K_p)`` within the recovery-latency bound, while using
+as few nodes as possible.
+
+Every algorithm shares one signature and is registered by name in
+:data:`PLACEMENT_ALGORITHMS`; :func:`place` dispatches on it:
+
+- ``nfdh``, ``ffdh``, ``bfdh``: the seed's 2SP-based greedy baselines (sort by
+  reprocessing latency, then next/first/best fit with the recovery check);
+- ``rtap-nf``, ``rtap-ff``, ``rtap-bf``: the seed's Algorithm 1 (weighted upstream
+  degree order, grouping, then 1-D packing per group);
+- ``exact``: CP-SAT (ortools, :mod:`planners.placement_cpsat`) within a budget,
+  starting from the best heuristic;
+- ``auto``: the best of several latency-aware greedy packings, improved by a local
+  search that empties nodes, then CP-SAT when the instance is small.
+
+:func:`plan_joint` goes beyond the seeds: it chooses the backups *and* the
+placement so that every node failure keeps the bound, with as few nodes as
+possible and then as few backups as possible.
+
+Budgets (``time_limit``) are deterministic work limits (:mod:`planners.budget`):
+the same input and budget give the same placement on any machine, and nodes are
+taken in name order, so the dry run shows what the operator will do.
+
+Every result is checked by :func:`planners.evaluate.check_plan` (and by the
+correlated-failure evaluator when nodes carry domains) before it is returned: a
+planner bug surfaces as an ``AssertionError`` here, never as a silently broken
+guarantee.
+
+Nodes are real: each :class:`Node` has its own available CPU (allocatable minus
+what already runs there) and an optional failure domain. A :class:`NodePool` is
+either such an explicit list or "as many identical nodes of size X as needed".
+"""
+
+from __future__ import annotations
+
+from planners.placement.baselines import place_bfdh, place_ffdh, place_nfdh
+from planners.placement.joint import plan_joint
+from planners.placement.model import Node, NodePool, Placement, PlacementAlgorithm
+from planners.placement.orders import weighted_upstream_degree
+from planners.placement.registry import PLACEMENT_ALGORITHMS, place
+from planners.placement.rtap import place_rtap_bf, place_rtap_ff, place_rtap_nf
+from planners.placement.search import place_auto, place_exact
+
+__all__ = [
+    "PLACEMENT_ALGORITHMS",
+    "Node",
+    "NodePool",
+    "Placement",
+    "PlacementAlgorithm",
+    "place",
+    "place_auto",
+    "place_bfdh",
+    "place_exact",
+    "place_ffdh",
+    "place_nfdh",
+    "place_rtap_bf",
+    "place_rtap_ff",
+    "place_rtap_nf",
+    "plan_joint",
+    "weighted_upstream_degree",
+]

@@ -1,0 +1,254 @@
+"""Beyond the seeds: backups and placement chosen together (the operator's default)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+from planners.graph import TaskGraph
+from planners.placement.model import _EPS, NodePool, Placement
+from planners.placement.registry import _algorithm
+from planners.placement.search import _best_fit_target, _exact_slots, _heuristic_states, _small
+from planners.placement.state import (
+    _finish,
+    _Latency,
+    _NoRoom,
+    _prepare,
+    _Problem,
+    _State,
+    _state_from,
+)
+from planners.placement_cpsat import _cp_sat
+
+# ------------------------------------------------------------------ joint plan
+
+
+def _descendants(graph: TaskGraph) -> list[frozenset[int]]:
+    down: list[frozenset[int]] = [frozenset()] * len(graph)
+    for v in reversed(range(len(graph))):
+        acc: set[int] = set()
+        for s in graph.succs[v]:
+            acc.add(s)
+            acc |= down[s]
+        down[v] = frozenset(acc)
+    return down
+
+
+class _Backups:
+    """Backup flags over a fixed placement, with per-group ``H`` kept current."""
+
+    def __init__(self, prob: _Problem, state: _State, flags: Sequence[bool]) -> None:
+        self.prob = prob
+        self.state = state
+        self.lat = _Latency(prob.graph, flags, prob.budget)
+        self.down = _descendants(prob.graph)
+
+    def groups_hit(self, u: int) -> list[set[int]]:
+        hit = self.down[u]
+        return [g for g in self.state.group.values() if g and not hit.isdisjoint(g)]
+
+    def can_drop(self, u: int) -> bool:
+        self.lat.flags[u] = False
+        ok = all(self.lat.h(g) <= self.prob.bound + _EPS for g in self.groups_hit(u))
+        self.lat.flags[u] = True
+        return ok
+
+    def drop_greedy(self, order: Iterable[int]) -> None:
+        for u in order:
+            if self.lat.flags[u] and self.can_drop(u):
+                self.lat.flags[u] = False
+
+
+def _drop_orders(graph: TaskGraph, single: Sequence[float]) -> list[list[int]]:
+    cands = [u for u in range(len(graph)) if graph.succs[u]]
+    down = _descendants(graph)
+    return [
+        # cheapest first: short recompute, few tasks that read it
+        sorted(cands, key=lambda u: (graph.latency[u], len(graph.succs[u]), u)),
+        sorted(cands, key=lambda u: (len(down[u]), graph.latency[u], u)),
+        sorted(cands, key=lambda u: (-u,)),
+        sorted(cands),
+    ]
+
+
+def _min_backups(prob_all: _Problem, state: _State, deadline: int) -> list[bool]:
+    """Fewest backups for a fixed placement: greedy drops in several orders."""
+    graph = prob_all.graph
+    best: list[bool] | None = None
+    for order in _drop_orders(graph, prob_all.single):
+        tracker = _Backups(
+            prob_all, _rebase(prob_all, state, [True] * len(graph)), [True] * len(graph)
+        )
+        tracker.drop_greedy(order)
+        if best is None or sum(tracker.lat.flags) < sum(best):
+            best = list(tracker.lat.flags)
+        if prob_all.budget.past(deadline):
+            break
+    assert best is not None
+    return [f and bool(graph.succs[i]) for i, f in enumerate(best)]
+
+
+def _rebase(prob: _Problem, state: _State, flags: Sequence[bool]) -> _State:
+    lat = _Latency(prob.graph, flags, prob.budget)
+    st = _State(prob.graph, state.slots, lat, prob.bound)
+    for i, k in sorted(state.where.items()):
+        st.put(i, k)
+    return st
+
+
+def _repair_drops(
+    prob: _Problem, state: _State, flags: list[bool], deadline: int
+) -> tuple[_State, list[bool]]:
+    """Local search: drop one more backup, then move tasks to repair the nodes it broke.
+
+    A move takes a task off a node whose failure now breaks the bound and puts
+    it on another used node where capacity and both failure groups stay within
+    the bound; the node count never grows.
+    """
+    graph = prob.graph
+    kept = [u for u in range(len(graph)) if flags[u]]
+    for u in sorted(kept, key=lambda u: (graph.latency[u], u)):
+        if prob.budget.past(deadline):
+            break
+        trial_flags = list(flags)
+        trial_flags[u] = False
+        trial = _rebase(prob, state, trial_flags)
+        bad = [
+            key for key, g in trial.group.items() if g and trial.group_h[key] > prob.bound + _EPS
+        ]
+        for key in bad:
+            moves = 0
+            while trial.group_h[key] > prob.bound + _EPS and moves < 8:
+                moved = False
+                for i in sorted(trial.group[key], key=lambda i: -graph.latency[i]):
+                    src = trial.where[i]
+                    trial.remove(i)
+                    target = _best_fit_target(trial, i, exclude=src)
+                    if target is not None and trial.key[target] != key:
+                        trial.put(i, target)
+                        moved = True
+                        break
+                    trial.put(i, src)
+                moves += 1
+                if not moved:
+                    break
+        if all(h <= prob.bound + _EPS for h in trial.group_h.values()) and len(trial.used) <= len(
+            state.used
+        ):
+            state, flags = trial, trial_flags
+    return state, flags
+
+
+def plan_joint(
+    graph: TaskGraph,
+    pool: NodePool,
+    *,
+    bound: float,
+    algorithm: str = "auto",
+    time_limit: float = 10.0,
+    domains: Mapping[str, str] | None = None,
+) -> Placement:
+    """Choose backups and placement together: fewest nodes, then fewest backups.
+
+    Every single node failure (and, with domains, every domain failure) keeps
+    the bound. First the tasks are placed with every task keeping backups, which
+    needs the fewest nodes of any backup choice (``H`` only grows when a backup
+    is dropped); then backups are dropped greedily, in the order that drops the
+    most, while every node failure stays within the bound. With ``auto`` a local
+    search then drops more backups by moving tasks between the used nodes, and
+    small instances (≤ 60 tasks) go to CP-SAT minimising nodes, then backups.
+    With ``exact``, CP-SAT minimises nodes and then backups directly.
+
+    Parameters
+    ----------
+    graph:
+        The task DAG.
+    pool:
+        The nodes.
+    bound:
+        Recovery-latency bound ``R`` in seconds.
+    algorithm:
+        The placement algorithm for the first step (a key of
+        :data:`PLACEMENT_ALGORITHMS`).
+    time_limit:
+        Total budget in seconds.
+    domains:
+        Optional ``{node: domain}``, as in :func:`place`.
+
+    Returns
+    -------
+    Placement
+        ``backups`` lists the tasks that keep upstream backups (sinks never do:
+        nobody reads them).
+
+    Raises
+    ------
+    Infeasible
+        As :func:`place` raises it for every task keeping backups.
+    UnknownAlgorithm
+        For a name not in the registry.
+
+    Examples
+    --------
+    >>> g = TaskGraph.build(["a", "b", "c"], [("a", "b"), ("b", "c")],
+    ...                     latency={"a": 1, "b": 1, "c": 1}, weight={t: 0.5 for t in "abc"})
+    >>> p = plan_joint(g, NodePool.uniform(1), bound=2)
+    >>> p.nodes_used, len(p.backups)
+    (2, 1)
+
+    Notes
+    -----
+    One greedy drop pass is O(n) checks of the failure groups below the task;
+    the CP-SAT model has O(m · (n + E)) constraints. No seed solves this joint
+    problem; it is what the operator uses by default.
+
+    References
+    ----------
+    DESIGN.md ("Ours (joint)"); combines ``seeds/rtap-journal.txt`` (placement)
+    and ``seeds/minimum-backups-ftc.txt`` (backups).
+    """
+    fn = _algorithm(algorithm)
+    pool = pool.with_domains(domains)
+    placed = fn(graph, pool, bound=bound, backups=None, time_limit=time_limit / 2)
+    prob = _prepare(graph, pool, bound, None, time_limit / 2)
+    deadline = prob.budget.mark()
+    slot_of = {s.name: k for k, s in enumerate(prob.slots)}
+    where = {graph.index(t): slot_of[n] for t, n in placed.assignment.items()}
+    state = _state_from(prob, prob.slots, where)
+    candidates = [state]
+    if algorithm == "auto":
+        try:
+            others = _heuristic_states(prob, deadline)
+        except _NoRoom:
+            others = []
+        candidates.extend([s for s in others if len(s.used) <= len(state.used)][:3])
+    best_state, best_flags = state, [bool(s) for s in graph.succs]
+    best_count = math.inf
+    for cand in candidates:
+        flags = _min_backups(prob, cand, deadline)
+        if sum(flags) < best_count:
+            best_state, best_flags, best_count = cand, flags, sum(flags)
+    if algorithm in ("auto", "exact"):
+        if algorithm == "auto":
+            local_deadline = prob.budget.mark(1 / 3)
+            best_state, best_flags = _repair_drops(prob, best_state, best_flags, local_deadline)
+        optimal: bool | None = None
+        slots = _exact_slots(prob, best_state)
+        if (algorithm == "exact" or _small(prob, len(slots))) and not prob.budget.past(deadline):
+            res = _cp_sat(
+                prob,
+                slots,
+                _rebase(prob, best_state, [True] * len(graph)),
+                best_flags,
+                prob.budget.seconds_until(deadline),
+                joint=True,
+            )
+            if res is not None:
+                cand_state = _state_from(prob, slots, res.where)
+                key_new = (len(cand_state.used), sum(res.flags))
+                if key_new <= (len(best_state.used), sum(best_flags)):
+                    best_state, best_flags, optimal = cand_state, res.flags, res.proven
+    else:
+        optimal = None
+    backups = tuple(graph.tasks[i] for i in range(len(graph)) if best_flags[i])
+    return _finish(prob, best_state, algorithm, optimal, backups=backups)
