@@ -37,8 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backstop.planning import plan_topology
-from backstop.spec import cpu_cores, expand, parse_spec
+from backstop.domain.planning import plan_topology
+from backstop.domain.spec import cpu_cores, expand, parse_spec
 from bench.docsection import write_section
 from bench.opharness import (
     DEFAULT_KUBECONFIG,
@@ -57,7 +57,7 @@ from planners.placement import Node
 HEADING = "## Operator: apply to pods"
 NOTES = [
     "Notes. Pod creations and deletions run 8 at a time on one shared executor "
-    "(`backstop.kubeio`); one by one, the 500 creations took 8.6 s and apply → all pods "
+    "(`backstop.k8s.kubeio`); one by one, the 500 creations took 8.6 s and apply → all pods "
     "14.6 s. Reconciles place one topology at a time and count pods that are pinned but "
     "not bound yet; without that, 20 concurrent plans put 35 CPU on one 8-CPU node and "
     "hundreds of pods stayed Pending. Kopf's executor grows by one thread per supervise "

@@ -47,7 +47,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backstop.spec import GROUP, VERSION, cpu_cores, expand, parse_spec
+from backstop.domain.constants import GROUP, VERSION
+from backstop.domain.spec import cpu_cores, expand, parse_spec
 from bench.docsection import write_section
 from bench.opharness import (
     DEFAULT_KUBECONFIG,

@@ -5,14 +5,14 @@ Why: the target is one million metric rows processed end to end (read,
 estimate, re-plan, Monte Carlo, trade-off curve, write) in under 60 s on two
 cores in ``local`` mode, and an honest answer to "when is Spark worth it?".
 For each size this script generates a synthetic fleet (copies of
-``examples/twitter-sentiment.yaml``) with :mod:`backstop.metricsgen`, then
+``examples/twitter-sentiment.yaml``) with :mod:`backstop.sim.metricsgen`, then
 times three things:
 
-1. the whole job as users run it: ``python -m backstop.reoptimize --master
+1. the whole job as users run it: ``python -m backstop.jobs.reoptimize --master
    local[N]`` in a fresh process (JVM start-up included);
 2. the estimates alone in Spark, in a warm session (read + two aggregations);
 3. the same estimates in one process with pandas
-   (:func:`backstop.recommend.estimate_operators_pandas`), read included.
+   (:func:`backstop.domain.recommend.estimate_operators_pandas`), read included.
 
 Prints a markdown section to stdout (progress to stderr); ``--out FILE``
 also writes it into FILE, replacing only its ``## Re-optimization (Spark)``
@@ -33,16 +33,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd
 
-from backstop.metricsgen import GeneratorParams, write_metrics
-from backstop.recommend import TASK_COLUMNS, EstimateParams, estimate_operators_pandas
-from backstop.reoptimize import (
+from backstop.domain.recommend import TASK_COLUMNS, EstimateParams, estimate_operators_pandas
+from backstop.domain.spec import StreamTopology, load_topology
+from backstop.jobs.reoptimize import (
     read_metrics,
     spark_session,
     transform_clean_task_metrics,
     transform_operator_estimates,
     transform_task_summary,
 )
-from backstop.spec import StreamTopology, load_topology
+from backstop.sim.metricsgen import GeneratorParams, write_metrics
 from bench.docsection import write_section
 
 HEADING = "## Re-optimization (Spark)"
@@ -65,7 +65,7 @@ def fleet(n: int) -> list[StreamTopology]:
 def time_job(metrics: Path, cores: int, time_limit: float, scenarios: int) -> float:
     """Wall-clock seconds of the whole job in a fresh process."""
     with tempfile.TemporaryDirectory() as out:
-        args = [sys.executable, "-m", "backstop.reoptimize", "--metrics", str(metrics),
+        args = [sys.executable, "-m", "backstop.jobs.reoptimize", "--metrics", str(metrics),
                 "--topologies", str(metrics / "topologies.yaml"), "--node-cpu", "4",
                 "--out", out, "--master", f"local[{cores}]", "--time-limit", str(time_limit),
                 "--scenarios", str(scenarios)]  # fmt: skip
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> str:
         f"--scenarios {args.scenarios}` on {os.cpu_count()} cores: {args.topologies} copies of "
         "`examples/twitter-sentiment.yaml` (13 tasks each), one row per task per minute, "
         f"Parquet, Spark `local[{args.cores}]`. *Whole job*: a fresh `python -m "
-        "backstop.reoptimize` process (JVM start-up, read, estimates, re-plan, Monte Carlo "
+        "backstop.jobs.reoptimize` process (JVM start-up, read, estimates, re-plan, Monte Carlo "
         f"with {args.scenarios} windows per plan, trade-off curve at 6 bounds, write), planner "
         f"budget {args.time_limit:g} s per plan. *Estimates*: read + per-task + per-operator "
         "aggregation only, best of 2 after a warm-up (Spark) or best of 2 (pandas).",

@@ -26,10 +26,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backstop.spec import expand
+from backstop.domain.spec import expand
 from planners.evaluate import node_failure_latency
-from tests.runtime_data import output_lines, wordcount_spec, write_input
-from tests.runtime_harness import LocalTopology
+from tests.support.runtime_data import output_lines, wordcount_spec, write_input
+from tests.support.runtime_harness import LocalTopology
 
 
 def throughput(base: Path, inp: Path, records: int) -> float:

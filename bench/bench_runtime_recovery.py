@@ -53,13 +53,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from backstop.cluster import api_client
-from backstop.spec import GROUP, VERSION, StreamTopologySpec, expand
+from backstop.domain.constants import GROUP, VERSION
+from backstop.domain.spec import StreamTopologySpec, expand
+from backstop.k8s.cluster import api_client
 from bench.docsection import write_section
 from planners.evaluate import recovery_latencies
-from tests.kubetools import create_namespace, install_crds, node_ready, start_operator
-from tests.kubetools import stop_operator as _stop_operator
-from tests.realnodes import CACHE, build_runtime_image, real_node_pool
+from tests.support.kubetools import create_namespace, install_crds, node_ready, start_operator
+from tests.support.kubetools import stop_operator as _stop_operator
+from tests.support.realnodes import CACHE, build_runtime_image, real_node_pool
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"

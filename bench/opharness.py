@@ -33,10 +33,16 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from backstop.cluster import api_client
-from backstop.nodesim import NodeShape, Simulator
-from backstop.spec import GROUP, VERSION
-from tests.kubetools import create_namespace, free_port, install_crds, stop_operator, wait_for
+from backstop.domain.constants import GROUP, VERSION
+from backstop.k8s.cluster import api_client
+from backstop.sim.nodesim import NodeShape, Simulator
+from tests.support.kubetools import (
+    create_namespace,
+    free_port,
+    install_crds,
+    stop_operator,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 POOL_LABEL = "bench.backstop.dev/pool"

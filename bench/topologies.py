@@ -4,7 +4,7 @@ Why: the benchmark and tests need the same shapes the seed measured (line(s),
 tree, a SignalGuru-like sequential DAG, Twitter Sentiment at autoscale) plus
 random DAGs for scale. The seed gives sizes and edge counts but not every
 detail, so each generator documents what it assumes. Operator-level shapes go
-through ``backstop.spec.expand``, exactly like a user's manifest.
+through ``backstop.domain.spec.expand``, exactly like a user's manifest.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from backstop.spec import StreamTopologySpec, expand
+from backstop.domain.spec import StreamTopologySpec, expand
 from planners.graph import TaskGraph
 
 __all__ = [

@@ -7,7 +7,7 @@
   commands, help texts, arguments and options, as ``backstop CMD --help`` shows them).
 
 Usage: ``python hack/gen-docs.py`` writes both files; ``--check`` exits 1 when either is
-stale (``tests/test_docs.py`` runs the same check). ``make docs`` runs the former.
+stale (``tests/unit/test_docs.py`` runs the same check). ``make docs`` runs the former.
 """
 
 from __future__ import annotations
@@ -128,7 +128,8 @@ def _referenced(model: Schema) -> list[str]:
 
 
 def streamtopology_md() -> str:
-    from backstop.spec import API_VERSION, StreamTopologySpec
+    from backstop.domain.constants import API_VERSION
+    from backstop.domain.spec import StreamTopologySpec
 
     schema = StreamTopologySpec.model_json_schema()
     defs: Schema = schema.get("$defs", {})
@@ -136,7 +137,8 @@ def streamtopology_md() -> str:
         "# StreamTopology reference",
         "",
         f"`apiVersion: {API_VERSION}`, `kind: StreamTopology`, namespaced, short name `st`.",
-        "This page is generated from the pydantic models in `operator/backstop/spec.py`, the",
+        "This page is generated from the pydantic models in "
+        "`operator/backstop/domain/spec.py`, the",
         "same models the CRD's OpenAPI schema (`crds/streamtopology.yaml`) is generated from.",
         "Unknown fields are rejected. A complete example: "
         "[`examples/twitter-sentiment.yaml`](../examples/twitter-sentiment.yaml).",

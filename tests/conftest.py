@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from backstop.cluster import api_client
-from backstop.nodesim import Simulator
-from tests.kubetools import create_namespace
+from backstop.k8s.cluster import api_client
+from backstop.sim.nodesim import Simulator
+from tests.support.kubetools import create_namespace
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "hack" / "local-cluster.sh"

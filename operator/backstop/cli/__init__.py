@@ -1,0 +1,34 @@
+"""The ``backstop`` command line: planning previews, the node simulator, the operator.
+
+Every command reads manifests through :mod:`backstop.domain.spec`, calls the pure
+planners, and checks their result with the failure-effect evaluator before
+printing it. Errors the user can fix (bad manifest, infeasible bound) are
+printed as one clear message with a non-zero exit, never a traceback
+(:mod:`backstop.cli._output`). Each command module adds itself with ``register(app)``.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from backstop.cli import backups, nodes, operator, place, recover, reoptimize
+from backstop.cli._output import EXIT_INFEASIBLE, EXIT_INVALID, fail, guarded, print_json
+
+__all__ = ["EXIT_INFEASIBLE", "EXIT_INVALID", "app", "fail", "guarded", "print_json"]
+
+app = typer.Typer(
+    name="backstop",
+    help="Backstop: stream topologies on Kubernetes with a guaranteed recovery latency.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# one register() per command module; keep them alphabetical
+for _module in (backups, nodes, operator, place, recover, reoptimize):
+    _module.register(app)
+
+
+@app.callback()
+def _main() -> None:
+    """Backstop: plan backups and placement, simulate nodes, run the operator."""

@@ -1,0 +1,53 @@
+"""What every ``backstop`` command shares: exit codes, :func:`fail`, :func:`guarded`,
+:func:`print_json`.
+
+They live apart from the app (``backstop.cli``) so the command modules import them
+without importing the app that imports the command modules (no import cycle).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, ParamSpec, TypeVar
+
+import typer
+
+from planners import Infeasible, InvalidTopology, PlannerError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+EXIT_INVALID = 2
+EXIT_INFEASIBLE = 3
+
+
+def fail(message: str, code: int = EXIT_INVALID) -> NoReturn:
+    """Print ``error: message`` to stderr and exit with ``code``."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def guarded(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn planner errors into a clear message and a non-zero exit."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except Infeasible as err:
+            fail(f"infeasible: {err}", EXIT_INFEASIBLE)
+        except InvalidTopology as err:
+            fail(f"invalid topology: {err}")
+        except PlannerError as err:
+            fail(str(err))
+
+    return wrapper
+
+
+def print_json(obj: Any) -> None:
+    """Print exactly one JSON object on stdout."""
+    json.dump(obj, sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")

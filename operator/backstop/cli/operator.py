@@ -1,0 +1,125 @@
+"""``backstop operator`` and ``backstop crd``: run the controller, print its CRDs."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from backstop.k8s.crd import CRDS, render
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def operator(
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option("--namespace", "-n", help="Watch this namespace (repeatable)."),
+    ] = None,
+    all_namespaces: Annotated[
+        bool, typer.Option("--all-namespaces", "-A", help="Watch every namespace.")
+    ] = False,
+    liveness: Annotated[
+        str, typer.Option(help="Liveness endpoint URL ('' to disable).")
+    ] = "http://0.0.0.0:8080/healthz",
+    log_format: Annotated[
+        str, typer.Option(help="Log format: json (structured) or plain.")
+    ] = "json",
+    log_level: Annotated[str, typer.Option(help=f"One of {', '.join(LOG_LEVELS)}.")] = "info",
+    kubeconfig: Annotated[
+        str | None, typer.Option(envvar="KUBECONFIG", help="Path to a kubeconfig.")
+    ] = None,
+    grace_period_seconds: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            envvar="BACKSTOP_GRACE_PERIOD_SECONDS",
+            help="Default spec.recovery.gracePeriodSeconds for topologies that omit it.",
+        ),
+    ] = None,
+    utilization_cap: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            max=1,
+            envvar="BACKSTOP_UTILIZATION_CAP",
+            help="Default spec.recovery.utilizationCap for topologies that omit it.",
+        ),
+    ] = None,
+    cluster_scanning: Annotated[
+        bool,
+        typer.Option(
+            help=(
+                "Let Kopf observe Namespaces and CRDs cluster-wide (needs list/watch on both);"
+                " --no-cluster-scanning serves the given namespaces and the CRDs present at"
+                " startup, so namespaced RBAC suffices."
+            ),
+        ),
+    ] = True,
+) -> None:
+    """Run the Backstop operator (Kopf) until interrupted.
+
+    It reconciles StreamTopology objects: plans backups and placement against the
+    live Ready nodes, creates one pinned pod per task, and keeps the status up to date.
+    """
+    if not namespace and not all_namespaces:
+        typer.echo("error: pass --namespace NAME (repeatable) or --all-namespaces", err=True)
+        raise typer.Exit(2)
+    if log_level not in LOG_LEVELS:
+        typer.echo(f"error: --log-level must be one of {', '.join(LOG_LEVELS)}", err=True)
+        raise typer.Exit(2)
+    if log_format not in ("json", "plain"):
+        typer.echo("error: --log-format must be json or plain", err=True)
+        raise typer.Exit(2)
+    if kubeconfig:
+        os.environ["KUBECONFIG"] = kubeconfig
+    # Operator-wide recovery defaults (Helm values recovery.*), exported for the handlers.
+    if grace_period_seconds is not None:
+        os.environ["BACKSTOP_GRACE_PERIOD_SECONDS"] = str(grace_period_seconds)
+    if utilization_cap is not None:
+        if utilization_cap == 0:
+            typer.echo("error: --utilization-cap must be in (0, 1]", err=True)
+            raise typer.Exit(2)
+        os.environ["BACKSTOP_UTILIZATION_CAP"] = str(utilization_cap)
+    import kopf
+
+    import backstop.controller.handlers  # noqa: F401  (registers the handlers)
+
+    kopf.configure(
+        verbose=log_level == "debug",
+        log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.PLAIN,
+    )
+    logging.getLogger().setLevel(log_level.upper())
+    settings = kopf.OperatorSettings()
+    settings.scanning.disabled = not cluster_scanning
+    kopf.run(
+        settings=settings,
+        standalone=True,
+        clusterwide=all_namespaces,
+        namespaces=[] if all_namespaces else list(namespace or []),
+        liveness_endpoint=liveness or None,
+    )
+
+
+def crd(
+    write: Annotated[
+        Path | None, typer.Option(help="Write the files into this directory instead.")
+    ] = None,
+) -> None:
+    """Print the CustomResourceDefinitions (generated from the pydantic models)."""
+    if write is not None:
+        write.mkdir(parents=True, exist_ok=True)
+        for filename, build in CRDS.items():
+            (write / filename).write_text(render(build()))
+            typer.echo(f"wrote {write / filename}")
+        return
+    typer.echo("---\n".join(render(build()) for build in CRDS.values()), nl=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``operator`` and ``crd`` to the CLI."""
+    app.command("operator")(operator)
+    app.command("crd")(crd)

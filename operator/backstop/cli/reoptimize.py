@@ -1,0 +1,277 @@
+"""``backstop reoptimize`` and ``backstop metrics generate``: re-optimization on demand.
+
+Why: the operator re-optimizes on a timer, but people want to see a
+recommendation before trusting it, and demos and tests need metrics. With a
+manifest file, ``reoptimize`` runs the Spark job here (``local[*]``) on a
+metrics directory and prints the new estimates and plan readably (or as
+JSON). With a topology name, it asks the operator instead: it changes
+``spec.reoptimization.nonce`` and waits for ``status.reoptimization`` to
+report the run, so the policy (``apply``, ``minImprovement``) is respected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from backstop.cli._output import fail, guarded, print_json
+from backstop.domain.constants import GROUP, VERSION
+from backstop.domain.spec import load_topology
+
+__all__ = ["print_recommendation", "register"]
+
+metrics_app = typer.Typer(help="Task and node metrics for re-optimization.", no_args_is_help=True)
+
+
+def _f(x: Any, digits: int = 3) -> str:
+    return f"{x:.{digits}g}" if isinstance(x, (int, float)) else str(x)
+
+
+def print_recommendation(rec: dict[str, Any], console: Console | None = None) -> None:
+    """Print one recommendation: estimates per operator, plans, simulation, trade-off."""
+    c = console or Console()
+    name = rec.get("topology", "?")
+    if rec.get("result") != "Recommended":
+        c.print(f"[bold]{name}[/bold]: {rec.get('result')}: {rec.get('message', '')}")
+        return
+    t = Table(title=f"{name}: estimates per operator (spec → estimate)")
+    for col in ("operator", "t_v spec", "t_v est.", "CPU spec", "CPU p-quantile", "MTBF s",
+                "ckpt now s", "ckpt Young s"):  # fmt: skip
+        t.add_column(col, justify="left" if col == "operator" else "right")
+    for op in rec["operators"]:
+        if not op.get("measured"):
+            t.add_row(op["operator"], _f(op["specLatency"]), "(no metrics)", _f(op["specCpu"]),
+                      "", "", "", "")  # fmt: skip
+            continue
+        t.add_row(
+            op["operator"],
+            _f(op["specLatency"]),
+            _f(op["latency"]),
+            _f(op["specCpu"]),
+            _f(op["cpuQuantile"]),
+            _f(op["mtbfSeconds"], 4),
+            _f(op["checkpointInterval"]),
+            _f(op["recommendedCheckpointInterval"]),
+        )
+    c.print(t)
+    cur, new = rec["current"], rec["plan"]
+    sim = rec.get("simulation") or {}
+    p = Table(title=f"plans under the new estimates (bound {new['bound']:g}s)")
+    for col in ("plan", "nodes", "backups", "worst H s", "keeps bound", "availability",
+                "P[H≤R]", "H p95 s", "H p99 s"):  # fmt: skip
+        p.add_column(col, justify="left" if col == "plan" else "right")
+    for label, plan, key in (("current", cur, "current"), ("recommended", new, "plan")):
+        s = sim.get(key) or {}
+        p.add_row(
+            label,
+            str(plan["nodesUsed"]),
+            str(plan["backupCount"]),
+            _f(plan["worstRecoveryLatency"]),
+            "yes" if plan["boundSatisfied"] else "[red]NO[/red]",
+            f"{s['availability']:.6f}" if s else "",
+            _f(s.get("boundProbability", "")),
+            _f(s.get("p95", "")),
+            _f(s.get("p99", "")),
+        )
+    c.print(p)
+    curve = rec.get("tradeoff") or []
+    if curve:
+        tt = Table(title="trade-off: what other bounds would cost")
+        for col in ("bound s", "nodes", "backups", "worst H s"):
+            tt.add_column(col, justify="right")
+        for pt in curve:
+            if pt.get("feasible"):
+                tt.add_row(_f(pt["bound"]), str(pt["nodesUsed"]), str(pt["backupCount"]),
+                           _f(pt["worstRecoveryLatency"]))  # fmt: skip
+            else:
+                tt.add_row(_f(pt["bound"]), "infeasible", "", "")
+        c.print(tt)
+    c.print(
+        f"[bold]predicted gain {rec['improvement']:.0%}[/bold] ({rec['reason']}); "
+        f"{new.get('moved', 0)} pods would move"
+    )
+
+
+@guarded
+def reoptimize_command(
+    topology: Annotated[
+        str,
+        typer.Argument(
+            help="A StreamTopology manifest file (run the job here), or the name of a "
+            "topology in the cluster (ask the operator to run it now).",
+            show_default=False,
+        ),
+    ],
+    metrics: Annotated[
+        Path | None, typer.Option(help="Metrics directory (tasks.* and nodes.*).")
+    ] = None,
+    nodes: Annotated[
+        Path | None, typer.Option(help="Node objects (YAML) the plan may use.")
+    ] = None,
+    node_cpu: Annotated[
+        float | None, typer.Option(help="Or: identical nodes of this many cores.")
+    ] = None,
+    current: Annotated[
+        Path | None, typer.Option(help="The current plan (status.plan or place --json).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Keep the job's output here.")] = None,
+    master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
+    time_limit: Annotated[float, typer.Option(help="Planner seconds per plan.")] = 2.0,
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="Namespace (cluster mode).")
+    ] = "default",
+    timeout: Annotated[float, typer.Option(help="Seconds to wait (cluster mode).")] = 600.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Re-estimate a topology's operators from metrics and recommend a better plan."""
+    if Path(topology).is_file():
+        _local(topology, metrics, nodes, node_cpu, current, out, master, time_limit, as_json)
+    elif "/" in topology or topology.endswith((".yaml", ".yml", ".json")):
+        fail(f"{topology} does not exist")
+    else:
+        _cluster(topology, namespace, timeout, as_json)
+
+
+def _local(
+    topology: str,
+    metrics: Path | None,
+    nodes: Path | None,
+    node_cpu: float | None,
+    current: Path | None,
+    out: Path | None,
+    master: str,
+    time_limit: float,
+    as_json: bool,
+) -> None:
+    load_topology(topology)  # a clear message for a bad manifest, before Spark starts
+    if metrics is None:
+        fail("--metrics DIR is required with a manifest file")
+    if (nodes is None) == (node_cpu is None):
+        fail("pass exactly one of --nodes FILE and --node-cpu CORES")
+    with tempfile.TemporaryDirectory(prefix="backstop-reopt-") as tmp:
+        dest = out or Path(tmp)
+        args = [sys.executable, "-m", "backstop.jobs.reoptimize", "--metrics", str(metrics),
+                "--topologies", topology, "--out", str(dest), "--master", master,
+                "--time-limit", str(time_limit)]  # fmt: skip
+        args += ["--nodes", str(nodes)] if nodes else ["--node-cpu", str(node_cpu)]
+        if current:
+            args += ["--current", str(current)]
+        env = {**os.environ, "PYTHONWARNINGS": "ignore::FutureWarning"}
+        proc = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
+        if proc.returncode != 0:
+            lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+            fail(lines[0].removeprefix("error: ") if lines else proc.stderr.strip()[-600:])
+        recs = [json.loads(ln) for ln in (dest / "recommendations.jsonl").open()]
+    if as_json:
+        print_json(recs[0] if len(recs) == 1 else recs)
+        return
+    for rec in recs:
+        print_recommendation(rec)
+
+
+def _cluster(name: str, namespace: str, timeout: float, as_json: bool) -> None:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from backstop.k8s.cluster import ClusterUnavailable, api_client
+
+    try:
+        custom = client.CustomObjectsApi(api_client())
+        obj = custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "streamtopologies", name
+        )
+    except ClusterUnavailable as err:
+        fail(str(err))
+    except ApiException as err:
+        if err.status == 404:
+            fail(f"no StreamTopology {namespace}/{name} (and no file named {name!r})")
+        fail(f"cannot read {namespace}/{name}: {err.reason}")
+    if not (obj.get("spec") or {}).get("reoptimization"):
+        fail(f"{namespace}/{name} has no spec.reoptimization; add one to re-optimize it")
+    nonce = uuid.uuid4().hex[:10]
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "streamtopologies", name,
+        {"spec": {"reoptimization": {"nonce": nonce}}},
+    )  # fmt: skip
+    typer.echo(f"requested a run of {namespace}/{name} (nonce {nonce}); waiting…", err=True)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        obj = custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "streamtopologies", name
+        )
+        state = (obj.get("status") or {}).get("reoptimization") or {}
+        if state.get("nonce") == nonce and not state.get("running"):
+            if as_json:
+                print_json(state)
+            else:
+                typer.echo(f"{state.get('result')}: {state.get('message', '')}")
+            if state.get("result") == "Failed":
+                raise typer.Exit(1)
+            return
+        time.sleep(2)
+    fail(f"the operator did not report the run within {timeout:g}s (is it running?)", 1)
+
+
+@guarded
+def generate_command(
+    out: Annotated[Path, typer.Option(help="Output directory.", show_default=False)],
+    topology: Annotated[
+        list[Path] | None, typer.Option(help="StreamTopology manifest(s) (repeatable).")
+    ] = None,
+    fleet: Annotated[int, typer.Option(help="Copies of each topology (name-<i>).")] = 1,
+    rows: Annotated[int, typer.Option(help="Task rows in total.")] = 100_000,
+    fmt: Annotated[str, typer.Option("--format", help="parquet or jsonl.")] = "parquet",
+    interval: Annotated[float, typer.Option(help="Seconds per row.")] = 60.0,
+    task_mtbf: Annotated[float, typer.Option(help="Mean seconds between task failures.")] = 1800.0,
+    latency_scale: Annotated[
+        float, typer.Option(help="True latency / the spec's reprocessingLatency.")
+    ] = 0.5,
+    nodes: Annotated[int, typer.Option(help="Simulated nodes in the node metrics.")] = 6,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 1,
+) -> None:
+    """Write synthetic task and node metrics (and their ground truth) for demos and tests."""
+    from backstop.sim.metricsgen import GeneratorParams, write_metrics
+
+    if fmt not in ("parquet", "jsonl"):
+        fail("--format must be parquet or jsonl")
+    for value, flag in ((rows, "--rows"), (fleet, "--fleet"), (nodes, "--nodes")):
+        if value < 1:
+            fail(f"{flag} must be at least 1")
+    for fvalue, flag in ((interval, "--interval"), (task_mtbf, "--task-mtbf"),
+                         (latency_scale, "--latency-scale")):  # fmt: skip
+        if not fvalue > 0:
+            fail(f"{flag} must be positive")
+    paths = topology or [Path("examples/twitter-sentiment.yaml")]
+    topos = []
+    for p in paths:
+        t = load_topology(p)
+        for i in range(fleet):
+            name = t.metadata.name if fleet == 1 else f"{t.metadata.name[:34]}-{i}"
+            topos.append(t.model_copy(update={"metadata": t.metadata.model_copy(
+                update={"name": name})}))  # fmt: skip
+    params = GeneratorParams(rows=rows, interval_seconds=interval, task_mtbf=task_mtbf,
+                             latency_scale=latency_scale, nodes=nodes, seed=seed)  # fmt: skip
+    truth = write_metrics(out, topos, params, fmt)
+    typer.echo(
+        f"wrote {truth['rows']} task rows ({len(topos)} topologies × {truth['intervals']} "
+        f"intervals) and {nodes * truth['intervals']} node rows to {out}/ ({fmt}); "
+        f"ground truth in {out}/truth.json, manifests in {out}/topologies.yaml"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``reoptimize`` and ``metrics generate`` to the ``backstop`` app."""
+    app.command("reoptimize")(reoptimize_command)
+    metrics_app.command("generate")(generate_command)
+    app.add_typer(metrics_app, name="metrics")

@@ -1,0 +1,433 @@
+"""Kopf handlers: thin glue from StreamTopology events to planning and pods.
+
+Run with ``backstop operator`` or ``kopf run -m backstop.controller.handlers``. Each handler
+parses the spec once into the pydantic model, calls the pure planning and
+manifest builders, and leaves the API calls to :mod:`backstop.k8s.kubeio`.
+Permanent problems (an invalid spec, a bound no placement can keep) become a
+status condition plus a Warning Event and are not retried; temporary ones
+(not enough Ready nodes yet, pods still terminating, API hiccups) are retried
+with ``kopf.TemporaryError``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from backstop.controller.context import kube, post_event
+from backstop.controller.restore import restore_tick
+from backstop.controller.supervisor import (
+    Tick,
+    converge,
+    drain_tick,
+    mark_applied,
+    pod_states,
+    recovery_tick,
+)
+from backstop.domain.conditions import conditions_changed, merge_patch
+from backstop.domain.constants import ANN_APPLIED, GROUP, LABEL_TOPOLOGY, PLURAL, VERSION
+from backstop.domain.incidents import NodeInfo, node_info
+from backstop.domain.planning import current_assignment, diff_pods, plan_topology
+from backstop.domain.spec import (
+    StreamTopologySpec,
+    cpu_cores,
+    expand,
+    parse_spec,
+    spec_hash,
+    with_operator_defaults,
+)
+from backstop.domain.status import build_plan_status, conditions_patch, pod_state
+from backstop.k8s.kubeio import Kube
+from backstop.k8s.manifests import Owner, desired_pods
+from backstop.k8s.nodes import node_is_ready
+from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
+from planners.replication import select_replicas
+
+log = logging.getLogger("backstop.operator")
+_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+
+
+HANDLER_WORKERS = 16
+"""Executor threads for handlers and indexes, besides one per running supervise daemon."""
+_settings: kopf.OperatorSettings | None = None
+_daemons = 0
+_daemons_lock = threading.Lock()
+
+
+def _daemon_threads(delta: int) -> None:
+    """Count running sync daemons and size Kopf's executor to them plus the handlers."""
+    global _daemons
+    with _daemons_lock:
+        _daemons += delta
+        if _settings is not None:
+            _settings.execution.max_workers = HANDLER_WORKERS + _daemons
+
+
+def topology_lock(namespace: str, name: str) -> threading.Lock:
+    """One lock per topology: the reconcile handler and the supervisor never interleave."""
+    return _locks[(namespace, name)]
+
+
+_placing = threading.Lock()
+"""Reconciles place one topology at a time, from the view to the last pod created, so the
+next one's view already holds those pods (see :func:`backstop.k8s.kubeio.pod_node`) and two
+topologies never plan onto the same free CPU. Planning is CPU-bound under the GIL, so
+this costs little throughput."""
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """Keep Kopf's bookkeeping under our own domain and post its logs as Events."""
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.posting.loggers = True  # Kopf's per-object logs become Events
+    settings.posting.level = logging.INFO
+    global _settings
+    _settings = settings
+    _daemon_threads(0)
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 60
+    kube()
+
+
+def _problem(body: kopf.Body, generation: int, reason: str, message: str) -> dict[str, Any]:
+    post_event(body, reason, message, warning=True)
+    return {"reason": reason, "message": message, "generation": generation}
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+def reconcile(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    name: str,
+    namespace: str | None,
+    patch: kopf.Patch,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    **_: Any,
+) -> None:
+    """Plan backups and placement, then make the task pods match the plan."""
+    assert namespace is not None  # the CRD is namespaced
+    generation = int(meta.get("generation", 1))
+    k = kube()
+    try:
+        model = parse_spec(dict(spec))
+        graph = expand(model)
+    except InvalidTopology as err:
+        problem = _problem(body, generation, "InvalidSpec", str(err))
+        _record(k, namespace, name, generation, {"problem": problem}, status)
+        return
+    owner = Owner(name=name, namespace=namespace, uid=meta["uid"])
+    recorded = dict(status.get("plan") or {})
+    recovering = (status.get("recovery") or {}).get("active")
+    if recovering and recorded.get("generation") == generation:
+        logger.info("a recovery session is running; the supervisor drives the pods")
+        return
+    with topology_lock(namespace, name), _placing:
+        _reconcile(k, body, model, graph, owner, generation, recorded, status, patch, logger)
+
+
+def _reconcile(
+    k: Kube,
+    body: kopf.Body,
+    model: StreamTopologySpec,
+    graph: TaskGraph,
+    owner: Owner,
+    generation: int,
+    recorded: dict[str, Any],
+    status: kopf.Status,
+    patch: kopf.Patch,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+) -> None:
+    namespace, name = owner.namespace, owner.name
+    view = k.view(namespace, name, model.topology_key, model.node_selector)
+    this_spec = spec_hash(dict(body["spec"]))
+    same_spec = recorded.get("generation") == generation or recorded.get("specHash") == this_spec
+    reuse = (
+        same_spec
+        and not status.get("problem")
+        and set(recorded.get("assignment", {}).values()) <= set(view.node_objects)
+        and set(recorded.get("assignment", {})) == set(graph.tasks)
+    )
+    if reuse:  # resume the recorded plan (write-ahead log) instead of planning anew
+        plan_status = recorded
+        if recorded.get("generation") != generation:  # only spec.reoptimization changed
+            plan_status = {**recorded, "generation": generation}
+            _record(k, namespace, name, generation, {"plan": {"generation": generation}}, status)
+    else:
+        try:
+            kept = (
+                (recorded["assignment"], recorded.get("backups") or [])
+                if recorded.get("assignment")
+                else None
+            )
+            plan = plan_topology(
+                model,
+                graph,
+                view.nodes,
+                current=current_assignment(view.own_pods),
+                recorded=kept,
+            )
+        except Infeasible as err:
+            problem = _problem(body, generation, "Infeasible", f"infeasible: {err}")
+            _record(k, namespace, name, generation, {"problem": problem}, status)
+            if err.smallest_bound is not None or not view.nodes:
+                return  # the bound itself is impossible: no retry can help
+            raise kopf.TemporaryError(f"infeasible on the current nodes: {err}", delay=15) from None
+        except PlannerError as err:
+            problem = _problem(body, generation, "Infeasible", str(err))
+            _record(k, namespace, name, generation, {"problem": problem}, status)
+            return
+        replicas: dict[str, tuple[str, ...]] | None = None
+        availability = None
+        if model.replication is not None:
+            used: dict[str, float] = {}
+            for t, n in plan.placement.assignment.items():
+                used[n] = used.get(n, 0.0) + graph.weight[graph.index(t)]
+            spare = {n.name: max(0.0, n.cpu - used.get(n.name, 0.0)) for n in view.nodes}
+            rep = select_replicas(
+                graph,
+                plan.placement.assignment,
+                spare,
+                budget=cpu_cores(model.replication.spare_cpu),
+                strategy=model.replication.strategy,
+            )
+            replicas, availability = dict(rep.replicas), rep.availability
+        plan_status = build_plan_status(
+            generation, graph, plan, replicas=replicas, availability=availability
+        )
+        plan_status["specHash"] = this_spec
+        # write-ahead: the plan is recorded before any pod is touched
+        plan_patch = merge_patch(recorded, plan_status)
+        _record(k, namespace, name, generation, {"plan": plan_patch, "problem": None}, status)
+        post_event(
+            body,
+            "Planned",
+            (
+                f"{plan_status['backupCount']} backups, {plan_status['nodesUsed']} nodes, "
+                f"worst recovery {plan_status['worstRecoveryLatency']:g}s "
+                f"(bound {plan_status['bound']:g}s), {plan.moved} pods move"
+            ),
+        )
+        if not plan_status["boundSatisfied"]:
+            post_event(body, "BoundViolated", "the plan does not keep the bound", warning=True)
+    desired = desired_pods(
+        owner,
+        model,
+        graph,
+        frozenset(plan_status["backups"]),
+        plan_status["assignment"],
+        plan_status.get("replicas"),
+    )
+    dead = {n for n, obj in view.node_objects.items() if not node_is_ready(obj)}
+    diff = diff_pods(desired, view.own_pods, dead)
+    try:
+        deleted, created = k.apply_pod_diff(namespace, diff)
+    except ApiException as err:
+        raise kopf.TemporaryError(f"API error while applying pods: {err.reason}", delay=2) from err
+    logger.info("pods: %d unchanged, %d deleted, %d created", diff.unchanged, deleted, created)
+    patch.status["conditions"] = conditions_patch(
+        generation,
+        {**status, "plan": plan_status, "problem": None},
+        [pod_state(p) for p in k.own_pods(namespace, name)],
+    )
+    if diff.waiting:
+        raise kopf.TemporaryError(f"waiting for {diff.waiting} pods to terminate", delay=1)
+
+
+def _record(
+    k: Kube,
+    namespace: str,
+    name: str,
+    generation: int,
+    fields: dict[str, Any],
+    status: kopf.Status,
+) -> None:
+    """Write facts to the status at once (not at the end of the handler)."""
+    merged = {**dict(status), **{k_: v for k_, v in fields.items() if k_ != "plan"}}
+    if "plan" in fields:
+        merged["plan"] = {**(status.get("plan") or {}), **fields["plan"]}
+    body = {
+        **fields,
+        "observedGeneration": generation,
+        "conditions": conditions_patch(generation, merged, []),
+    }
+    try:
+        k.patch_status(namespace, name, body)
+    except ApiException as err:
+        raise kopf.TemporaryError(f"cannot record status: {err.reason}", delay=2) from err
+
+
+@kopf.index("pods", labels={LABEL_TOPOLOGY: kopf.PRESENT})
+def pods_by_topology(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[tuple[str | None, str], Any]:
+    """In-memory index of task pods per topology, so readiness needs no API calls."""
+    return {(namespace, labels[LABEL_TOPOLOGY]): body}
+
+
+@kopf.index("nodes")
+def node_index(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
+    """In-memory view of every Node, for loss detection without API calls."""
+    return {name: node_info(body)}
+
+
+_parsed: dict[tuple[str, str, int], tuple[StreamTopologySpec, TaskGraph]] = {}
+_written: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
+
+
+def _model(
+    namespace: str, name: str, generation: int, spec: Mapping[str, Any]
+) -> tuple[StreamTopologySpec, TaskGraph] | None:
+    key = (namespace, name, generation)
+    if key not in _parsed:
+        try:
+            model = parse_spec(dict(spec))
+        except InvalidTopology:
+            return None
+        model = with_operator_defaults(model, dict(spec), os.environ)
+        _parsed[key] = (model, expand(model))
+    return _parsed[key]
+
+
+def _fresh_status(
+    namespace: str, name: str, meta: kopf.Meta, status: kopf.Status
+) -> dict[str, Any]:
+    """The newest status we know: the watched one, or what we wrote if that is newer."""
+    seen = int(meta.get("resourceVersion") or 0)
+    rv, written = _written.get((namespace, name), (0, {}))
+    return dict(written) if rv > seen else dict(status)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=1.0, cancellation_timeout=5.0)
+def supervise(**kwargs: Any) -> None:
+    """Supervise one topology (:func:`_supervise`) in a thread of Kopf's executor.
+
+    A sync daemon holds its thread for the topology's lifetime, so the executor
+    grows by one while it runs: handlers and indexes always keep
+    :data:`HANDLER_WORKERS` threads (with a fixed pool, 16 topologies would
+    starve every reconcile and index update).
+    """
+    _daemon_threads(+1)
+    try:
+        _supervise(**kwargs)
+    finally:
+        _daemon_threads(-1)
+
+
+def _supervise(
+    name: str,
+    namespace: str | None,
+    meta: kopf.Meta,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    body: kopf.Body,
+    stopped: kopf.DaemonStopped,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    **kwargs: Any,
+) -> None:
+    """Supervise one topology: node-loss recovery, pod convergence, derived conditions.
+
+    About once a second: detect lost/returned/new Ready nodes from the node
+    index and advance the recovery session (recorded in the status before any
+    pod is touched), drain cordoned nodes, restore a broken bound when capacity
+    allows (:mod:`backstop.controller.restore`), converge the pods to the recorded plan,
+    and rewrite the conditions when they change. Quiet unless something happens.
+    """
+    assert namespace is not None
+    pods_index: kopf.Index[tuple[str | None, str], Any] = kwargs["pods_by_topology"]
+    nodes_index: kopf.Index[str, NodeInfo] = kwargs["node_index"]
+    k = kube()
+
+    def emit(reason: str, message: str, warning: bool) -> None:
+        post_event(body, reason, message, warning=warning)
+
+    while not stopped:
+        generation = int(meta.get("generation", 1))
+        parsed = _model(namespace, name, generation, spec)
+        current = _fresh_status(namespace, name, meta, status)
+        try:
+            if parsed is not None:
+                model, graph = parsed
+                nodes = {n: info for n, infos in nodes_index.items() for info in infos}
+                tick = Tick(
+                    kube=k,
+                    owner=Owner(name=name, namespace=namespace, uid=meta["uid"]),
+                    model=model,
+                    graph=graph,
+                    generation=generation,
+                    status=current,
+                    nodes=nodes,
+                    emit=emit,
+                )
+                with topology_lock(namespace, name):
+                    indexed = list(pods_index.get((namespace, name), []))
+                    obj = (
+                        recovery_tick(tick)
+                        or drain_tick(tick, indexed)
+                        or restore_tick(tick, indexed)
+                    )
+                    if obj is not None:
+                        current = dict(obj.get("status") or {})
+                        rv = int(obj["metadata"]["resourceVersion"])
+                        _written[(namespace, name)] = (rv, current)
+                        tick.status = current
+                    dead = {n for n, info in nodes.items() if not info.ready}
+                    dead |= {
+                        n
+                        for n in (current.get("plan") or {}).get("assignment", {}).values()
+                        if n not in nodes
+                    }
+                    deleted, created, _waiting = converge(
+                        tick, list(pods_index.get((namespace, name), [])), force_nodes=dead
+                    )
+                    if deleted or created:
+                        logger.info("pods: %d deleted, %d created", deleted, created)
+                    mark_applied(tick, list(pods_index.get((namespace, name), [])))
+            pods = pod_states(list(pods_index.get((namespace, name), [])))
+            merged = conditions_patch(generation, current, pods)
+            if conditions_changed(current.get("conditions"), merged):
+                k.patch_status(namespace, name, {"conditions": merged})
+        except ApiException as err:
+            if err.status == 404 and k.topology_gone(namespace, name):
+                return
+            logger.warning(
+                "supervision of %s/%s: %s %s %s",
+                namespace,
+                name,
+                err.status,
+                err.reason,
+                (err.body or "")[:300],
+            )
+        except PlannerError as err:
+            logger.warning("recovery planning failed: %s", err)
+        stopped.wait(1.0)
+
+
+@kopf.on.update(GROUP, VERSION, PLURAL, field=("metadata", "annotations", ANN_APPLIED))
+def apply_reoptimized(new: Any, **kwargs: Any) -> None:
+    """Run the ordinary reconcile when a re-optimized plan was written to the status.
+
+    The reconcile resumes ``status.plan`` (same generation) and moves only the
+    pods whose node or role changed; its retries (pods still terminating)
+    become this handler's retries.
+    """
+    if new:
+        reconcile(**kwargs)
+
+
+# registers the re-optimization daemon (after this module's handlers, as before)
+from backstop.controller import handlers_reopt  # noqa: E402,F401

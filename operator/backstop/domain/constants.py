@@ -1,0 +1,56 @@
+"""Every name the operator shares with the cluster: API group, labels, annotations,
+Event reasons, object-name suffixes, ports and mounts.
+
+One module so that a label is spelled once; the spec, the manifest builders, the
+readers and the handlers all import from here.
+"""
+
+from __future__ import annotations
+
+GROUP = "streams.backstop.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+PLURAL = "streamtopologies"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+LABEL_TOPOLOGY = f"{GROUP}/topology"
+LABEL_OPERATOR = f"{GROUP}/operator"
+LABEL_TASK = f"{GROUP}/task"
+LABEL_ROLE = f"{GROUP}/role"
+LABEL_SESSION = f"{GROUP}/session"
+ANN_HASH = f"{GROUP}/spec-hash"
+ANN_NODE = f"{GROUP}/planned-node"
+#: Bumped after a plan is applied; outside GROUP's prefix, which Kopf's diff-base ignores.
+ANN_APPLIED = "reoptimization.backstop.dev/applied-at"
+HOSTNAME = "kubernetes.io/hostname"
+SESSION_CONFIGMAP_SUFFIX = "-recovery"
+SESSION_MOUNT = "/etc/backstop/recovery"
+STORE_MOUNT = "/var/lib/backstop"
+DATA_PORT = 7077
+METRICS_PORT = 9090  # the task runtime's GET /metrics (Prometheus) and /status
+
+NODE_KIND_LABEL = "backstop.dev/node-kind"
+"""Node label saying what stands behind a node of the local cluster: a real kubelet with
+containerd on this host (``real``) or the node simulator (``simulated``)."""
+NODE_KIND_REAL = "real"
+NODE_KIND_SIMULATED = "simulated"
+
+# The fixed set of Event reasons the operator posts (kopf's own log events use "Logging").
+EVENT_REASONS = frozenset(
+    {
+        "Planned",
+        "InvalidSpec",
+        "Infeasible",
+        "NodeLost",
+        "NodeDraining",
+        "RecoveryPlanIssued",
+        "TaskRecovered",
+        "Recovered",
+        "BoundViolated",
+        "RestorePlanned",
+        "RestoreStep",
+        "BoundRestored",
+        "Consolidated",
+        "Reoptimized",
+    }
+)

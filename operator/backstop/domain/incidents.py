@@ -1,0 +1,185 @@
+"""Node loss as the operator sees it: detection, session bookkeeping, what tasks are told.
+
+The recovery *planning* is the pure ``planners.recovery`` family; this module is
+the layer between it and the Kopf daemon. Everything here is pure so the rules
+(grace period, correlated window, session mode, replay sources, the ConfigMap
+contract with the stream runtime) are unit-tested without a cluster, and so the
+session can live entirely in the topology's status (the write-ahead log) and be
+resumed by a restarted operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from backstop.domain.conditions import now_rfc3339
+from backstop.domain.spec import RecoveryMode, RecoveryPolicy, cpu_cores
+from planners import TaskGraph
+from planners.recovery import RecoveryStep
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What recovery needs to know about one Node."""
+
+    name: str
+    ready: bool
+    since: float
+    """Epoch seconds of the Ready condition's last transition."""
+    cpu: float
+    schedulable: bool
+    """Not cordoned and without NoSchedule/NoExecute taints."""
+    cordoned: bool
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def matches(self, selector: Mapping[str, str]) -> bool:
+        """Whether the node carries every label of ``selector``."""
+        have = dict(self.labels)
+        return all(have.get(k) == v for k, v in selector.items())
+
+
+def _epoch(stamp: str | None) -> float:
+    if not stamp:
+        return 0.0
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def node_info(body: Mapping[str, Any]) -> NodeInfo:
+    """A :class:`NodeInfo` from a Node object (a dict, as Kopf delivers it)."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    ready, since = False, 0.0
+    for c in status.get("conditions") or []:
+        if c.get("type") == "Ready":
+            ready = c.get("status") == "True"
+            since = _epoch(c.get("lastTransitionTime"))
+    cpu_raw = (status.get("allocatable") or {}).get("cpu") or "0"
+    tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
+    cordoned = bool(spec.get("unschedulable"))
+    return NodeInfo(
+        name=str(meta.get("name")),
+        ready=ready,
+        since=since,
+        cpu=cpu_cores(cpu_raw),
+        schedulable=ready and not cordoned and not tainted,
+        cordoned=cordoned,
+        labels=tuple(sorted((meta.get("labels") or {}).items())),
+    )
+
+
+def detect_lost(
+    nodes_in_use: Collection[str],
+    nodes: Mapping[str, NodeInfo],
+    *,
+    grace: float,
+    now: float,
+) -> set[str]:
+    """Nodes in use that count as lost: deleted, or not Ready for longer than ``grace``.
+
+    A node that flaps back to Ready within the grace period is not lost.
+
+    Examples
+    --------
+    >>> n = {"a": NodeInfo("a", False, 100.0, 4, False, False),
+    ...      "b": NodeInfo("b", False, 125.0, 4, False, False)}
+    >>> sorted(detect_lost({"a", "b", "c"}, n, grace=30, now=131))
+    ['a', 'c']
+    """
+    lost = set()
+    for name in nodes_in_use:
+        info = nodes.get(name)
+        if info is None or (not info.ready and now - info.since >= grace):
+            lost.add(name)
+    return lost
+
+
+def session_mode(policy: RecoveryPolicy, lost_at: Mapping[str, float]) -> str:
+    """``incremental`` or ``blocking`` for the session, following the seed's rule.
+
+    ``auto`` is incremental when at least ``correlatedThreshold`` nodes were lost
+    within ``windowSeconds`` of each other (a correlated failure), else blocking.
+
+    Examples
+    --------
+    >>> p = RecoveryPolicy()
+    >>> session_mode(p, {"a": 0.0}), session_mode(p, {"a": 0.0, "b": 10.0})
+    ('blocking', 'incremental')
+    """
+    if policy.mode is not RecoveryMode.auto:
+        return policy.mode.value
+    times = sorted(lost_at.values())
+    best = 0
+    lo = 0
+    for hi, t in enumerate(times):
+        while t - times[lo] > policy.window_seconds:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return "incremental" if best >= policy.correlated_threshold else "blocking"
+
+
+def replay_sources(
+    graph: TaskGraph, backups: Collection[str], failed: Collection[str], task: str
+) -> list[str]:
+    """The upstream tasks that replay their buffered output to a recovering ``task``.
+
+    Following the failure-effect model: a healthy upstream task that keeps an
+    upstream backup replays at once; an upstream task that failed too, or keeps
+    no buffer, recomputes, and the search continues above it. A source reads a
+    replayable log, named ``log:<task>``.
+
+    Examples
+    --------
+    >>> g = TaskGraph.build(["s", "a", "b"], [("s", "a"), ("a", "b")],
+    ...                     latency={"s": 1, "a": 1, "b": 1})
+    >>> replay_sources(g, backups=["a"], failed=["b"], task="b")
+    ['a']
+    >>> replay_sources(g, backups=[], failed=["b"], task="b")
+    ['log:s']
+    """
+    keep, down = set(backups), set(failed)
+    out: list[str] = []
+    seen: set[int] = set()
+    stack = [graph.index(task)]
+    while stack:
+        v = stack.pop()
+        if not graph.preds[v]:
+            name = f"log:{graph.tasks[v]}"
+            if name not in out:
+                out.append(name)
+            continue
+        for u in graph.preds[v]:
+            if u in seen:
+                continue
+            seen.add(u)
+            uid = graph.tasks[u]
+            if uid in keep and uid not in down:
+                out.append(uid)
+            else:
+                stack.append(u)
+    return sorted(out)
+
+
+def epoch_rfc3339(epoch: float) -> str:
+    """Seconds since the epoch as an RFC 3339 timestamp (Kubernetes' format)."""
+    return now_rfc3339(datetime.fromtimestamp(epoch, UTC))
+
+
+def recovery_json(step: RecoveryStep) -> dict[str, Any]:
+    """A recovery step as JSON: ``backstop recover --json`` and the recorded session steps."""
+    return {
+        "algorithm": step.algorithm,
+        "recover": dict(step.recover),
+        "pending": list(step.pending),
+        "recoveredQueries": list(step.recovered_queries),
+        "recoveredPriority": step.recovered_priority,
+        "failedPriority": step.failed_priority,
+    }
+
+
+def step_record(step: RecoveryStep, *, number: int, trigger: str, at: float) -> dict[str, Any]:
+    """How one plan step is recorded in ``status.recovery.lastStep``."""
+    return {"step": number, "trigger": trigger, "at": epoch_rfc3339(at), **recovery_json(step)}

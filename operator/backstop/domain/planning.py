@@ -1,0 +1,188 @@
+"""From a parsed StreamTopology and the live nodes to the pods that should exist.
+
+This is the domain layer between the pure planners and the Kopf handlers: it
+calls the joint backup + placement planner, keeps pods where they already are
+when an equivalent plan allows it (so a spec change moves only the pods whose
+node or role changes), checks the result with the failure-effect evaluator,
+and turns it into desired pod manifests and a diff against the pods that exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from backstop.domain.constants import ANN_HASH, ANN_NODE, LABEL_ROLE, LABEL_TASK
+from backstop.domain.spec import BackupMode, StreamTopologySpec
+from planners import TaskGraph
+from planners.evaluate import check_plan, node_failure_latency, tasks_by_node
+from planners.migration import place_min_migration
+from planners.placement import Node, NodePool, Placement
+
+DEFAULT_TIME_LIMIT = 3.0
+
+
+@dataclass(frozen=True)
+class TopologyPlan:
+    """A verified plan: which tasks keep backups and where every task runs."""
+
+    placement: Placement
+    backups: frozenset[str]
+    worst_by_node: dict[str, float]
+    moved: int
+
+    @property
+    def worst(self) -> float:
+        return self.placement.worst
+
+
+def plan_topology(
+    spec: StreamTopologySpec,
+    graph: TaskGraph,
+    nodes: Sequence[Node],
+    *,
+    current: Mapping[str, str] | None = None,
+    recorded: tuple[Mapping[str, str], Sequence[str]] | None = None,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+) -> TopologyPlan:
+    """Plan backups and placement for ``spec`` on ``nodes`` and verify the result.
+
+    The planners are deterministic (same spec, same nodes, same budget: same
+    plan, whatever the order the API server lists the nodes in), so ``backstop
+    plan --from-cluster``, which calls this very function, shows what the
+    operator will do.
+
+    Parameters
+    ----------
+    spec, graph:
+        The parsed topology and its expanded task DAG.
+    nodes:
+        Ready, schedulable nodes with the CPU available to this topology.
+    current:
+        ``{task: node}`` of pods that run now; an equivalent plan keeps them.
+    recorded:
+        ``(assignment, backups)`` of the plan in force. When it still covers every
+        task, fits and keeps the (possibly new) bound, it is kept unless the fresh
+        plan needs fewer nodes (:func:`planners.migration.place_min_migration`),
+        so a re-plan of an unchanged input, or a spec change that does not call
+        for a move (a new grace period, say), moves nothing.
+    time_limit:
+        Planner budget in nominal seconds (a deterministic work limit).
+
+    Raises
+    ------
+    planners.Infeasible
+        No placement keeps the bound on these nodes (the message says why).
+    """
+    pool = NodePool.of(nodes)
+    domains = pool.domains() if spec.topology_key else None
+    bound = spec.recovery_latency_bound
+    choose = spec.backups is BackupMode.planned
+    if recorded is not None and set(recorded[0]) == set(graph.tasks):
+        in_force: Mapping[str, str] | None = recorded[0]
+        in_force_backups: list[str] | None = list(recorded[1]) if choose else None
+    else:
+        in_force = current
+        in_force_backups = None
+    plan = place_min_migration(
+        graph,
+        pool if domains else NodePool.of(replace(n, domain=None) for n in nodes),
+        in_force,
+        bound=bound,
+        backups=in_force_backups,
+        choose_backups=choose,
+        algorithm=spec.placement_algorithm,
+        time_limit=time_limit,
+    )
+    backups = None if plan.backups is None else list(plan.backups)
+    violations = check_plan(
+        graph,
+        bound=bound,
+        backups=backups,
+        assignment=plan.assignment,
+        capacity={n.name: n.cpu for n in nodes},
+    )
+    if violations:  # the planners promise this never happens; refuse to act on it
+        raise RuntimeError("planner returned an invalid plan: " + violations[0].message)
+    assignment = plan.assignment
+    flags = frozenset(graph.tasks) if backups is None else frozenset(backups)
+    moved = sum(1 for t, n in assignment.items() if current and t in current and current[t] != n)
+    return TopologyPlan(plan, flags, per_node_worst(graph, backups, assignment), moved)
+
+
+def per_node_worst(
+    graph: TaskGraph, backups: Iterable[str] | None, assignment: Mapping[str, str]
+) -> dict[str, float]:
+    """``{node: H(K_node)}``: the recovery latency if exactly that node fails."""
+    blist = None if backups is None else list(backups)
+    return {
+        node: node_failure_latency(graph, blist, tasks)
+        for node, tasks in sorted(tasks_by_node(assignment).items())
+    }
+
+
+@dataclass
+class PodDiff:
+    """What to change so the pods match the plan."""
+
+    create: list[dict[str, Any]] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+    terminating: list[str] = field(default_factory=list)
+    force: list[str] = field(default_factory=list)
+    """Pods to remove at once: on a dead node no kubelet will ever confirm their end."""
+    unchanged: int = 0
+
+    @property
+    def waiting(self) -> int:
+        """Pods whose graceful termination must finish before their name is reused."""
+        return len(self.delete) + len(self.terminating)
+
+
+def diff_pods(
+    desired: Mapping[str, Mapping[str, Any]],
+    existing: Iterable[Any],
+    dead_nodes: Collection[str] = (),
+) -> PodDiff:
+    """Compare desired manifests with existing pods (kubernetes client objects).
+
+    A pod is kept only if its ``spec-hash`` matches (same node and role); pods
+    being deleted are reported so the caller waits before recreating them. Pods
+    to delete on ``dead_nodes`` (lost nodes) are force-removed instead, as no
+    kubelet will ever confirm their termination.
+    """
+    diff = PodDiff()
+    seen: set[str] = set()
+    dead = set(dead_nodes)
+    for pod in existing:
+        name = pod.metadata.name
+        seen.add(name)
+        want = desired.get(name)
+        have = (pod.metadata.annotations or {}).get(ANN_HASH)
+        keep = want is not None and want["metadata"]["annotations"][ANN_HASH] == have
+        if pod.metadata.deletion_timestamp is None and keep:
+            diff.unchanged += 1
+        elif pod.spec.node_name in dead:
+            diff.force.append(name)
+        elif pod.metadata.deletion_timestamp is not None:
+            diff.terminating.append(name)
+        else:
+            diff.delete.append(name)
+    replaced = set(diff.delete) | set(diff.terminating) | set(diff.force)
+    for name, manifest in desired.items():
+        if name not in seen or name in replaced:
+            diff.create.append(dict(manifest))
+    return diff
+
+
+def current_assignment(pods: Iterable[Any]) -> dict[str, str]:
+    """``{task: node}`` of live primary pods (bound or planned)."""
+    out: dict[str, str] = {}
+    for pod in pods:
+        labels = pod.metadata.labels or {}
+        if labels.get(LABEL_ROLE) != "primary" or pod.metadata.deletion_timestamp is not None:
+            continue
+        node = pod.spec.node_name or (pod.metadata.annotations or {}).get(ANN_NODE)
+        if node and LABEL_TASK in labels:
+            out[labels[LABEL_TASK]] = node
+    return out

@@ -1,0 +1,434 @@
+"""The StreamTopology model: the single source of truth for manifests, CLI and CRD.
+
+Every entry point (``backstop`` CLI, the Kopf handlers, the CRD generator) parses
+a manifest once into these pydantic models and then calls :func:`expand` to get
+the task DAG the planners work on. Keeping one model means the CRD schema, the
+CLI's validation and the operator's validation can never disagree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+import networkx as nx
+import yaml
+from kubernetes.utils.quantity import parse_quantity
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from backstop.domain.constants import DNS_LABEL
+from planners import InvalidTopology, TaskGraph
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class Grouping(StrEnum):
+    """How an operator's input is partitioned across its tasks."""
+
+    forward = "forward"
+    shuffle = "shuffle"
+    broadcast = "broadcast"
+    global_ = "global"
+
+
+class Input(_Model):
+    """One upstream operator of an operator."""
+
+    operator: str = Field(description="Name of the upstream operator.")
+    grouping: Grouping = Field(
+        Grouping.shuffle,
+        description="forward: task i -> task i (equal parallelism); shuffle/broadcast: "
+        "every upstream task -> every task; global: every upstream task -> task 0.",
+    )
+
+
+def cpu_cores(quantity: str | int | float) -> float:
+    """A Kubernetes CPU quantity (``250m``, ``1``, ``0.5``) in cores."""
+    return float(parse_quantity(str(quantity)))
+
+
+class Resources(_Model):
+    """Requests of one task; the CPU request is the task's weight in the planners."""
+
+    cpu: str = Field(
+        "100m",
+        description="CPU request per task (Kubernetes quantity).",
+        json_schema_extra={"x-kubernetes-int-or-string": True},
+    )
+    memory: str = Field(
+        "128Mi",
+        description="Memory request per task (Kubernetes quantity).",
+        json_schema_extra={"x-kubernetes-int-or-string": True},
+    )
+
+    @field_validator("cpu", "memory", mode="before")
+    @classmethod
+    def _quantity(cls, value: Any) -> str:
+        text = str(value)
+        try:
+            q = parse_quantity(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a Kubernetes quantity") from None
+        if q <= 0:
+            raise ValueError(f"{text!r} must be positive")
+        return text
+
+    @property
+    def cpu_cores(self) -> float:
+        return cpu_cores(self.cpu)
+
+
+class OperatorSpec(_Model):
+    """One operator of the topology; it expands into ``parallelism`` tasks."""
+
+    name: str = Field(pattern=DNS_LABEL, max_length=40, description="DNS-1123 label.")
+    parallelism: int = Field(1, ge=1, le=1000, description="Number of tasks.")
+    image: str | None = Field(None, description="Task image; default spec.image.")
+    resources: Resources = Field(default_factory=Resources)
+    reprocessing_latency: float = Field(
+        gt=0, description="Seconds a task needs to reprocess from its last checkpoint (t_v)."
+    )
+    inputs: list[Input] = Field(default_factory=list)
+    output: bool | None = Field(
+        None, description="Whether this operator is a query output; default: no consumers."
+    )
+    priority: int = Field(1, ge=1, le=10, description="Query priority (output operators).")
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Free-form settings for the task runtime, passed to every task of the "
+        "operator as JSON in BACKSTOP_CONFIG; `function` names the user class "
+        "(`module:Class`), the rest is the class's own (e.g. `path`).",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
+class RecoveryMode(StrEnum):
+    incremental = "incremental"
+    blocking = "blocking"
+    auto = "auto"
+
+
+class RecoveryPolicy(_Model):
+    """How the operator recovers from node loss."""
+
+    mode: RecoveryMode = RecoveryMode.auto
+    grace_period_seconds: float = Field(30.0, ge=0, description="NotReady time before loss.")
+    utilization_cap: float = Field(0.8, gt=0, le=1, description="Usable share of a node's CPU.")
+    correlated_threshold: int = Field(2, ge=1, description="Lost nodes that make it correlated.")
+    window_seconds: float = Field(60.0, ge=0, description="Losses within it join one session.")
+    algorithm: str = Field("auto", description="Recovery scheduling algorithm.")
+    replan_on_violation: bool = Field(
+        True,
+        description="Whenever the bound is broken (after a recovery, say), restore it as soon "
+        "as capacity allows: re-plan with the fewest moved pods and move a few at a time.",
+    )
+
+
+class ReplicationPolicy(_Model):
+    """Selective active replication on spare capacity."""
+
+    spare_cpu: str = Field(
+        description="CPU budget for active replicas (Kubernetes quantity).",
+        json_schema_extra={"x-kubernetes-int-or-string": True},
+    )
+
+    @field_validator("spare_cpu", mode="before")
+    @classmethod
+    def _quantity(cls, value: Any) -> str:
+        return Resources._quantity(value)
+
+    strategy: str = Field("qod-lu", description="Importance: qod, lu, qod-lu, or random.")
+
+
+class ApplyMode(StrEnum):
+    auto = "auto"
+    suggest = "suggest"
+
+
+class ReoptimizationPolicy(_Model):
+    """Periodic re-estimation and re-planning on Spark (docs/reoptimization.md)."""
+
+    interval_seconds: float = Field(3600.0, ge=60, description="Seconds between runs.")
+    apply: ApplyMode = Field(
+        ApplyMode.suggest,
+        description="auto: apply a better plan; suggest: only record it in status.",
+    )
+    min_improvement: float = Field(
+        0.1, ge=0, le=1, description="Smallest relative gain that is applied (hysteresis)."
+    )
+    nonce: str | None = Field(None, description="Change it to run once on demand.")
+    metrics_path: str | None = Field(
+        None,
+        description="Directory with tasks.{parquet,jsonl} and nodes.{parquet,jsonl} "
+        "(the operator reads it; rows of other topologies are ignored).",
+    )
+
+
+class BackupMode(StrEnum):
+    all = "all"
+    planned = "planned"
+
+
+class StreamTopologySpec(_Model):
+    """The desired state of a stream topology."""
+
+    image: str = Field(description="Default task image.")
+    recovery_latency_bound: float = Field(gt=0, description="Seconds (R of the seeds).")
+    operators: list[OperatorSpec] = Field(min_length=1)
+    backups: BackupMode = Field(BackupMode.planned, description="all: every task keeps backups.")
+    placement_algorithm: str = Field("auto", description="Placement planner name.")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels a node must carry to run this topology's tasks (a node pool).",
+    )
+    topology_key: str | None = Field(
+        None, description="Node label of a failure domain (zone/rack) the plan must survive."
+    )
+    store: dict[str, Any] = Field(
+        default_factory=dict,
+        description="A Kubernetes volume source (e.g. `{hostPath: {path: /srv/backstop}}` or "
+        "`{persistentVolumeClaim: {claimName: x}}`, ReadWriteMany) mounted in every task at "
+        "/var/lib/backstop: the shared checkpoint store, peer registry and source logs; "
+        "empty: each task's own ephemeral /var/lib/backstop (no recovery across pods).",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    recovery: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
+    replication: ReplicationPolicy | None = None
+    reoptimization: ReoptimizationPolicy | None = None
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> StreamTopologySpec:
+        seen: set[str] = set()
+        for op in self.operators:
+            if op.name in seen:
+                raise ValueError(f"duplicate operator name {op.name!r}")
+            seen.add(op.name)
+        return self
+
+
+class Metadata(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(pattern=DNS_LABEL, max_length=40)
+    namespace: str | None = None
+
+
+class StreamTopology(_Model):
+    """A whole ``StreamTopology`` manifest."""
+
+    api_version: Literal["streams.backstop.dev/v1alpha1"] = "streams.backstop.dev/v1alpha1"
+    kind: Literal["StreamTopology"] = "StreamTopology"
+    metadata: Metadata
+    spec: StreamTopologySpec
+
+
+def format_validation_error(err: ValidationError, prefix: str = "") -> str:
+    """One line per problem, each naming the field path: ``spec.operators[1].name: ...``."""
+    lines = []
+    for e in err.errors():
+        path = prefix
+        for part in e["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"{path or '<root>'}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_topology(doc: Any) -> StreamTopology:
+    """Validate a manifest (already loaded from YAML/JSON) into a model.
+
+    Raises
+    ------
+    InvalidTopology
+        With one line per problem, naming each field.
+    """
+    if not isinstance(doc, dict):
+        raise InvalidTopology("the manifest is not a mapping (expected a StreamTopology)")
+    try:
+        topo = StreamTopology.model_validate(doc)
+    except ValidationError as err:
+        raise InvalidTopology(format_validation_error(err)) from None
+    expand(topo.spec)  # cross-field checks (unknown inputs, cycles, forward parallelism)
+    return topo
+
+
+def parse_spec(spec: Any) -> StreamTopologySpec:
+    """Validate just a ``spec`` (what the operator receives) into a model."""
+    try:
+        model = StreamTopologySpec.model_validate(spec)
+    except ValidationError as err:
+        raise InvalidTopology(format_validation_error(err, "spec")) from None
+    expand(model)
+    return model
+
+
+def load_topology(path: str | Path) -> StreamTopology:
+    """Read and validate a manifest file (the first StreamTopology document in it)."""
+    p = Path(path)
+    try:
+        docs = [d for d in yaml.safe_load_all(p.read_text()) if d is not None]
+    except OSError as err:
+        raise InvalidTopology(f"cannot read {p}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise InvalidTopology(f"{p} is not valid YAML: {err}") from None
+    for d in docs:
+        if isinstance(d, dict) and d.get("kind") == "StreamTopology":
+            return parse_topology(d)
+    raise InvalidTopology(f"{p} holds no StreamTopology document")
+
+
+def task_id(operator: str, index: int) -> str:
+    """The id of task ``index`` of ``operator``: ``<operator>-<index>``."""
+    return f"{operator}-{index}"
+
+
+def expand(spec: StreamTopologySpec) -> TaskGraph:
+    """Expand operators into the task DAG the planners work on.
+
+    ``forward`` joins task i to task i (equal parallelism); ``shuffle`` and
+    ``broadcast`` join every upstream task to every downstream task; ``global``
+    joins every upstream task to task 0. Output operators are those marked
+    ``output: true``, or, when none is marked, those without consumers.
+
+    Raises
+    ------
+    InvalidTopology
+        Unknown input operator, forward grouping with unequal parallelism, an
+        operator cycle (named), or duplicate names.
+
+    Examples
+    --------
+    >>> s = StreamTopologySpec.model_validate({"image": "x", "recoveryLatencyBound": 2,
+    ...     "operators": [{"name": "src", "parallelism": 2, "reprocessingLatency": 1},
+    ...                   {"name": "sink", "reprocessingLatency": 1,
+    ...                    "inputs": [{"operator": "src", "grouping": "global"}]}]})
+    >>> g = expand(s)
+    >>> g.tasks, [g.tasks[u] for u in g.preds[2]]
+    (('src-0', 'src-1', 'sink-0'), ['src-0', 'src-1'])
+    """
+    ops = {op.name: op for op in spec.operators}
+    if len(ops) != len(spec.operators):
+        raise InvalidTopology("duplicate operator names")
+    og: nx.DiGraph = nx.DiGraph()
+    og.add_nodes_from(ops)
+    for op in spec.operators:
+        for inp in op.inputs:
+            if inp.operator not in ops:
+                raise InvalidTopology(
+                    f"operator {op.name!r} reads from unknown operator {inp.operator!r}"
+                )
+            up = ops[inp.operator]
+            if inp.grouping is Grouping.forward and up.parallelism != op.parallelism:
+                raise InvalidTopology(
+                    f"forward grouping {up.name!r} -> {op.name!r} needs equal parallelism "
+                    f"({up.parallelism} != {op.parallelism})"
+                )
+            og.add_edge(inp.operator, op.name)
+    try:
+        cycle = nx.find_cycle(og)
+    except nx.NetworkXNoCycle:
+        cycle = []
+    if cycle:
+        names = [str(e[0]) for e in cycle] + [str(cycle[0][0])]
+        raise InvalidTopology("the topology has a cycle: " + " -> ".join(names))
+    marked = [op.name for op in spec.operators if op.output]
+    out_ops = set(marked) if marked else {n for n in ops if og.out_degree(n) == 0}
+    tasks: list[str] = []
+    latency: dict[str, float] = {}
+    weight: dict[str, float] = {}
+    operator: dict[str, str] = {}
+    priority: dict[str, float] = {}
+    outputs: list[str] = []
+    edges: list[tuple[str, str]] = []
+    for op in spec.operators:
+        for i in range(op.parallelism):
+            t = task_id(op.name, i)
+            tasks.append(t)
+            latency[t] = op.reprocessing_latency
+            weight[t] = op.resources.cpu_cores
+            operator[t] = op.name
+            priority[t] = float(op.priority)
+            if op.name in out_ops:
+                outputs.append(t)
+        for inp in op.inputs:
+            up = ops[inp.operator]
+            for j in range(up.parallelism):
+                src = task_id(up.name, j)
+                if inp.grouping is Grouping.forward:
+                    edges.append((src, task_id(op.name, j)))
+                elif inp.grouping is Grouping.global_:
+                    edges.append((src, task_id(op.name, 0)))
+                else:
+                    edges.extend((src, task_id(op.name, i)) for i in range(op.parallelism))
+    return TaskGraph.build(
+        tasks,
+        edges,
+        latency=latency,
+        weight=weight,
+        operator=operator,
+        outputs=outputs,
+        priority=priority,
+    )
+
+
+def spec_hash(spec: Mapping[str, Any]) -> str:
+    """A hash of everything in a spec that planning depends on (all but ``reoptimization``).
+
+    A plan recorded with this hash stays valid across spec changes that only
+    touch ``spec.reoptimization`` (a new ``nonce``, another ``interval``).
+
+    Examples
+    --------
+    >>> a = {"image": "x", "reoptimization": {"nonce": "1"}}
+    >>> spec_hash(a) == spec_hash({**a, "reoptimization": {"nonce": "2"}})
+    True
+    """
+    rest = {k: v for k, v in spec.items() if k != "reoptimization"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def with_operator_defaults(
+    model: StreamTopologySpec, raw: Mapping[str, Any], env: Mapping[str, str]
+) -> StreamTopologySpec:
+    """Fill recovery settings the manifest leaves out from the operator's defaults.
+
+    The Helm chart passes cluster-wide defaults (``BACKSTOP_GRACE_PERIOD_SECONDS``,
+    ``BACKSTOP_UTILIZATION_CAP``); a value written in the manifest always wins.
+
+    Examples
+    --------
+    >>> m = StreamTopologySpec.model_validate({"image": "x", "recoveryLatencyBound": 2,
+    ...     "operators": [{"name": "a", "reprocessingLatency": 1}]})
+    >>> env = {"BACKSTOP_GRACE_PERIOD_SECONDS": "5"}
+    >>> with_operator_defaults(m, {}, env).recovery.grace_period_seconds
+    5.0
+    >>> with_operator_defaults(m, {"recovery": {"gracePeriodSeconds": 9}},
+    ...     {"BACKSTOP_GRACE_PERIOD_SECONDS": "5"}) is m
+    True
+    """
+    given = raw.get("recovery") or {}
+    update: dict[str, float] = {}
+    for field_name, alias, var in (
+        ("grace_period_seconds", "gracePeriodSeconds", "BACKSTOP_GRACE_PERIOD_SECONDS"),
+        ("utilization_cap", "utilizationCap", "BACKSTOP_UTILIZATION_CAP"),
+    ):
+        if alias not in given and field_name not in given and env.get(var):
+            update[field_name] = float(env[var])
+    if not update:
+        return model
+    return model.model_copy(update={"recovery": model.recovery.model_copy(update=update)})

@@ -1,0 +1,306 @@
+"""The StreamTopology status: what is recorded, and the conditions derived from it.
+
+Two writers touch a topology's status: the reconcile handler (which records the
+plan or the problem *before* touching pods, so a restarted operator resumes
+instead of redoing work) and the readiness timer. To keep them from undoing each
+other, conditions are never edited piecemeal: :func:`derive_conditions` computes
+all of them from the recorded facts (``plan``, ``problem``, ``recovery``) and the
+pods, so whichever writer runs last writes the same answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from backstop.domain.conditions import build_condition, merge_conditions
+from backstop.domain.planning import TopologyPlan
+from planners import TaskGraph
+
+
+@dataclass(frozen=True)
+class PodState:
+    """What the conditions need to know of one pod."""
+
+    name: str
+    task: str
+    role: str
+    phase: str | None
+    node: str | None
+    deleting: bool
+    failure: str | None = None  # why its task keeps failing (see :func:`pod_failure`)
+
+
+FAILING = {
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "RunContainerError",
+}
+
+
+def pod_failure(status: Mapping[str, Any] | None) -> str | None:
+    """Why a pod's task fails, from its status (a dict, camelCase as the API sends it).
+
+    A task the runtime stops with an error (a config error, say) exits non-zero; the
+    kubelet restarts it and reports ``CrashLoopBackOff`` while the pod phase stays
+    ``Running``. The message is the container's termination message: with
+    ``terminationMessagePolicy: FallbackToLogsOnError`` the end of the task's log.
+
+    >>> pod_failure({"containerStatuses": [{"state": {"waiting": {
+    ...     "reason": "CrashLoopBackOff"}}, "lastState": {"terminated": {"exitCode": 2,
+    ...     "message": "error: config: count-0: missing field 'windowSeconds'"}}}]})
+    "CrashLoopBackOff (exit 2): error: config: count-0: missing field 'windowSeconds'"
+    >>> pod_failure({"containerStatuses": [{"state": {"running": {}}}]}) is None
+    True
+    """
+    for cs in (status or {}).get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        waiting = state.get("waiting") or {}
+        ended = state.get("terminated") or {}
+        if waiting.get("reason") not in FAILING and not (ended and ended.get("exitCode")):
+            continue
+        last = ended or (cs.get("lastState") or {}).get("terminated") or {}
+        reason = waiting.get("reason") or last.get("reason") or "Error"
+        code = f" (exit {last['exitCode']})" if last.get("exitCode") is not None else ""
+        text = (last.get("message") or waiting.get("message") or "").strip()
+        tail = text.splitlines()[-1] if text else ""
+        return f"{reason}{code}" + (f": {tail[:300]}" if tail else "")
+    return None
+
+
+def pod_state(pod: Any) -> PodState:
+    """A :class:`PodState` from a kubernetes client pod object."""
+    labels = pod.metadata.labels or {}
+    raw = _camel(pod.status.to_dict()) if pod.status else None
+    return PodState(
+        name=pod.metadata.name,
+        task=labels.get("streams.backstop.dev/task", ""),
+        role=labels.get("streams.backstop.dev/role", "primary"),
+        phase=pod.status.phase if pod.status else None,
+        node=pod.spec.node_name,
+        deleting=pod.metadata.deletion_timestamp is not None,
+        failure=pod_failure(raw),
+    )
+
+
+def _camel(obj: Any) -> Any:
+    """snake_case keys (the client's ``to_dict``) as the API's camelCase."""
+    if isinstance(obj, dict):
+        return {
+            k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): _camel(v)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_camel(v) for v in obj]
+    return obj
+
+
+def build_plan_status(
+    generation: int,
+    graph: TaskGraph,
+    plan: TopologyPlan,
+    *,
+    replicas: Mapping[str, Iterable[str]] | None = None,
+    availability: float | None = None,
+) -> dict[str, Any]:
+    """``status.plan``: the summary users read and the write-ahead record of the plan."""
+    p = plan.placement
+    out: dict[str, Any] = {
+        "generation": generation,
+        "algorithm": p.algorithm,
+        "tasks": len(graph),
+        "backupCount": len(plan.backups),
+        "backups": sorted(plan.backups, key=graph.index),
+        "nodesUsed": p.nodes_used,
+        "worstRecoveryLatency": round(p.worst, 6),
+        "bound": p.bound,
+        "boundSatisfied": p.worst <= p.bound + 1e-9,
+        "optimal": p.optimal,
+        "assignment": dict(sorted(p.assignment.items(), key=lambda kv: graph.index(kv[0]))),
+        "worstByNode": {k: round(v, 6) for k, v in plan.worst_by_node.items()},
+        "moved": plan.moved,
+    }
+    if replicas is not None:
+        out["replicas"] = {t: list(ns) for t, ns in sorted(replicas.items())}
+        out["replicated"] = sorted(replicas)
+        out["availability"] = availability
+    return out
+
+
+def expected_pods(plan: Mapping[str, Any]) -> dict[str, str]:
+    """``{task-or-replica key: node}`` the recorded plan asks for."""
+    want = {f"primary/{t}": n for t, n in (plan.get("assignment") or {}).items()}
+    for t, nodes in (plan.get("replicas") or {}).items():
+        for k, n in enumerate(nodes):
+            want[f"replica-{k}/{t}"] = n
+    return want
+
+
+def _key(p: PodState) -> str:
+    """The :func:`expected_pods` key of a pod: ``primary/<task>`` or ``replica-<k>/<task>``."""
+    if p.role == "primary":
+        return f"primary/{p.task}"
+    return f"replica-{p.name.rsplit('-', 1)[1]}/{p.task}"
+
+
+def derive_conditions(
+    generation: int,
+    status: Mapping[str, Any],
+    pods: Iterable[PodState],
+) -> list[dict[str, Any]]:
+    """All conditions, from the recorded facts and the pods (see the module docstring)."""
+    plan = status.get("plan") or {}
+    problem = status.get("problem")
+    recovery = status.get("recovery") or {}
+    restore = status.get("restore") or {}
+    out: list[dict[str, Any]] = []
+    if problem and problem.get("generation") == generation:
+        reason, message = problem["reason"], problem["message"]
+        out.append(build_condition("Planned", False, reason, message, generation))
+        out.append(
+            build_condition("Placed", False, reason, "nothing placed: " + message, generation)
+        )
+        out.append(build_condition("BoundSatisfied", None, reason, "no plan", generation))
+        out.append(build_condition("Ready", False, reason, message, generation))
+        return out
+    if not plan:
+        out.append(build_condition("Planned", False, "Pending", "not planned yet", generation))
+        out.append(build_condition("Ready", False, "Pending", "not planned yet", generation))
+        return out
+    current = plan.get("generation") == generation
+    out.append(
+        build_condition(
+            "Planned",
+            current,
+            "PlanComputed" if current else "Replanning",
+            f"{plan.get('tasks')} tasks, {plan.get('backupCount')} backups, "
+            f"{plan.get('nodesUsed')} nodes ({plan.get('algorithm')})",
+            generation,
+        )
+    )
+    worst, bound = plan.get("worstRecoveryLatency", 0.0), plan.get("bound", 0.0)
+    if recovery.get("active"):
+        out.append(
+            build_condition(
+                "BoundSatisfied",
+                None,
+                "Recovering",
+                "recovery in progress; the bound is re-checked after",
+                generation,
+            )
+        )
+    elif (
+        restore.get("active")
+        and restore.get("generation") == generation
+        and restore.get("purpose", "Restore") == "Restore"
+    ):
+        steps = len(restore.get("steps") or [])
+        out.append(
+            build_condition(
+                "BoundSatisfied",
+                False,
+                "Restoring",
+                f"worst single-node failure recovers in {worst:g}s (bound {bound:g}s); "
+                f"restore step {restore.get('issued', 0)}/{steps}: {restore.get('message', '')}",
+                generation,
+            )
+        )
+    else:
+        ok = bool(plan.get("boundSatisfied"))
+        waiting = restore.get("message") if restore.get("phase") == "Waiting" and not ok else ""
+        out.append(
+            build_condition(
+                "BoundSatisfied",
+                ok,
+                "WithinBound" if ok else "BoundViolated",
+                f"worst single-node failure recovers in {worst:g}s (bound {bound:g}s)"
+                + (f"; {waiting}" if waiting else ""),
+                generation,
+            )
+        )
+    want = expected_pods(plan)
+    have: dict[str, PodState] = {}
+    for p in pods:
+        if not p.deleting:
+            have[_key(p)] = p
+    missing = [k for k in want if k not in have]
+    misplaced = [k for k, n in want.items() if k in have and have[k].node not in (None, n)]
+    unbound = [k for k in want if k in have and have[k].node is None]
+    running = [
+        k for k in want if k in have and have[k].phase == "Running" and have[k].node == want[k]
+    ]
+    if missing or misplaced:
+        out.append(
+            build_condition(
+                "Placed",
+                False,
+                "Placing",
+                f"{len(missing)} pods missing, {len(misplaced)} misplaced",
+                generation,
+            )
+        )
+    elif unbound:
+        out.append(
+            build_condition(
+                "Placed", False, "Scheduling", f"{len(unbound)} pods not bound yet", generation
+            )
+        )
+    else:
+        out.append(
+            build_condition(
+                "Placed",
+                True,
+                "AllPodsBound",
+                f"{len(want)} pods on their planned nodes",
+                generation,
+            )
+        )
+    if recovery.get("active"):
+        out.append(
+            build_condition(
+                "Recovering",
+                True,
+                "RecoveryInProgress",
+                recovery.get("message", "recovering"),
+                generation,
+            )
+        )
+    elif "recovery" in status:
+        out.append(
+            build_condition(
+                "Recovering",
+                False,
+                "NoFailure",
+                recovery.get("message", "nothing to recover"),
+                generation,
+            )
+        )
+    failing = sorted(
+        f"{have[k].name}: {have[k].failure}" for k in want if k in have and have[k].failure
+    )
+    running = [k for k in running if not have[k].failure]
+    ready = current and len(running) == len(want) and not recovery.get("active")
+    out.append(
+        build_condition(
+            "Ready",
+            ready,
+            "AllTasksRunning" if ready else ("TaskFailing" if failing else "TasksStarting"),
+            f"{len(running)}/{len(want)} pods running"
+            + (f"; {len(failing)} failing: " + "; ".join(failing) if failing else ""),
+            generation,
+        )
+    )
+    return out
+
+
+def conditions_patch(
+    generation: int, status: Mapping[str, Any], pods: Iterable[PodState]
+) -> list[dict[str, Any]]:
+    """The merged condition list to write (transition times kept where unchanged)."""
+    return merge_conditions(status.get("conditions"), derive_conditions(generation, status, pods))

@@ -1,0 +1,48 @@
+"""Connecting to a Kubernetes API server, the same way for the CLI, simulator and tests.
+
+One place decides where credentials come from (``--kubeconfig``, ``$KUBECONFIG``,
+``~/.kube/config`` or the in-cluster service account) so every entry point behaves
+alike and reports an unreachable cluster with the same clear message.
+"""
+
+from __future__ import annotations
+
+import os
+
+from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
+
+CONNECTION_POOL = 32
+"""Connections per API client kept for reuse (urllib3 discards, with a warning, beyond)."""
+
+
+class ClusterUnavailable(Exception):
+    """No usable cluster configuration, or the API server does not answer."""
+
+
+def api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """An API client from ``kubeconfig``, ``$KUBECONFIG``/``~/.kube/config``, or in-cluster.
+
+    Raises
+    ------
+    ClusterUnavailable
+        When no configuration can be loaded.
+    """
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    cfg = client.Configuration()
+    # the default pool (5 × CPUs) is smaller than the operator's threads: Kopf's
+    # workers, two daemons per topology and the bulk pod calls of backstop.k8s.kubeio
+    cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize, CONNECTION_POOL)
+    try:
+        if path:
+            config.load_kube_config(config_file=path, client_configuration=cfg)
+            return client.ApiClient(cfg)
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+        except ConfigException:
+            config.load_kube_config(client_configuration=cfg)
+        return client.ApiClient(cfg)
+    except (ConfigException, OSError) as err:
+        raise ClusterUnavailable(
+            f"cannot load a Kubernetes configuration ({err}); set KUBECONFIG or pass --kubeconfig"
+        ) from None

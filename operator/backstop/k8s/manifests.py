@@ -1,0 +1,341 @@
+"""Pure builders for everything the operator writes: pods, conditions, status, events.
+
+Handlers call these ``build_*`` functions and pass the results to the I/O layer
+(:mod:`backstop.k8s.kubeio`). Nothing here talks to the API server or reads global
+configuration, so every manifest can be unit-tested and diffed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from backstop.domain.constants import (
+    ANN_HASH,
+    ANN_NODE,
+    DATA_PORT,
+    GROUP,
+    HOSTNAME,
+    LABEL_OPERATOR,
+    LABEL_ROLE,
+    LABEL_TASK,
+    LABEL_TOPOLOGY,
+    METRICS_PORT,
+    SESSION_CONFIGMAP_SUFFIX,
+    SESSION_MOUNT,
+    STORE_MOUNT,
+    VERSION,
+)
+from backstop.domain.incidents import replay_sources
+from backstop.domain.spec import OperatorSpec, StreamTopologySpec
+from planners import TaskGraph
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The StreamTopology that owns the objects being built."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{GROUP}/v1alpha1",
+            "kind": "StreamTopology",
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+@dataclass(frozen=True)
+class TaskRole:
+    """What a task pod needs to know about itself."""
+
+    task: str
+    operator: str
+    index: int
+    upstream: tuple[str, ...]
+    keeps_backup: bool
+    node: str
+
+
+def pod_name(topology: str, task: str) -> str:
+    """``<topology>-<operator>-<index>`` (the task id is ``<operator>-<index>``)."""
+    return f"{topology}-{task}"
+
+
+def replica_name(topology: str, task: str, k: int) -> str:
+    """``<pod>-replica-<k>``."""
+    return f"{pod_name(topology, task)}-replica-{k}"
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _operator(spec: StreamTopologySpec, name: str) -> OperatorSpec:
+    return next(op for op in spec.operators if op.name == name)
+
+
+def runtime_env(spec: StreamTopologySpec, op: OperatorSpec) -> list[dict[str, Any]]:
+    """What the task runtime needs beyond its identity: its config, consumers, store.
+
+    ``BACKSTOP_DOWNSTREAM`` lists the consumer operators with their groupings, so a task
+    can partition its output and keep a buffer for consumers that are down.
+    ``BACKSTOP_CHECKPOINT_INTERVAL`` is ``2·t_v``: the model's reprocessing latency is
+    about half a checkpoint interval. The pod IP (downward API) is what a task publishes
+    in the shared store's peer registry (see the README's runtime contract).
+    """
+    downstream = [
+        {"operator": o.name, "parallelism": o.parallelism, "grouping": i.grouping.value}
+        for o in spec.operators
+        for i in o.inputs
+        if i.operator == op.name
+    ]
+    return [
+        {"name": "BACKSTOP_PARALLELISM", "value": str(op.parallelism)},
+        {"name": "BACKSTOP_DOWNSTREAM", "value": json.dumps(downstream)},
+        {"name": "BACKSTOP_CONFIG", "value": json.dumps(op.config, sort_keys=True)},
+        {"name": "BACKSTOP_CHECKPOINT_INTERVAL", "value": str(2 * op.reprocessing_latency)},
+        {"name": "BACKSTOP_STORE", "value": STORE_MOUNT},
+        {"name": "BACKSTOP_PORT", "value": str(DATA_PORT)},
+        {"name": "BACKSTOP_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "BACKSTOP_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+
+
+def build_task_pod(
+    owner: Owner,
+    spec: StreamTopologySpec,
+    role: TaskRole,
+    *,
+    replica: int | None = None,
+) -> dict[str, Any]:
+    """The pod of one task (or of its ``replica``-th active replica).
+
+    The pod is pinned with a *required* node affinity on ``kubernetes.io/hostname``
+    so the real scheduler binds it where the plan says, and its environment tells
+    the task its id, its upstream tasks and whether it keeps an upstream backup.
+    The ``spec-hash`` annotation lets the operator tell a pod whose node or role
+    changed (delete and recreate) from one that is already right (leave alone).
+    """
+    op = _operator(spec, role.operator)
+    name = (
+        pod_name(owner.name, role.task)
+        if replica is None
+        else replica_name(owner.name, role.task, replica)
+    )
+    env = [
+        {"name": "BACKSTOP_TOPOLOGY", "value": owner.name},
+        {"name": "BACKSTOP_TASK_ID", "value": role.task},
+        {"name": "BACKSTOP_OPERATOR", "value": role.operator},
+        {"name": "BACKSTOP_TASK_INDEX", "value": str(role.index)},
+        {"name": "BACKSTOP_UPSTREAM_TASKS", "value": ",".join(role.upstream)},
+        {"name": "BACKSTOP_UPSTREAM_BACKUP", "value": "true" if role.keeps_backup else "false"},
+        {"name": "BACKSTOP_ROLE", "value": "primary" if replica is None else "replica"},
+        {"name": "BACKSTOP_RECOVERY_DIR", "value": SESSION_MOUNT},
+        *runtime_env(spec, op),
+    ]
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Always",
+        "nodeSelector": dict(spec.node_selector),
+        "enableServiceLinks": False,
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": HOSTNAME, "operator": "In", "values": [role.node]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "containers": [
+            {
+                "name": "task",
+                "image": op.image or spec.image,
+                "env": env,
+                "resources": {
+                    "requests": {"cpu": op.resources.cpu, "memory": op.resources.memory},
+                },
+                "ports": [
+                    {"name": "data", "containerPort": DATA_PORT},
+                    {"name": "metrics", "containerPort": METRICS_PORT},
+                ],
+                # a task that fails to start (a config error names the field and exits 2)
+                # shows the last lines of its log in the pod's status
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+                "volumeMounts": [
+                    {"name": "recovery", "mountPath": SESSION_MOUNT},
+                    {"name": "store", "mountPath": STORE_MOUNT},
+                ],
+            }
+        ],
+        "volumes": [
+            {
+                "name": "recovery",
+                "configMap": {
+                    "name": owner.name + SESSION_CONFIGMAP_SUFFIX,
+                    "optional": True,
+                },
+            },
+            {"name": "store", **(dict(spec.store) or {"emptyDir": {}})},
+        ],
+    }
+    labels = {
+        LABEL_TOPOLOGY: owner.name,
+        LABEL_OPERATOR: role.operator,
+        LABEL_TASK: role.task,
+        LABEL_ROLE: "primary" if replica is None else "replica",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": owner.namespace,
+            "labels": labels,
+            "annotations": {ANN_HASH: _hash(pod_spec), ANN_NODE: role.node},
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": pod_spec,
+    }
+
+
+def task_roles(
+    graph: TaskGraph, plan_backups: frozenset[str], assignment: Mapping[str, str]
+) -> list[TaskRole]:
+    """The role of every placed task under a plan (failed, unplaced tasks have none)."""
+    roles = []
+    for i, task in enumerate(graph.tasks):
+        if task not in assignment:
+            continue
+        op = graph.operator[i]
+        roles.append(
+            TaskRole(
+                task=task,
+                operator=op,
+                index=int(task.rsplit("-", 1)[1]),
+                upstream=tuple(graph.tasks[u] for u in graph.preds[i]),
+                keeps_backup=task in plan_backups,
+                node=assignment[task],
+            )
+        )
+    return roles
+
+
+def desired_pods(
+    owner: Owner,
+    spec: StreamTopologySpec,
+    graph: TaskGraph,
+    plan_backups: frozenset[str],
+    assignment: Mapping[str, str],
+    replicas: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """``{pod name: manifest}`` of every primary task pod and active replica."""
+    out: dict[str, dict[str, Any]] = {}
+    for role in task_roles(graph, plan_backups, assignment):
+        pod = build_task_pod(owner, spec, role)
+        out[pod["metadata"]["name"]] = pod
+        for k, node in enumerate((replicas or {}).get(role.task, ())):
+            rep = build_task_pod(
+                owner,
+                spec,
+                TaskRole(
+                    role.task, role.operator, role.index, role.upstream, role.keeps_backup, node
+                ),
+                replica=k,
+            )
+            out[rep["metadata"]["name"]] = rep
+    return out
+
+
+def recoveryplan_name(topology: str, session: str, step: int) -> str:
+    return f"{topology}-{session}-{step}"
+
+
+def build_recoveryplan(
+    owner: Owner,
+    *,
+    session: str,
+    step_no: int,
+    trigger: str,
+    lost: Iterable[str],
+    step: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The ``RecoveryPlan`` object of one step (``step`` as recorded in the status)."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "RecoveryPlan",
+        "metadata": {
+            "name": recoveryplan_name(owner.name, session, step_no),
+            "namespace": owner.namespace,
+            "labels": {f"{GROUP}/topology": owner.name, f"{GROUP}/session": session},
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {
+            "topology": owner.name,
+            "session": session,
+            "step": step_no,
+            "trigger": trigger,
+            "algorithm": step["algorithm"],
+            "lostNodes": sorted(lost),
+            "assignments": [{"task": t, "node": n} for t, n in step["recover"].items()],
+            "pending": list(step["pending"]),
+            "recoveredQueries": list(step["recoveredQueries"]),
+            "recoveredPriority": step["recoveredPriority"],
+            "failedPriority": step["failedPriority"],
+        },
+    }
+
+
+def build_session_configmap(
+    owner: Owner,
+    graph: TaskGraph,
+    backups: Collection[str],
+    recovery: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The ConfigMap every task pod mounts: the contract with the stream runtime.
+
+    ``session.json`` holds the recovery step, the checkpoint to restore from,
+    whether adaptive buffering and order-preserving processing are on (from the
+    first plan until the session completes), and, for each recovered task, the
+    upstream tasks that replay to it. See the README's "Runtime contract".
+    """
+    active = bool(recovery.get("active"))
+    session_failed = set(recovery.get("sessionFailed") or [])
+    recovered = [t for t in recovery.get("recovered") or [] if t in graph._index]
+    doc = {
+        "session": recovery.get("session"),
+        "phase": "Recovering" if active else "Completed",
+        "step": recovery.get("step", 0),
+        "lostNodes": sorted(recovery.get("lost") or {}),
+        "checkpoint": {
+            "restore": "latest-before",
+            "before": recovery.get("startedAt"),
+        },
+        "adaptiveBuffering": active and recovery.get("step", 0) > 0,
+        "orderPreserving": active and recovery.get("step", 0) > 0,
+        "replay": {t: replay_sources(graph, backups, session_failed, t) for t in sorted(recovered)},
+        "pending": sorted(recovery.get("failed") or []),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": owner.name + SESSION_CONFIGMAP_SUFFIX,
+            "namespace": owner.namespace,
+            "labels": {f"{GROUP}/topology": owner.name},
+            "ownerReferences": [owner.reference()],
+        },
+        "data": {"session.json": json.dumps(doc, indent=2, sort_keys=True)},
+    }

@@ -1,0 +1,341 @@
+"""The node simulator: simulated Nodes that behave like kubelets toward the control plane.
+
+Kubelets (and Docker, and kind) cannot run on our CI machines, but the operator's
+node-loss handling must be exercised against the real node-lifecycle controller and
+scheduler. This module stands in for kubelets and nothing else:
+
+* it creates Nodes with allocatable CPU/memory and zone/rack labels;
+* it keeps their heartbeats (a Lease in ``kube-node-lease`` and the Ready condition),
+  and removes the ``node.kubernetes.io/not-ready`` taint once a node is Ready;
+* it marks pods bound to live simulated nodes Running, and finishes the deletion of
+  pods deleted on live nodes (as a kubelet would once containers stop);
+* it "kills" a node by stopping its heartbeats (the node-lifecycle controller then
+  turns it NotReady/Unknown), and adds replacement nodes that become Ready after a delay.
+
+All simulator state lives on the Node objects (labels and annotations), so the
+``backstop nodes kill/add`` commands and the heartbeat loop (``backstop nodes run`` or
+``python -m backstop.sim.nodesim``) can run in different processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from threading import Event
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from backstop.domain.conditions import now_rfc3339
+from backstop.domain.constants import NODE_KIND_LABEL, NODE_KIND_SIMULATED
+from backstop.k8s.cluster import ClusterUnavailable, api_client
+from backstop.k8s.nodes import node_is_ready
+
+log = logging.getLogger("backstop.nodesim")
+
+SIM_LABEL = "sim.backstop.dev/simulated"
+KILLED = "sim.backstop.dev/killed"
+READY_AT = "sim.backstop.dev/ready-at"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+RACK_LABEL = "topology.backstop.dev/rack"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+LEASE_NS = "kube-node-lease"
+LEASE_SECONDS = 40
+
+
+def _micro(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """What a simulated node offers."""
+
+    cpu: str = "4"
+    memory: str = "16Gi"
+    pods: int = 110
+
+
+def build_node(
+    name: str,
+    shape: NodeShape,
+    *,
+    zone: str | None = None,
+    rack: str | None = None,
+    ready_at: float | None = None,
+) -> dict[str, Any]:
+    """The Node manifest of a simulated node (no status: the API server drops it on create)."""
+    labels = {
+        SIM_LABEL: "true",
+        NODE_KIND_LABEL: NODE_KIND_SIMULATED,
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+    }
+    if zone:
+        labels[ZONE_LABEL] = zone
+    if rack:
+        labels[RACK_LABEL] = rack
+    annotations = {READY_AT: f"{ready_at:.3f}"} if ready_at is not None else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": {},
+    }
+
+
+def build_node_status(shape: NodeShape, now: datetime, *, ready: bool = True) -> dict[str, Any]:
+    """The status a kubelet would post: capacity, allocatable and a fresh Ready condition."""
+    res = {"cpu": shape.cpu, "memory": shape.memory, "pods": str(shape.pods)}
+    stamp = now_rfc3339(now)
+    return {
+        "status": {
+            "capacity": res,
+            "allocatable": res,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "reason": "KubeletReady" if ready else "KubeletNotReady",
+                    "message": "simulated by backstop nodesim",
+                    "lastHeartbeatTime": stamp,
+                    "lastTransitionTime": stamp,
+                }
+            ],
+            "nodeInfo": {
+                "kubeletVersion": "v1.20.2-backstop-sim",
+                "kubeProxyVersion": "v1.20.2-backstop-sim",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "containerRuntimeVersion": "sim://1",
+                "osImage": "backstop node simulator",
+                "kernelVersion": "sim",
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+            },
+        }
+    }
+
+
+def build_heartbeat(now: datetime, last_transition: str | None) -> dict[str, Any]:
+    """A strategic-merge patch that renews the Ready condition's heartbeat."""
+    stamp = now_rfc3339(now)
+    return {
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "simulated by backstop nodesim",
+                    "lastHeartbeatTime": stamp,
+                    "lastTransitionTime": last_transition or stamp,
+                }
+            ]
+        }
+    }
+
+
+def build_lease(name: str, now: datetime) -> dict[str, Any]:
+    """The node Lease the node-lifecycle controller watches."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": LEASE_NS},
+        "spec": {
+            "holderIdentity": name,
+            "leaseDurationSeconds": LEASE_SECONDS,
+            "renewTime": _micro(now),
+        },
+    }
+
+
+def build_running_status(pod_name: str, containers: list[str], now: datetime) -> dict[str, Any]:
+    """The status a kubelet posts once all containers of a pod run."""
+    stamp = now_rfc3339(now)
+    n = abs(hash(pod_name)) % 250 + 2
+    conds = [
+        {"type": t, "status": "True", "lastTransitionTime": stamp}
+        for t in ("Initialized", "ContainersReady", "Ready", "PodScheduled")
+    ]
+    return {
+        "status": {
+            "phase": "Running",
+            "conditions": conds,
+            "podIP": f"10.244.{n // 250}.{n}",
+            "startTime": stamp,
+            "containerStatuses": [
+                {
+                    "name": c,
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 0,
+                    "image": "sim",
+                    "imageID": "sim://",
+                    "state": {"running": {"startedAt": stamp}},
+                }
+                for c in containers
+            ],
+        }
+    }
+
+
+class Simulator:
+    """I/O side: creates, kills and heartbeats simulated nodes through the API server."""
+
+    def __init__(self, api: client.ApiClient, shape: NodeShape | None = None) -> None:
+        self.core = client.CoreV1Api(api)
+        self.coord = client.CoordinationV1Api(api)
+        self.shape = shape or NodeShape()
+        self._shapes: dict[str, NodeShape] = {}
+
+    # ---------------------------------------------------------------- commands
+    def create(
+        self,
+        name: str,
+        shape: NodeShape,
+        *,
+        zone: str | None = None,
+        rack: str | None = None,
+        ready_after: float = 0.0,
+    ) -> None:
+        """Create a simulated node; it turns Ready at the next tick after ``ready_after`` s."""
+        ready_at = time.time() + ready_after
+        body = build_node(name, shape, zone=zone, rack=rack, ready_at=ready_at)
+        body["metadata"]["annotations"]["sim.backstop.dev/shape"] = (
+            f"{shape.cpu},{shape.memory},{shape.pods}"
+        )
+        self.core.create_node(body)
+        # allocatable is visible at once (a kubelet registers with it); Ready comes later
+        self.core.patch_node_status(name, build_node_status(shape, datetime.now(UTC), ready=False))
+
+    def kill(self, name: str) -> None:
+        """Stop the node's heartbeats, as if its machine died."""
+        self.core.patch_node(name, {"metadata": {"annotations": {KILLED: "true"}}})
+
+    def revive(self, name: str) -> None:
+        """Resume the node's heartbeats (the lost node comes back)."""
+        self.core.patch_node(name, {"metadata": {"annotations": {KILLED: None}}})
+
+    def delete(self, name: str) -> None:
+        self.core.delete_node(name)
+
+    # ---------------------------------------------------------------- the loop
+    def _shape_of(self, node: Any) -> NodeShape:
+        raw = (node.metadata.annotations or {}).get("sim.backstop.dev/shape")
+        if raw:
+            cpu, mem, pods = raw.split(",")
+            return NodeShape(cpu=cpu, memory=mem, pods=int(pods))
+        return self.shape
+
+    def tick(self) -> None:
+        """One round: heartbeat every live node, run its pods, finish deletions."""
+        now = datetime.now(UTC)
+        nodes = self.core.list_node(label_selector=f"{SIM_LABEL}=true").items
+        live: set[str] = set()
+        for node in nodes:
+            ann = node.metadata.annotations or {}
+            if ann.get(KILLED) == "true":
+                continue
+            if float(ann.get(READY_AT, "0")) > time.time():
+                continue
+            live.add(node.metadata.name)
+            self._heartbeat(node, now)
+        if live:
+            self._run_pods(live, now)
+
+    def _heartbeat(self, node: Any, now: datetime) -> None:
+        name = node.metadata.name
+        ready = node_is_ready(node)
+        last_transition = None
+        for c in (node.status and node.status.conditions) or []:
+            if c.type == "Ready" and c.status == "True" and c.last_transition_time:
+                last_transition = now_rfc3339(c.last_transition_time)
+        try:
+            if not ready and not node.status.allocatable:
+                self.core.patch_node_status(name, build_node_status(self._shape_of(node), now))
+            else:
+                self.core.patch_node_status(name, build_heartbeat(now, last_transition))
+            self._renew_lease(name, now)
+            taints = node.spec.taints or []
+            kept = [t for t in taints if t.key != NOT_READY_TAINT]
+            if len(kept) != len(taints):
+                serialize = self.core.api_client.sanitize_for_serialization
+                self.core.patch_node(name, {"spec": {"taints": [serialize(t) for t in kept]}})
+        except ApiException as err:
+            if err.status != 404:
+                log.warning("heartbeat for %s failed: %s", name, err.reason)
+
+    def _renew_lease(self, name: str, now: datetime) -> None:
+        body = build_lease(name, now)
+        try:
+            self.coord.patch_namespaced_lease(name, LEASE_NS, {"spec": body["spec"]})
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            self.coord.create_namespaced_lease(LEASE_NS, body)
+
+    def _run_pods(self, live: set[str], now: datetime) -> None:
+        for pod in self.core.list_pod_for_all_namespaces().items:
+            node = pod.spec.node_name
+            if node not in live:
+                continue
+            ns, name = pod.metadata.namespace, pod.metadata.name
+            try:
+                if pod.metadata.deletion_timestamp is not None:
+                    self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+                elif pod.status.phase != "Running":
+                    containers = [c.name for c in pod.spec.containers]
+                    self.core.patch_namespaced_pod_status(
+                        name, ns, build_running_status(name, containers, now)
+                    )
+            except ApiException as err:
+                if err.status not in (404, 409):
+                    log.warning("pod %s/%s: %s", ns, name, err.reason)
+
+    def run(self, interval: float = 2.0, stop: Event | None = None) -> None:
+        """Tick every ``interval`` seconds until ``stop`` is set (or forever)."""
+        stop = stop or Event()
+        log.info("node simulator running (heartbeat every %.1fs)", interval)
+        while not stop.is_set():
+            try:
+                self.tick()
+            except ApiException as err:
+                log.warning("tick failed: %s %s", err.status, err.reason)
+            except Exception as err:  # the API server may restart under us; keep going
+                log.warning("tick failed: %s", err)
+            stop.wait(interval)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m backstop.sim.nodesim``: run the heartbeat loop."""
+    parser = argparse.ArgumentParser(
+        prog="python -m backstop.sim.nodesim",
+        description="Keep simulated Nodes alive (heartbeats, Ready, pods Running).",
+    )
+    parser.add_argument("--kubeconfig", default=None)
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between heartbeats")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s nodesim %(message)s")
+    try:
+        sim = Simulator(api_client(args.kubeconfig))
+    except ClusterUnavailable as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    stop = Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        sim.run(args.interval, stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

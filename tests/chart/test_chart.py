@@ -1,0 +1,716 @@
+"""The Helm chart (charts/backstop) and the operator image (operator/Dockerfile), issue 9.
+
+Rendering tests parse ``helm template`` output and assert on the manifests (security
+context, probe, resources, RBAC rules, namespaces); the cluster test installs the chart
+into the local control plane and runs the operator out of cluster with the chart's own
+ServiceAccount token, proving the RBAC is enough for the demo scenario and refuses the rest.
+
+helm comes from ``make tools`` (hack/get-helm.sh, into .tools/bin). When it is missing
+these tests fail with that instruction; they never skip.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from backstop.cli import app
+from backstop.domain.constants import GROUP, VERSION
+from backstop.k8s.cluster import api_client
+from backstop.sim.nodesim import NodeShape, Simulator
+from tests.support.kubetools import (
+    ROOT,
+    condition,
+    create_namespace,
+    free_port,
+    stop_operator,
+    topology_manifest,
+    wait_for,
+)
+
+CHART = ROOT / "charts" / "backstop"
+DOCKERFILE = ROOT / "operator" / "Dockerfile"
+EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
+Doc = dict[str, Any]
+Rules = dict[tuple[str, str], set[str]]
+
+# What the operator may do in each watched namespace: nothing more, nothing less.
+NAMESPACED_RULES: Rules = {
+    (GROUP, "streamtopologies"): {"get", "list", "watch", "patch"},
+    (GROUP, "streamtopologies/status"): {"get", "patch"},
+    (GROUP, "streamtopologies/finalizers"): {"update"},
+    (GROUP, "recoveryplans"): {"create", "get", "list", "patch", "delete"},
+    (GROUP, "recoveryplans/status"): {"get", "patch"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete"},
+    ("", "configmaps"): {"get", "create", "patch", "update"},
+    ("", "events"): {"create"},
+}
+# What it may do cluster-wide when it watches only some namespaces: read-only.
+CLUSTER_RULES_NAMESPACED_MODE: Rules = {
+    ("", "nodes"): {"get", "list", "watch"},
+    ("", "pods"): {"list"},  # capacity accounting: other workloads' requests per node
+}
+
+
+# ---------------------------------------------------------------- helm plumbing
+@pytest.fixture(scope="module")
+def helm() -> str:
+    """The helm binary: on PATH, or in .tools/bin. Missing helm fails loudly."""
+    found = shutil.which("helm") or (
+        str(ROOT / ".tools" / "bin" / "helm")
+        if os.access(ROOT / ".tools" / "bin" / "helm", os.X_OK)
+        else None
+    )
+    if found is None:
+        pytest.fail(
+            "helm is not installed: run `make tools` (hack/get-helm.sh puts a pinned helm v3 "
+            "into .tools/bin), then `make test` or `PATH=.tools/bin:$PATH pytest`"
+        )
+    return found
+
+
+def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([helm, *args], capture_output=True, text=True, timeout=120, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def values_file(tmp_path: Path, values: Doc) -> Path:
+    path = tmp_path / f"values-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def render(
+    helm: str, tmp_path: Path, values: Doc | None = None, namespace: str = "ops"
+) -> list[Doc]:
+    args = ["template", "rel", str(CHART), "--namespace", namespace]
+    if values is not None:
+        args += ["-f", str(values_file(tmp_path, values))]
+    docs = [d for d in yaml.safe_load_all(run_helm(helm, *args).stdout) if d]
+    return docs
+
+
+def of_kind(docs: list[Doc], kind: str) -> list[Doc]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[Doc], kind: str, name: str | None = None) -> Doc:
+    found = [d for d in of_kind(docs, kind) if name is None or d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
+    return found[0]
+
+
+def rules_of(role: Doc) -> Rules:
+    """A Role's rules as {(apiGroup, resource): verbs}; fails on wildcards or resourceNames."""
+    out: Rules = {}
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+        assert "*" not in rule["apiGroups"] and not rule.get("resourceNames"), rule
+        for group in rule["apiGroups"]:
+            for res in rule["resources"]:
+                out.setdefault((group, res), set()).update(rule["verbs"])
+    return out
+
+
+def container(docs: list[Doc]) -> Doc:
+    dep = one(docs, "Deployment")
+    containers = dep["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    c: Doc = containers[0]
+    return c
+
+
+def env_of(c: Doc) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in c.get("env", [])}
+
+
+def operator_command() -> Any:
+    """The click command behind ``backstop operator`` (typer vendors its own click)."""
+    group: Any = typer.main.get_command(app)
+    return group.commands["operator"]
+
+
+# ---------------------------------------------------------------- no helm needed
+def test_chart_crds_are_identical_to_the_repository_crds() -> None:
+    repo = {p.name: p.read_bytes() for p in (ROOT / "crds").glob("*.yaml")}
+    chart = {p.name: p.read_bytes() for p in (CHART / "crds").glob("*.yaml")}
+    assert repo, "crds/ is empty"
+    assert sorted(chart) == sorted(repo), "charts/backstop/crds must mirror crds/"
+    stale = [name for name in repo if chart[name] != repo[name]]
+    assert stale == [], f"copy crds/ into charts/backstop/crds/ again: {stale} differ"
+
+
+def _dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """The Dockerfile's instructions (continuations joined), split into stages."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    stages: list[list[tuple[str, str]]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        word, _, rest = line.partition(" ")
+        word = word.upper()
+        if word == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append((word, rest.strip()))
+    return stages
+
+
+def test_dockerfile_is_multistage_non_root_lean_and_runs_the_operator() -> None:
+    text = DOCKERFILE.read_text()
+    # a `# syntax=` line would make the builder pull a frontend image from a registry
+    assert not re.search(r"^#\s*syntax=", text, re.M | re.I)
+    assert re.search(r"^ARG BASE_IMAGE=", text, re.M), "the base image is a build argument"
+    stages = _dockerfile_stages()
+    assert len(stages) >= 2, "multi-stage: a build stage and a slim runtime stage"
+    assert all(stage[0] == ("FROM", stage[0][1]) for stage in stages)
+    assert all(stage[0][1].startswith("${BASE_IMAGE}") for stage in stages)
+    final = stages[-1]
+    users = [arg for word, arg in final if word == "USER"]
+    assert users, "the runtime stage sets USER"
+    user = users[-1].split(":")[0]
+    assert user.isdigit() and int(user) != 0, f"USER must be a numeric non-root uid, not {user!r}"
+    # the chart's securityContext runs as the same uid
+    assert f"runAsUser: {user}" in (CHART / "templates" / "deployment.yaml").read_text()
+    entry = [json.loads(arg) for word, arg in final if word == "ENTRYPOINT"]
+    assert entry, "ENTRYPOINT in exec (JSON) form"
+    assert entry[-1][-1].endswith("/backstop"), entry[-1]
+    cmd = [json.loads(arg) for word, arg in final if word == "CMD"]
+    assert cmd and cmd[-1][0] == "operator"
+    # lean: the operator only; the Spark job (pyspark + a JRE) is not in this image
+    runs = " ".join(arg for stage in stages for word, arg in stage if word == "RUN")
+    assert "jre" not in runs and "[spark]" not in runs and "pyspark" not in runs
+    assert "pip install --no-compile --no-deps ." in runs, "the project, on its dependencies"
+    assert any(w == "COPY" and a.startswith("--from=") for w, a in final)
+    for stage in stages:  # every COPY source from the build context exists
+        for word, arg in stage:
+            if word == "COPY" and not arg.startswith("--from="):
+                for src in arg.split()[:-1]:
+                    assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
+    # hack/images.sh sends exactly these paths as the build context
+    images = (ROOT / "hack" / "images.sh").read_text()
+    assert "operator/Dockerfile . pyproject.toml README.md planners operator" in images
+    ignore = (DOCKERFILE.parent / "Dockerfile.dockerignore").read_text()
+    assert "**/.venv" in ignore and "**/.tools" in ignore
+
+
+def test_kind_config_has_zoned_workers_and_make_kind_demo_uses_it() -> None:
+    cfg = yaml.safe_load((ROOT / "hack" / "kind-config.yaml").read_text())
+    assert (cfg["kind"], cfg["apiVersion"]) == ("Cluster", "kind.x-k8s.io/v1alpha4")
+    roles = [n["role"] for n in cfg["nodes"]]
+    assert roles.count("control-plane") == 1 and roles.count("worker") >= 2
+    zones = {
+        n["labels"]["topology.kubernetes.io/zone"] for n in cfg["nodes"] if n["role"] == "worker"
+    }
+    assert len(zones) >= 2, "workers span failure domains"
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\nkind-demo:", 1)[1].split("\n\n", 1)[0]
+    assert "--config hack/kind-config.yaml" in recipe
+    assert "hack/images.sh" in recipe and "charts/backstop" in recipe
+
+
+# ---------------------------------------------------------------- helm template / lint
+NON_DEFAULT: Doc = {
+    "image": {"repository": "registry.example/backstop", "tag": "9.9.9", "pullPolicy": "Always"},
+    "watchNamespaces": ["team-a", "team-b"],
+    "logLevel": "debug",
+    "logFormat": "plain",
+    "recovery": {"gracePeriodSeconds": 45, "utilizationCap": 0.7},
+    "reoptimization": {
+        "enabled": True,
+        "interval": "30m",
+        "mode": "job",
+        "sparkMaster": "k8s://https://kubernetes.default.svc",
+        "sparkImage": "registry.example/spark:3.5",
+        "resources": {
+            "requests": {"cpu": "1", "memory": "2Gi"},
+            "limits": {"cpu": "4", "memory": "8Gi"},
+        },
+        "driverServiceAccount": {"name": "spark-driver"},
+    },
+    "metrics": {"enabled": True, "port": 9464},
+    "health": {"port": 8081},
+    "resources": {
+        "requests": {"cpu": "200m", "memory": "300Mi"},
+        "limits": {"cpu": "2", "memory": "1Gi"},
+    },
+}
+
+
+@pytest.mark.helm
+@pytest.mark.parametrize("values", [None, NON_DEFAULT], ids=["default", "non-default"])
+def test_helm_lint_strict(helm: str, tmp_path: Path, values: Doc | None) -> None:
+    args = ["lint", "--strict", str(CHART)]
+    if values is not None:
+        args += ["-f", str(values_file(tmp_path, values))]
+    proc = run_helm(helm, *args)
+    assert "0 chart(s) failed" in proc.stdout
+
+
+@pytest.mark.helm
+def test_default_render_is_hardened_and_watches_all_namespaces(helm: str, tmp_path: Path) -> None:
+    docs = render(helm, tmp_path)
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    dep = one(docs, "Deployment")
+    assert dep["metadata"]["namespace"] == "ops"
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    pod = dep["spec"]["template"]["spec"]
+    sa = one(docs, "ServiceAccount")
+    assert pod["serviceAccountName"] == sa["metadata"]["name"] == "rel-backstop"
+    assert sa["metadata"]["namespace"] == "ops"
+    psc = pod["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    c = container(docs)
+    # the image `make images` builds here; IfNotPresent: a node that has it never pulls
+    assert c["image"] == f"backstop/operator:{chart['appVersion']}"
+    assert c["imagePullPolicy"] == "IfNotPresent"
+    csc = c["securityContext"]
+    assert csc["readOnlyRootFilesystem"] is True
+    assert csc["allowPrivilegeEscalation"] is False and csc["privileged"] is False
+    assert csc["capabilities"] == {"drop": ["ALL"]}
+    # a read-only root needs a writable /tmp for Spark and Python
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in vols[mounts["/tmp"]]
+    assert env_of(c)["HOME"] == "/tmp"
+    res = c["resources"]
+    assert set(res["requests"]) == set(res["limits"]) == {"cpu", "memory"}
+    # the liveness probe hits the endpoint the operator is told to serve
+    probe = c["livenessProbe"]["httpGet"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert probe["path"] == "/healthz" and ports[probe["port"]] == 8080
+    assert f"--liveness=http://0.0.0.0:{ports['health']}/healthz" in c["args"]
+    assert c["args"][0] == "operator" and "--all-namespaces" in c["args"]
+    # no cluster-wide Namespace/CRD observation, so the RBAC needs no access to them
+    assert "--no-cluster-scanning" in c["args"]
+    assert not any(a.startswith("--namespace") for a in c["args"])
+    assert "--grace-period-seconds=30" in c["args"] and "--utilization-cap=0.8" in c["args"]
+    env = env_of(c)
+    assert env["BACKSTOP_REOPTIMIZE"] == "true" and env["BACKSTOP_SPARK_MASTER"] == "local[*]"
+    assert env["BACKSTOP_SPARK_IMAGE"] == c["image"]
+    assert "BACKSTOP_SPARK_SERVICE_ACCOUNT" not in env and "BACKSTOP_METRICS_PORT" not in env
+    # RBAC: all namespaces -> the namespaced rules in a ClusterRole, plus nodes read
+    assert of_kind(docs, "Role") == [] and of_kind(docs, "RoleBinding") == []
+    assert rules_of(one(docs, "ClusterRole", "rel-backstop")) == NAMESPACED_RULES
+    assert rules_of(one(docs, "ClusterRole", "rel-backstop-cluster")) == {
+        ("", "nodes"): {"get", "list", "watch"}
+    }
+    for binding in of_kind(docs, "ClusterRoleBinding"):
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "rel-backstop", "namespace": "ops"}
+        ]
+    assert {b["roleRef"]["name"] for b in of_kind(docs, "ClusterRoleBinding")} == {
+        "rel-backstop",
+        "rel-backstop-cluster",
+    }
+    assert of_kind(docs, "Service") == [], "no metrics Service unless metrics.enabled"
+
+
+@pytest.mark.helm
+def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
+    helm: str, tmp_path: Path
+) -> None:
+    docs = render(helm, tmp_path, NON_DEFAULT, namespace="backstop-system")
+    c = container(docs)
+    assert c["image"] == "registry.example/backstop:9.9.9" and c["imagePullPolicy"] == "Always"
+    assert c["resources"] == NON_DEFAULT["resources"]
+    args = c["args"]
+    assert [a for a in args if a.startswith("--namespace")] == [
+        "--namespace=team-a",
+        "--namespace=team-b",
+    ]
+    assert "--all-namespaces" not in args
+    assert {"--log-level=debug", "--log-format=plain"} <= set(args)
+    assert {"--grace-period-seconds=45", "--utilization-cap=0.7"} <= set(args)
+    assert "--liveness=http://0.0.0.0:8081/healthz" in args
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"health": 8081, "metrics": 9464}
+    assert c["livenessProbe"]["httpGet"]["port"] == "health"
+    env = env_of(c)
+    assert env["BACKSTOP_REOPTIMIZE_INTERVAL"] == "30m"
+    assert env["BACKSTOP_REOPTIMIZE_MODE"] == "job"
+    assert env["BACKSTOP_SPARK_MASTER"] == "k8s://https://kubernetes.default.svc"
+    assert env["BACKSTOP_SPARK_IMAGE"] == "registry.example/spark:3.5"
+    assert env["BACKSTOP_SPARK_SERVICE_ACCOUNT"] == "spark-driver"
+    assert json.loads(env["BACKSTOP_SPARK_RESOURCES"]) == NON_DEFAULT["reoptimization"]["resources"]
+    assert env["BACKSTOP_METRICS_PORT"] == "9464"
+    svc = one(docs, "Service")
+    assert svc["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert svc["spec"]["selector"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+
+    # namespaced mode: a Role + RoleBinding in each watched namespace, exactly the rules
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in of_kind(docs, "Role")}
+    assert set(roles) == {
+        ("team-a", "rel-backstop"),
+        ("team-b", "rel-backstop"),
+        ("backstop-system", "rel-backstop-reoptimize"),
+        ("backstop-system", "rel-backstop-spark"),
+    }
+    for ns in ("team-a", "team-b"):
+        assert rules_of(roles[(ns, "rel-backstop")]) == NAMESPACED_RULES
+    bindings = {
+        (b["metadata"]["namespace"], b["roleRef"]["name"]): b for b in of_kind(docs, "RoleBinding")
+    }
+    for ns in ("team-a", "team-b"):
+        assert bindings[(ns, "rel-backstop")]["subjects"] == [
+            {"kind": "ServiceAccount", "name": "rel-backstop", "namespace": "backstop-system"}
+        ]
+    # cluster-wide: read-only nodes and the pod list for capacity, nothing else
+    (cluster_role,) = of_kind(docs, "ClusterRole")
+    assert rules_of(cluster_role) == CLUSTER_RULES_NAMESPACED_MODE
+    (crb,) = of_kind(docs, "ClusterRoleBinding")
+    assert crb["roleRef"]["name"] == cluster_role["metadata"]["name"]
+
+    # re-optimization as a Job: Jobs only in the release namespace
+    reopt = roles[("backstop-system", "rel-backstop-reoptimize")]
+    assert rules_of(reopt) == {("batch", "jobs"): {"create", "get", "list", "watch", "delete"}}
+    assert bindings[("backstop-system", "rel-backstop-reoptimize")]["subjects"][0]["name"] == (
+        "rel-backstop"
+    )
+    # the Spark driver (k8s:// master) gets its own ServiceAccount with executor-pod rights
+    sas = {s["metadata"]["name"]: s for s in of_kind(docs, "ServiceAccount")}
+    assert set(sas) == {"rel-backstop", "spark-driver"}
+    spark_binding = bindings[("backstop-system", "rel-backstop-spark")]
+    assert spark_binding["subjects"][0]["name"] == "spark-driver"
+    spark_role = roles[("backstop-system", "rel-backstop-spark")]
+    spark_rules = rules_of(spark_role)
+    assert spark_role["metadata"]["namespace"] == "backstop-system"
+    assert {"create", "delete", "watch"} <= spark_rules[("", "pods")]
+    assert ("", "secrets") not in spark_rules
+
+
+@pytest.mark.helm
+def test_spark_rbac_only_when_enabled(helm: str, tmp_path: Path) -> None:
+    local_job = render(helm, tmp_path, {"reoptimization": {"mode": "job"}})
+    assert [r["metadata"]["name"] for r in of_kind(local_job, "Role")] == [
+        "rel-backstop-reoptimize"
+    ]
+    assert len(of_kind(local_job, "ServiceAccount")) == 1, "no driver SA with a local master"
+    off = render(helm, tmp_path, {"reoptimization": {"enabled": False, "mode": "job"}})
+    assert of_kind(off, "Role") == []
+    env = env_of(container(off))
+    assert env["BACKSTOP_REOPTIMIZE"] == "false" and "BACKSTOP_SPARK_MASTER" not in env
+
+
+@pytest.mark.helm
+@pytest.mark.parametrize("values", [None, NON_DEFAULT], ids=["default", "non-default"])
+def test_rendered_operator_args_are_accepted_by_the_cli(
+    helm: str, tmp_path: Path, values: Doc | None
+) -> None:
+    """The chart and ``backstop operator`` cannot drift: every rendered flag must parse."""
+    args = container(render(helm, tmp_path, values))["args"]
+    assert args[0] == "operator"
+    ctx = operator_command().make_context("operator", list(args[1:]))
+    assert ctx.params["log_level"] in ("info", "debug")
+    assert ctx.params["utilization_cap"] in (0.8, 0.7)
+    assert ctx.params["cluster_scanning"] is False
+    with pytest.raises(typer.BadParameter):
+        operator_command().make_context("operator", ["--utilization-cap=1.5"])
+    with pytest.raises(typer.TyperException, match="No such option"):
+        operator_command().make_context("operator", [*args[1:], "--no-such-flag=1"])
+
+
+@pytest.mark.helm
+@pytest.mark.parametrize(
+    ("values", "needle"),
+    [
+        ({"recovery": {"utilizationCap": 1.5}}, "utilizationCap"),
+        ({"recovery": {"gracePeriodSeconds": -1}}, "gracePeriodSeconds"),
+        ({"logLevel": "loud"}, "logLevel"),
+        ({"watchNamespaces": ["Not_A_Namespace"]}, "watchNamespaces"),
+        ({"reoptimization": {"interval": "soon"}}, "interval"),
+        ({"reoptimization": {"sparkMaster": "k8s://https://k8s:443"}}, "mode"),
+        ({"reoptimization": {"sparkMaster": "yarn"}}, "sparkMaster"),
+        ({"resources": {"requests": {"cpu": "lots", "memory": "1Gi"}}}, "cpu"),
+        ({"replicaCount": 3}, "replicaCount"),
+        ({"metrics": {"port": 80}}, "port"),
+    ],
+    ids=[
+        "cap>1",
+        "negative-grace",
+        "log-level",
+        "namespace-name",
+        "interval",
+        "k8s-master-needs-job",
+        "yarn",
+        "cpu-quantity",
+        "unknown-key",
+        "privileged-port",
+    ],
+)
+def test_schema_rejects_bad_values(helm: str, tmp_path: Path, values: Doc, needle: str) -> None:
+    proc = run_helm(
+        helm,
+        "template",
+        "rel",
+        str(CHART),
+        "-f",
+        str(values_file(tmp_path, values)),
+        check=False,
+    )
+    assert proc.returncode != 0, f"accepted bad values {values}"
+    assert "values don't meet the specifications of the schema" in proc.stderr
+    assert needle in proc.stderr
+
+
+@pytest.mark.helm
+def test_metrics_port_must_differ_from_health_port(helm: str, tmp_path: Path) -> None:
+    values = {"metrics": {"enabled": True, "port": 8080}}
+    proc = run_helm(
+        helm, "template", "rel", str(CHART), "-f", str(values_file(tmp_path, values)), check=False
+    )
+    assert proc.returncode != 0 and "metrics.port and health.port must differ" in proc.stderr
+
+
+# ---------------------------------------------------------------- install + RBAC proof
+def token_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> Path:
+    """A kubeconfig that authenticates with ``token`` against the admin config's server/CA."""
+    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {
+                    "server": cluster["server"],
+                    "certificate-authority-data": cluster["certificate-authority-data"],
+                },
+            }
+        ],
+        "users": [{"name": "backstop-operator", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "backstop-operator"}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    path.chmod(0o600)
+    return path
+
+
+def service_account_token(core: client.CoreV1Api, namespace: str, name: str) -> str:
+    """The token from the SA's auto-created Secret (v1.20's token controller)."""
+
+    def secret_name() -> str | None:
+        sa = core.read_namespaced_service_account(name, namespace)
+        for ref in sa.secrets or []:
+            if ref.name.startswith(f"{name}-token-"):
+                return str(ref.name)
+        return None
+
+    secret = wait_for(secret_name, 30, f"the token Secret of ServiceAccount {namespace}/{name}")
+
+    def token() -> str | None:
+        data = core.read_namespaced_secret(secret, namespace).data or {}
+        return str(data["token"]) if data.get("token") else None
+
+    value = wait_for(token, 30, "the token in its Secret")
+    assert value is not None
+    return base64.b64decode(value).decode()
+
+
+def start_chart_operator(args: list[str], kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+    """Run ``backstop`` out of cluster with the Deployment's own args (liveness on a free port)."""
+    port = free_port()
+    argv = [
+        f"--liveness=http://127.0.0.1:{port}/healthz" if a.startswith("--liveness=") else a
+        for a in args
+    ]
+    argv = [a for a in argv if not a.startswith("--log-format=")] + ["--log-format=plain"]
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "backstop", *argv],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+
+def forbidden(call: Any) -> bool:
+    try:
+        call()
+    except ApiException as err:
+        return bool(err.status == 403)
+    return False
+
+
+@pytest.fixture
+def namespaces(kube: client.ApiClient) -> Iterator[tuple[str, str]]:
+    """(release namespace, watched namespace), both fresh, deleted afterwards."""
+    core = client.CoreV1Api(kube)
+    suffix = uuid.uuid4().hex[:6]
+    pair = (f"bs-{suffix}", f"bw-{suffix}")
+    for ns in pair:
+        create_namespace(core, ns)
+    yield pair
+    for ns in pair:
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(ns)
+
+
+@pytest.mark.helm
+@pytest.mark.cluster
+def test_install_then_operator_runs_on_the_chart_service_account_alone(
+    helm: str,
+    cluster: str,
+    kube: client.ApiClient,
+    simulator: Simulator,
+    namespaces: tuple[str, str],
+    node_prefix: str,
+    tmp_path: Path,
+) -> None:
+    release_ns, watched_ns = namespaces
+    core = client.CoreV1Api(kube)
+    custom = client.CustomObjectsApi(kube)
+    release = f"bk{uuid.uuid4().hex[:5]}"
+    values = {
+        "watchNamespaces": [watched_ns],
+        # no kubelet can run the image here: keep the Deployment's pod Pending, off the nodes
+        "nodeSelector": {"backstop.dev/no-such-node": "true"},
+    }
+    nodes = [f"{node_prefix}-{i}" for i in range(6)]
+    for i, n in enumerate(nodes):
+        simulator.create(n, NodeShape(cpu="4"), zone=f"zone-{i % 2}")
+    kc = ["--kubeconfig", cluster]
+    run_helm(
+        helm,
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        release_ns,
+        "-f",
+        str(values_file(tmp_path, values)),
+        *kc,
+    )
+    proc: subprocess.Popen[bytes] | None = None
+    log = tmp_path / "operator.log"
+    try:
+        manifest = list(
+            yaml.safe_load_all(
+                run_helm(helm, "get", "manifest", release, "-n", release_ns, *kc).stdout
+            )
+        )
+        deployment = one([d for d in manifest if d], "Deployment")
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        sa_name = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        token = service_account_token(core, release_ns, sa_name)
+        as_sa = api_client(str(token_kubeconfig(cluster, token, tmp_path / "sa.kubeconfig")))
+        sa_core = client.CoreV1Api(as_sa)
+        sa_custom = client.CustomObjectsApi(as_sa)
+
+        # refused: everything the chart does not grant
+        assert forbidden(lambda: sa_core.delete_node(nodes[0])), "deleting Nodes"
+        assert forbidden(lambda: sa_core.list_namespaced_secret(watched_ns)), "reading Secrets"
+        assert forbidden(lambda: sa_core.list_namespaced_secret(release_ns))
+        assert forbidden(
+            lambda: sa_core.create_namespaced_pod(
+                release_ns,
+                {
+                    "metadata": {"name": "intruder"},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+                },
+            )
+        ), "creating pods outside the watched namespaces"
+        assert forbidden(
+            lambda: sa_custom.list_namespaced_custom_object(
+                GROUP, VERSION, release_ns, "streamtopologies"
+            )
+        ), "topologies outside the watched namespaces"
+        assert forbidden(lambda: sa_core.patch_node(nodes[0], {"metadata": {"labels": {"x": "y"}}}))
+        assert core.read_node(nodes[0]).metadata.name == nodes[0]
+
+        # sufficient: the demo scenario with the operator on that token alone
+        proc = start_chart_operator(args, tmp_path / "sa.kubeconfig", log)
+        doc = topology_manifest(EXAMPLE, "senti")
+        custom.create_namespaced_custom_object(GROUP, VERSION, watched_ns, "streamtopologies", doc)
+
+        def ready() -> Doc | None:
+            assert proc is not None and proc.poll() is None, "operator exited:\n" + log.read_text()
+            obj: Doc = custom.get_namespaced_custom_object(
+                GROUP, VERSION, watched_ns, "streamtopologies", "senti"
+            )
+            c = condition(obj, "Ready")
+            return obj if c and c["status"] == "True" else None
+
+        obj = wait_for(ready, 120, "senti Ready=True under the chart's RBAC")
+        assert obj is not None
+        assignment = obj["status"]["plan"]["assignment"]
+        pods = core.list_namespaced_pod(watched_ns, label_selector=f"{GROUP}/topology=senti").items
+        assert sorted(p.metadata.labels[f"{GROUP}/task"] for p in pods) == sorted(assignment)
+        for pod in pods:
+            assert pod.status.phase == "Running"
+            assert pod.spec.node_name == assignment[pod.metadata.labels[f"{GROUP}/task"]]
+        events = core.list_namespaced_event(watched_ns).items
+        assert any(e.reason == "Planned" and e.involved_object.name == "senti" for e in events)
+        forbidden_lines = [
+            line
+            for line in log.read_text().splitlines()
+            if re.search(r"forbidden|\b403\b", line, re.I)
+        ]
+        assert forbidden_lines == [], "the operator hit RBAC denials:\n" + "\n".join(
+            forbidden_lines
+        )
+
+        # delete while the operator runs, so kopf can release its finalizer
+        custom.delete_namespaced_custom_object(
+            GROUP, VERSION, watched_ns, "streamtopologies", "senti"
+        )
+
+        def gone() -> bool:
+            try:
+                custom.get_namespaced_custom_object(
+                    GROUP, VERSION, watched_ns, "streamtopologies", "senti"
+                )
+            except ApiException as err:
+                return bool(err.status == 404)
+            return False
+
+        wait_for(gone, 60, "senti deleted")
+    finally:
+        if proc is not None:
+            stop_operator(proc)
+        # after a failure the topology may still carry kopf's finalizer: drop it so the
+        # namespace can go
+        with contextlib.suppress(ApiException):
+            custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                watched_ns,
+                "streamtopologies",
+                "senti",
+                {"metadata": {"finalizers": None}},
+            )
+        run_helm(helm, "uninstall", release, "--namespace", release_ns, "--wait", *kc, check=False)
+        for n in nodes:
+            with contextlib.suppress(ApiException):
+                core.delete_node(n)
+    rbac = client.RbacAuthorizationV1Api(kube)
+    leftovers = [
+        r.metadata.name
+        for r in rbac.list_cluster_role().items
+        if r.metadata.name.startswith(release)
+    ]
+    assert leftovers == [], "helm uninstall removes the ClusterRoles"

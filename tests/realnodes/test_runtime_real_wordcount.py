@@ -1,0 +1,306 @@
+"""The word count example on REAL nodes: exactly-once output when a node with tasks is killed.
+
+``examples/wordcount.yaml`` (a copy: a bounded, rate-limited source on a fixed input log,
+its own store and node pool) is run by the operator (a host process, as in the other
+operator tests) as pods of the task-runtime image ``backstop/runtime:0.1.0`` on three real
+nodes (kubelet + containerd each, ``hack/real-node.sh``); each task asks for 400m CPU, so
+the plan spreads them (at most four fit a 2-CPU node under the 0.8 utilization cap) and the
+tasks left on the surviving nodes must find their recreated peers on another node. Once
+without failure; once with ``backstop nodes kill`` of the node with the most tasks mid-
+stream: its kubelet, containerd and every task container get SIGKILL (checked: their
+processes are gone), the node-lifecycle controller turns it NotReady and the operator
+recreates the lost pods on the other nodes, where they restore their checkpoints and replay.
+The sink's output (the set of lines) must be the same in both runs and equal to the counts
+this test computes from the input itself (``tests/runtime_data.expected_counts``: a plain
+Counter, lowercase words split on non-letters, 10-second tumbling event-time windows).
+
+The runtime image is built by ``hack/images.sh`` (warm: seconds; cold: about 1 min, which the
+e2e then reuses). Needs root: outside CI the test skips without it, under ``CI=true`` it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from typer.testing import CliRunner
+
+from backstop.cli import app
+from backstop.domain.constants import GROUP, VERSION
+from tests.support.kubetools import (
+    create_namespace,
+    install_crds,
+    node_ready,
+    start_operator,
+    stop_operator,
+    wait_for,
+)
+from tests.support.realnodes import (
+    build_runtime_image,
+    containerd_socket,
+    process_gone,
+    real_node_pool,
+    require_root,
+    task_pids,
+)
+from tests.support.runtime_data import (
+    WORDCOUNT,
+    counts_of,
+    expected_counts,
+    output_lines,
+    write_input,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+
+POOL = "test.backstop.dev/wordcount-pool"
+IN_POD = "/var/lib/backstop"  # where every task pod mounts spec.store
+REF_RATE, KILL_RATE = 2000.0, 120.0  # records/s per source task
+FILES, PER_FILE = 2, 3000  # one input file per source task: the killed run lasts ~25 s
+
+
+@dataclass
+class Env:
+    cluster: str
+    kube: client.ApiClient
+    namespace: str
+    nodes: list[str]
+    store: Path  # the host directory behind every pod's /var/lib/backstop
+    input: Path
+    operator_log: Path
+    operator: subprocess.Popen[bytes]
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.kube)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.kube)
+
+    def status(self, topology: str, task: str) -> dict[str, Any]:
+        path = self.store / topology / "tasks" / task / "status.json"
+        try:
+            doc = json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def output(self, topology: str) -> Path:
+        return self.store / topology / "output"
+
+    def pods(self, topology: str) -> list[Any]:
+        items = self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"{GROUP}/topology={topology}"
+        ).items
+        return [p for p in items if not p.metadata.deletion_timestamp]
+
+    def alive(self) -> None:
+        assert self.operator.poll() is None, "operator exited:\n" + self.operator_log.read_text()
+
+    def create(self, name: str, rate: float, broken_sink: bool = False) -> None:
+        doc = yaml.safe_load(WORDCOUNT.read_text())
+        doc["metadata"] = {"name": name}
+        spec = doc["spec"]
+        spec["store"] = {"hostPath": {"path": str(self.store), "type": "Directory"}}
+        spec["nodeSelector"] = {POOL: self.nodes[0]}
+        spec["recovery"] = {"gracePeriodSeconds": 2}
+        for op in spec["operators"]:
+            op["resources"]["cpu"] = "400m"
+            if op["name"] == "source":
+                op["config"].update(
+                    path=f"{IN_POD}/input",
+                    bounded=True,
+                    maxRecordsPerSecond=rate,
+                    maxRecordsPerBatch=50,
+                )
+            if op["name"] == "sink":
+                op["config"]["path"] = f"{IN_POD}/{name}/output"
+                if broken_sink:  # a config error: the runtime stops the task (exit 2)
+                    del op["config"]["path"]
+        self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "streamtopologies", doc
+        )
+
+    def wait_end(self, name: str, timeout: float) -> None:
+        def ended() -> bool:
+            self.alive()
+            return self.status(name, "sink-0").get("eos") is True
+
+        wait_for(ended, timeout, f"the end of the stream at the sink of {name}", 0.2)
+
+    def delete(self, name: str) -> None:
+        with contextlib.suppress(ApiException):
+            self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, "streamtopologies", name
+            )
+
+        def gone() -> bool:
+            try:
+                self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, "streamtopologies", name
+                )
+            except ApiException as err:
+                return bool(err.status == 404)
+            return False
+
+        wait_for(gone, 90, f"{name} deleted (the operator's finalizer released)")
+
+
+@pytest.fixture(scope="module")
+def env(
+    cluster: str, kube: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Env]:
+    require_root()
+    images = build_runtime_image()
+    core = client.CoreV1Api(kube)
+    install_crds(kube)
+    namespace = f"wc-{uuid.uuid4().hex[:6]}"
+    create_namespace(core, namespace)
+    # the store: a host directory every real node mounts (they all run on this host), writable
+    # by the tasks' uid 65532 like /srv/backstop in the example
+    store = Path(tempfile.mkdtemp(prefix="backstop-wc-store-"))
+    store.chmod(0o1777)
+    write_input(store / "input", files=FILES, per_file=PER_FILE)
+    names = [f"wc{uuid.uuid4().hex[:4]}-{i}" for i in range(3)]
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        with real_node_pool(
+            Path(cluster).parent, names, env={"REAL_NODE_IMAGES": str(images)}
+        ) as nodes:
+            for name in nodes:
+                core.patch_node(name, {"metadata": {"labels": {POOL: nodes[0]}}})
+            proc = start_operator(cluster, namespace, log)
+            e = Env(cluster, kube, namespace, nodes, store, store / "input", log, proc)
+            try:
+                yield e
+            finally:
+                for st in e.custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "streamtopologies"
+                )["items"]:
+                    with contextlib.suppress(Exception):
+                        e.delete(st["metadata"]["name"])
+                stop_operator(proc)
+    finally:
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(namespace)
+        shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(images, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def reference(env: Env) -> list[str]:
+    """The sink's lines from a run without failure."""
+    t0 = time.monotonic()
+    env.create("wc-ref", REF_RATE)
+    env.wait_end("wc-ref", 240)
+    pods = env.pods("wc-ref")
+    assert len(pods) == 7
+    assert all(p.spec.node_name in env.nodes for p in pods), "every task on a real node"
+    lines = output_lines(env.output("wc-ref"))
+    env.delete("wc-ref")
+    print(f"reference run: {time.monotonic() - t0:.0f}s, {len(lines)} lines")
+    return lines
+
+
+def test_wordcount_on_real_nodes_counts_every_word_once(reference: list[str], env: Env) -> None:
+    assert reference, "the sink wrote nothing"
+    assert len(reference) == len(set(reference)), "a line was written twice"
+    assert counts_of(reference) == dict(expected_counts(env.input))
+
+
+def test_killing_a_real_node_mid_stream_changes_no_output_line(
+    reference: list[str], env: Env
+) -> None:
+    name = "wc-kill"
+    t0 = time.monotonic()
+    env.create(name, KILL_RATE)
+
+    def under_way() -> list[Any] | None:
+        env.alive()
+        pods = env.pods(name)
+        sink = env.status(name, "sink-0")
+        out = env.output(name) / "sink-0.jsonl"
+        written = out.exists() and out.stat().st_size > 0
+        ok = len(pods) == 7 and sink.get("round", 0) >= 40 and written
+        return pods if ok else None
+
+    pods = wait_for(under_way, 240, f"{name} under way (sink output written)", 0.2)
+    assert pods is not None
+    assert not env.status(name, "sink-0").get("eos"), "the kill would come after the end"
+    per_node: dict[str, list[str]] = {}
+    for p in pods:
+        per_node.setdefault(p.spec.node_name, []).append(p.metadata.labels[f"{GROUP}/task"])
+    victim = max(per_node, key=lambda n: len(per_node[n]))
+    lost = sorted(per_node[victim])
+    sock = containerd_socket(env.cluster, victim)
+    pids = list(task_pids(sock).values())
+    assert pids, f"no containers on {victim}"
+    epochs = {t: env.status(name, t).get("epoch") for t in lost}
+
+    result = CliRunner().invoke(app, ["nodes", "kill", victim, "--kubeconfig", env.cluster])
+    assert result.exit_code == 0, result.output
+    killed_at = time.monotonic()
+    wait_for(lambda: all(process_gone(p) for p in pids), 10, f"the containers of {victim} gone")
+    assert not env.status(name, "sink-0").get("eos"), "the node was killed after the end"
+    wait_for(lambda: not node_ready(env.core, victim), 90, f"{victim} NotReady")
+
+    def recreated() -> bool:
+        env.alive()
+        now = {p.metadata.labels[f"{GROUP}/task"]: p for p in env.pods(name)}
+        return all(t in now and now[t].spec.node_name not in (None, victim) for t in lost)
+
+    wait_for(recreated, 120, f"the lost tasks {lost} recreated on other nodes")
+    env.wait_end(name, 300)
+    assert len(per_node) > 1, f"every task on {victim}: nothing survived the kill"
+    for t in lost:  # the lost tasks really ran again (a new epoch), on another node
+        assert env.status(name, t).get("epoch", 0) > (epochs[t] or 0), t
+    lines = output_lines(env.output(name))
+    print(
+        f"killed {victim} with {lost} {time.monotonic() - killed_at:.0f}s before the end; "
+        f"run {time.monotonic() - t0:.0f}s, {len(lines)} lines"
+    )
+    env.delete(name)
+    assert len(lines) == len(set(lines)), "a line was written twice"
+    assert lines == reference
+    assert counts_of(lines) == dict(expected_counts(env.input))
+
+
+def test_a_task_config_error_shows_in_the_topology_status(env: Env) -> None:
+    """The sink's config lacks its ``path``: the runtime exits with a configuration error, the
+    kubelet restarts it (CrashLoopBackOff, while the pod phase stays Running) and the
+    topology's Ready condition (``kubectl get st``, ``kubectl describe st``) says which pod
+    fails and why, with the runtime's own log line (the termination message)."""
+    name = "wc-bad"
+    env.create(name, REF_RATE, broken_sink=True)
+
+    def reported() -> dict[str, Any] | None:
+        env.alive()
+        st = env.custom.get_namespaced_custom_object(
+            GROUP, VERSION, env.namespace, "streamtopologies", name
+        )
+        conds = {c["type"]: c for c in (st.get("status") or {}).get("conditions") or []}
+        ready = conds.get("Ready") or {}
+        return ready if ready.get("reason") == "TaskFailing" else None
+
+    ready = wait_for(reported, 120, f"{name}: Ready=False, reason TaskFailing")
+    assert ready is not None and ready["status"] == "False"
+    message = ready["message"]
+    assert f"{name}-sink-0: " in message, message
+    assert "config.path is required but missing" in message, message
+    assert "1 failing" in message, message
+    env.delete(name)

@@ -1,0 +1,277 @@
+"""Helpers for tests against the local control plane: CRDs, the operator process, waiting."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from backstop.domain.constants import GROUP, VERSION
+from backstop.sim.nodesim import NodeShape, Simulator
+
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def wait_for(pred: Callable[[], T], timeout: float, what: str, interval: float = 0.5) -> T:
+    """Poll ``pred`` until it returns something truthy; fail naming ``what``."""
+    end = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < end:
+        try:
+            last = pred()
+        except ApiException as err:
+            last = err
+        else:
+            if last:
+                return last  # type: ignore[no-any-return]
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def create_namespace(core: client.CoreV1Api, name: str, timeout: float = 30) -> None:
+    """Create a namespace and wait for its ``default`` ServiceAccount and that account's token.
+
+    With the ServiceAccount admission plugin on (as on any real cluster), the API server
+    refuses pods in a namespace until the ServiceAccount controller has created that account
+    and the token controller has given it a token Secret ("No API token found").
+    """
+    core.create_namespace({"metadata": {"name": name}})
+
+    def has_token() -> bool:
+        try:
+            sa = core.read_namespaced_service_account("default", name)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return bool(sa.secrets)
+
+    wait_for(has_token, timeout, f"the default ServiceAccount of namespace {name}", 0.2)
+
+
+def install_crds(api: client.ApiClient) -> None:
+    """Create or replace the project's CRDs and wait until they are established."""
+    ext = client.ApiextensionsV1Api(api)
+    for path in sorted((ROOT / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        name = crd["metadata"]["name"]
+        try:
+            old = ext.read_custom_resource_definition(name)
+            crd["metadata"]["resourceVersion"] = old.metadata.resource_version
+            ext.replace_custom_resource_definition(name, crd)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            ext.create_custom_resource_definition(crd)
+
+        def established(n: str = name) -> bool:
+            conds = ext.read_custom_resource_definition(n).status.conditions or []
+            return any(c.type == "Established" and c.status == "True" for c in conds)
+
+        wait_for(established, 30, f"CRD {name} established")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_operator(kubeconfig: str, namespace: str, log: Path) -> subprocess.Popen[bytes]:
+    """Start ``backstop operator`` for one namespace, logging to ``log``."""
+    port = free_port()
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "backstop",
+                "operator",
+                "--namespace",
+                namespace,
+                "--liveness",
+                f"http://127.0.0.1:{port}/healthz",
+                "--log-format",
+                "plain",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+
+def stop_operator(proc: subprocess.Popen[bytes]) -> None:
+    """Stop an operator we started (by its PID), forcefully if it lingers."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def operator_process(
+    kubeconfig: str, namespace: str, log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``backstop operator`` for the duration of a ``with`` block."""
+    proc = start_operator(kubeconfig, namespace, log)
+    try:
+        yield proc
+    finally:
+        stop_operator(proc)
+
+
+def topology_manifest(path: Path, name: str | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(path.read_text())
+    if name:
+        doc["metadata"]["name"] = name
+    return doc
+
+
+def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype:
+            return dict(c)
+    return None
+
+
+EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
+LABEL = f"{GROUP}/topology"
+POOL_LABEL = "test.backstop.dev/pool"
+
+
+@dataclass
+class Env:
+    kubeconfig: str
+    namespace: str
+    core: client.CoreV1Api
+    custom: client.CustomObjectsApi
+    nodes: list[str]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    created: list[str] = field(default_factory=list)
+    simulator: Simulator | None = None
+    pool: str = ""
+
+    def cleanup(self) -> None:
+        """Delete the topologies a test created and wait for their pods to go."""
+        for name in self.created:
+            with contextlib.suppress(ApiException):
+                self.custom.delete_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, "streamtopologies", name
+                )
+        for name in self.created:
+            # pods on killed (or already deleted) test nodes would stay Terminating
+            for pod in self.pods(name):
+                with contextlib.suppress(ApiException):
+                    self.core.delete_namespaced_pod(
+                        pod.metadata.name, self.namespace, grace_period_seconds=0
+                    )
+            wait_for(partial(self.no_pods, name), 60, f"pods of {name} to go")
+        self.created.clear()
+
+    def no_pods(self, name: str) -> bool:
+        return self.pods(name) == []
+
+    def restart_operator(self) -> None:
+        if self.proc is not None:
+            stop_operator(self.proc)
+        self.proc = start_operator(self.kubeconfig, self.namespace, self.log)
+
+    def get(self, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "streamtopologies", name
+        )
+        return obj
+
+    def create(self, doc: dict[str, Any]) -> None:
+        """Create a topology; unless it selects nodes itself, it runs on this env's nodes."""
+        self.created.append(doc["metadata"]["name"])
+        doc["spec"].setdefault("nodeSelector", {POOL_LABEL: self.pool})
+        self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "streamtopologies", doc
+        )
+
+    def pods(self, name: str) -> list[Any]:
+        return list(
+            self.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL}={name}").items
+        )
+
+    def wait_condition(
+        self,
+        name: str,
+        ctype: str,
+        status: str,
+        timeout: float = 60,
+        reason: str | None = None,
+    ) -> Any:
+        """Wait until condition ``ctype`` of the current generation has ``status`` (and reason)."""
+
+        def ok() -> dict[str, Any] | None:
+            obj = self.get(name)
+            c = condition(obj, ctype)
+            gen = obj["metadata"]["generation"]
+            current = c is not None and c.get("observedGeneration") == gen
+            if current and c and c["status"] == status and reason in (None, c.get("reason")):
+                return obj
+            return None
+
+        return wait_for(ok, timeout, f"{name}: {ctype}={status} {reason or ''}")
+
+
+def node_ready(core: client.CoreV1Api, name: str) -> bool:
+    conds = core.read_node(name).status.conditions or []
+    return any(c.type == "Ready" and c.status == "True" for c in conds)
+
+
+def topology_env(
+    kubeconfig: str,
+    kube: client.ApiClient,
+    simulator: Simulator,
+    tmp: Path,
+    *,
+    node_cpu: str,
+    nodes: int,
+) -> Iterator[Env]:
+    """A namespace, fresh simulated nodes and a running operator; all removed afterwards."""
+    install_crds(kube)
+    core = client.CoreV1Api(kube)
+    ns = f"op-{uuid.uuid4().hex[:6]}"
+    create_namespace(core, ns)
+    prefix = f"op{uuid.uuid4().hex[:4]}"
+    names = [f"{prefix}-{i}" for i in range(nodes)]
+    for i, n in enumerate(names):
+        simulator.create(n, NodeShape(cpu=node_cpu), zone=f"zone-{i % 2}")
+        core.patch_node(n, {"metadata": {"labels": {POOL_LABEL: prefix}}})
+    wait_for(lambda: all(node_ready(core, n) for n in names), 30, "test nodes Ready")
+    e = Env(kubeconfig, ns, core, client.CustomObjectsApi(kube), names, tmp / "operator.log")
+    e.simulator = simulator
+    e.pool = prefix
+    e.restart_operator()
+    try:
+        yield e
+    finally:
+        if e.proc is not None:
+            stop_operator(e.proc)
+        core.delete_namespace(ns)
+        for n in core.list_node().items:
+            if n.metadata.name.startswith(prefix + "-"):
+                with contextlib.suppress(ApiException):
+                    core.delete_node(n.metadata.name)

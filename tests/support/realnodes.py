@@ -1,0 +1,135 @@
+"""Real nodes for tests (``hack/real-node.sh``): start, kill and inspect them from pytest.
+
+Shared by the tests that run on real nodes (a kubelet and a containerd per node on this host):
+``tests/realnodes/test_real_nodes.py`` and the runtime's real-node tests. Real nodes need root; outside
+CI a test that needs them skips with that reason, under ``CI=true`` it fails instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "hack" / "real-node.sh"
+CACHE = Path(os.environ.get("BACKSTOP_CACHE", Path.home() / ".cache" / "backstop"))
+
+
+def require_root() -> None:
+    if os.geteuid() == 0:
+        return
+    reason = "real nodes need root (kubelet, containerd, bridges, iptables)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}: CI must run these tests as root")
+    pytest.skip(reason)
+
+
+def real_node(
+    run_dir: Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None
+) -> str:
+    """Run ``hack/real-node.sh ARGS`` for the test cluster; fail with its output."""
+    env = {**os.environ, "K8S_RUN_DIR": str(run_dir), **(env or {})}
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, f"real-node.sh {' '.join(args)}:\n{proc.stdout}{proc.stderr}"
+    return proc.stdout
+
+
+def containerd_socket(cluster: str, node: str) -> str:
+    port = re.search(r"server: https://[^:]+:(\d+)", Path(cluster).read_text())
+    assert port is not None
+    return f"/run/backstop-{port.group(1)}/{node}/containerd.sock"
+
+
+def task_pids(sock: str) -> dict[str, int]:
+    """Container id -> host PID of its init process, from the node's containerd."""
+    out = subprocess.run(
+        ["ctr", "-a", sock, "-n", "k8s.io", "tasks", "ls"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    rows = [line.split() for line in out.splitlines()[1:] if line.strip()]
+    return {row[0]: int(row[1]) for row in rows}
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+    return state in ("Z", "X")  # a zombie holds no resources and runs nothing
+
+
+def node_processes(sock: str, node: str) -> list[int]:
+    """Host PIDs of the node's kubelet, containerd and shims (matched by their own sockets)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if f"--hostname-override={node} " in cmd or f"-address {sock} " in cmd:
+                found.append(int(proc.name))
+    return [p for p in found if not process_gone(p)]
+
+
+@contextlib.contextmanager
+def real_node_pool(
+    run_dir: Path, names: list[str], env: dict[str, str] | None = None
+) -> Iterator[list[str]]:
+    """Start real nodes ``names`` in parallel (``hack/real-node.sh up``); ``down`` them after.
+
+    ``env`` reaches the script (e.g. ``REAL_NODE_IMAGES``: the image archives each node imports).
+    """
+    full = {**os.environ, "K8S_RUN_DIR": str(run_dir), **(env or {})}
+    try:
+        procs = [
+            subprocess.Popen(
+                ["bash", str(SCRIPT), "up", name],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=full,
+            )
+            for name in names
+        ]
+        outs = [p.communicate(timeout=600)[0] for p in procs]
+        for name, proc, out in zip(names, procs, outs, strict=True):
+            assert proc.returncode == 0, f"real-node.sh up {name}:\n{out}"
+        yield names
+    finally:
+        for name in names:
+            real_node(run_dir, "down", name, env=env)
+
+
+def build_runtime_image() -> Path:
+    """``IMAGES=runtime hack/images.sh`` (cached: seconds); a folder with only its archive."""
+    env = {**os.environ, "IMAGES": "runtime", "K8S_RUN_DIR": str(CACHE / "no-cluster")}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "hack" / "images.sh")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, f"hack/images.sh:\n{proc.stdout}{proc.stderr[-4000:]}"
+    only = Path(tempfile.mkdtemp(prefix="backstop-runtime-image-"))
+    for name in ("runtime.tar", "runtime.id"):
+        (only / name).symlink_to(CACHE / "images" / "load" / name)
+    return only

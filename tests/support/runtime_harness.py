@@ -1,0 +1,124 @@
+"""Run a StreamTopology's tasks as local OS processes, configured exactly as pods are.
+
+Each task's environment is taken from the pod manifest the operator would create
+(:func:`backstop.k8s.manifests.build_task_pod`), with the downward-API values filled in for
+localhost and ports chosen by the OS, so these tests exercise the real runtime contract.
+The harness stands in for the kubelet: it starts, SIGKILLs and restarts task processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from backstop.domain.spec import StreamTopologySpec, expand
+from backstop.k8s.manifests import Owner, build_task_pod, task_roles
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class LocalTopology:
+    """The tasks of ``spec`` as processes sharing the store directory ``store``."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: StreamTopologySpec,
+        store: Path,
+        backups: Iterable[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name, self.spec, self.store = name, spec, store
+        self.graph = expand(spec)
+        owner = Owner(name, "local", "uid")
+        roles = task_roles(self.graph, frozenset(backups), {t: "local" for t in self.graph.tasks})
+        self.env: dict[str, dict[str, str]] = {}
+        for role in roles:
+            pod = build_task_pod(owner, spec, role)
+            env = {**os.environ, **(env or {})}
+            for e in pod["spec"]["containers"][0]["env"]:
+                env[e["name"]] = e.get("value", "")
+            env.update(
+                BACKSTOP_STORE=str(store),
+                BACKSTOP_PORT="0",
+                BACKSTOP_METRICS_PORT="0",
+                BACKSTOP_POD_IP="127.0.0.1",
+                BACKSTOP_NODE_NAME="local",
+                BACKSTOP_RECOVERY_DIR=str(store / "recovery"),
+                PYTHONPATH=str(ROOT / "runtime"),
+            )
+            self.env[role.task] = env
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        (store / "logs").mkdir(parents=True, exist_ok=True)
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return self.graph.tasks
+
+    def start(self, task: str) -> None:
+        log = (self.store / "logs" / f"{task}.log").open("ab")
+        self.procs[task] = subprocess.Popen(
+            [sys.executable, "-m", "backstop_runtime"],
+            env=self.env[task],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def start_all(self) -> None:
+        for t in self.tasks:
+            self.start(t)
+
+    def kill(self, task: str) -> None:
+        """SIGKILL: no cleanup, as when a node dies."""
+        proc = self.procs.pop(task)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for task, proc in list(self.procs.items()):
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            del self.procs[task]
+
+    def status(self, task: str) -> dict[str, Any]:
+        path = self.store / self.name / "tasks" / task / "status.json"
+        try:
+            doc = json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def crashed(self) -> dict[str, int]:
+        return {t: p.returncode for t, p in self.procs.items() if p.poll() is not None}
+
+    def log(self, task: str) -> str:
+        return (self.store / "logs" / f"{task}.log").read_text(errors="replace")
+
+    def wait(self, what: str, cond: Callable[[], bool], timeout: float = 60.0) -> None:
+        """Poll ``cond`` until it holds; fail with the task logs if a task died or time ran out."""
+        deadline = time.monotonic() + timeout
+        while not cond():
+            dead = self.crashed()
+            if dead or time.monotonic() > deadline:
+                logs = "\n".join(f"--- {t}\n{self.log(t)[-3000:]}" for t in self.procs)
+                raise AssertionError(f"waiting for {what}: crashed={dead}\n{logs}")
+            time.sleep(0.05)
+
+    def metrics(self, task: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for p in sorted((self.store / self.name / "metrics" / "tasks").glob(f"{task}.e*.jsonl")):
+            rows.extend(json.loads(line) for line in p.read_text().splitlines())
+        return rows

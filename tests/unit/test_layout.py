@@ -1,0 +1,48 @@
+"""Guards on the project's layout that keep the stdlib and the layering intact."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_operator_folder_is_not_a_package() -> None:
+    assert (ROOT / "operator" / "backstop" / "__init__.py").exists()
+    assert not (ROOT / "operator" / "__init__.py").exists()
+
+
+def test_import_operator_is_the_stdlib() -> None:
+    # In a fresh interpreter started from the repository root, as users and CI do.
+    out = subprocess.run(
+        [sys.executable, "-c", "import operator, backstop; print(operator.__file__)"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert "site-packages" not in out or "operator" not in Path(out).parent.name
+    assert Path(out).name == "operator.py"
+    assert importlib.import_module("operator").itemgetter is not None
+
+
+def test_cli_help_on_every_command() -> None:
+    from typer.main import get_command
+
+    from backstop.cli import app
+
+    root = get_command(app)
+    names = list(getattr(root, "commands", {}))
+    assert "nodes" in names
+    for name in names:
+        res = subprocess.run(
+            [sys.executable, "-m", "backstop", name, "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert res.returncode == 0, res.stderr
+        assert "Usage" in res.stdout

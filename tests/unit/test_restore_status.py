@@ -1,0 +1,66 @@
+"""The restore's pure decisions and what the status says about it (issue 19), without a cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backstop.controller.restore import apply_step, next_action, restore_record
+from backstop.domain.status import derive_conditions
+from planners import TaskGraph
+from planners.evaluate import worst_node_failure
+from planners.placement import Node
+from planners.restore import plan_restore
+
+CHAIN = TaskGraph.build(["a", "b", "c"], [("a", "b"), ("b", "c")], latency={"a": 1, "b": 1, "c": 1})
+
+
+def _bound(status: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in derive_conditions(1, status, []) if c["type"] == "BoundSatisfied")
+
+
+def test_next_action_follows_the_recorded_facts() -> None:
+    steps: list[dict[str, Any]] = [{"moves": {}}, {"moves": {}}]
+    assert next_action({"boundSatisfied": True}, {}, 1) == "none"
+    assert next_action({"boundSatisfied": False}, {"phase": "Waiting"}, 1) == "plan"
+    running = {"active": True, "generation": 1, "steps": steps, "issued": 1}
+    assert next_action({"boundSatisfied": False}, running, 1) == "issue"
+    assert next_action({"boundSatisfied": False}, {**running, "issued": 2}, 1) == "finish"
+    assert next_action({"boundSatisfied": False}, running, 2) == "supersede"
+
+
+def test_a_step_updates_the_plan_through_the_evaluator_and_keeps_replicas_apart() -> None:
+    plan: dict[str, Any] = {
+        "assignment": {"a": "n1", "b": "n1", "c": "n1"},
+        "backups": ["a", "b"],
+        "replicas": {"c": ["n2"], "a": ["n2"]},
+        "boundSatisfied": False,
+    }
+    new = apply_step(CHAIN, plan, {"c": "n2"}, 2.0)
+    want = worst_node_failure(CHAIN, ["a", "b"], new["assignment"])[0]
+    assert new["worstRecoveryLatency"] == want
+    assert new["boundSatisfied"] == (want <= 2.0)
+    assert new["replicas"] == {"a": ["n2"]}  # c's replica would share c's new node
+    assert plan["assignment"]["c"] == "n1"  # the input is not modified
+
+
+def test_status_says_restoring_then_waiting() -> None:
+    current = {"a": "n1", "b": "n1", "c": "n1"}
+    rp = plan_restore(CHAIN, [Node("n1", 3), Node("n2", 3)], current, bound=2, backups=["a", "b"])
+    record = restore_record(rp, graph=CHAIN, generation=1, attempts=1, key="k", now=100.0)
+    assert record["moved"] == len(rp.moved) and record["steps"]
+    plan = {"generation": 1, "worstRecoveryLatency": 3.0, "bound": 2.0, "boundSatisfied": False}
+    moving = _bound({"plan": plan, "restore": {**record, "issued": 1}})
+    assert (moving["status"], moving["reason"]) == ("False", "Restoring")
+    assert "step 1/" in moving["message"]
+    waiting = _bound(
+        {"plan": plan, "restore": {"phase": "Waiting", "message": "waiting for capacity: x"}}
+    )
+    assert (waiting["status"], waiting["reason"]) == ("False", "BoundViolated")
+    assert "waiting for capacity" in waiting["message"]
+    done = _bound(
+        {
+            "plan": {**plan, "worstRecoveryLatency": 2.0, "boundSatisfied": True},
+            "restore": {**record, "active": False, "phase": "Restored"},
+        }
+    )
+    assert (done["status"], done["reason"]) == ("True", "WithinBound")

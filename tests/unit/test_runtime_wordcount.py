@@ -1,0 +1,143 @@
+"""The wordcount example as OS processes: exactly-once output across SIGKILLed tasks.
+
+Every run's output is compared with a run without failure and with counts computed here
+from the input (``runtime_data.expected_counts``), not with the runtime's own code.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.support.runtime_data import (
+    counts_of,
+    expected_counts,
+    output_lines,
+    wordcount_spec,
+    write_input,
+)
+from tests.support.runtime_harness import LocalTopology
+
+pytestmark = pytest.mark.timeout(180)
+RATE, BATCH = 1500.0, 40
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    inp = tmp_path_factory.mktemp("input")
+    write_input(inp, files=3, per_file=2000)
+    return inp
+
+
+def run(base: Path, inp: Path, kills: list[list[str]], backups: tuple[str, ...] = ()) -> list[str]:
+    """Run to the end of the input; for each group in ``kills``, once the stream is under
+    way, SIGKILL its tasks together and start them again (as the operator would)."""
+    topo = LocalTopology(
+        "wordcount",
+        wordcount_spec(inp, base / "out", rate=RATE, batch=BATCH),
+        base / "store",
+        backups=backups,
+    )
+    sink = base / "out" / "sink-0.jsonl"
+    topo.start_all()
+    try:
+        for k, group in enumerate(kills):
+            done: int = topo.status("sink-0").get("round", 0)
+
+            def under_way(d: int = done) -> bool:
+                progress: int = topo.status("sink-0").get("round", 0)
+                return sink.exists() and sink.stat().st_size > 0 and progress >= d + 25
+
+            topo.wait("the stream to be under way", under_way)
+            assert not topo.status("sink-0").get("eos"), f"kill {k} came too late"
+            for t in group:
+                topo.kill(t)
+            for t in group:
+                topo.start(t)
+        topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True)
+        assert topo.crashed() == {}
+    finally:
+        topo.stop_all()
+    return output_lines(base / "out")
+
+
+@pytest.fixture(scope="module")
+def reference(data: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return run(tmp_path_factory.mktemp("reference"), data, [])
+
+
+def test_run_without_failure_counts_every_word(reference: list[str], data: Path) -> None:
+    assert len(reference) == len(set(reference))
+    assert counts_of(reference) == dict(expected_counts(data))
+
+
+@pytest.mark.parametrize(
+    "kills",
+    [
+        [["count-0", "tokenize-1"]],
+        [["source-0", "sink-0"]],
+        [["count-1"], ["count-1", "sink-0", "tokenize-0"]],
+    ],
+    ids=["middle", "source-and-sink", "twice"],
+)
+def test_sigkilled_tasks_change_nothing(
+    kills: list[list[str]], reference: list[str], data: Path, tmp_path: Path
+) -> None:
+    lines = run(tmp_path, data, kills)
+    assert len(lines) == len(set(lines)), "a line was written twice"
+    assert lines == reference
+    assert counts_of(lines) == dict(expected_counts(data))
+
+
+def test_a_superseded_copy_is_fenced(data: Path, tmp_path: Path) -> None:
+    """A second copy of the sink starts while the first still runs (a pod thought lost):
+    the older copy exits with code 3 before writing again, and the output is exact."""
+    topo = LocalTopology(
+        "wordcount",
+        wordcount_spec(data, tmp_path / "out", rate=RATE, batch=BATCH),
+        tmp_path / "store",
+    )
+    topo.start_all()
+    try:
+        topo.wait("progress", lambda: topo.status("sink-0").get("round", 0) >= 25)
+        old = topo.procs["sink-0"]
+        topo.start("sink-0")
+        assert old.wait(timeout=10) == 3
+        assert "fenced" in topo.log("sink-0")
+        topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True)
+    finally:
+        topo.stop_all()
+        if old.poll() is None:
+            old.kill()
+    lines = output_lines(tmp_path / "out")
+    assert counts_of(lines) == dict(expected_counts(data)) and len(lines) == len(set(lines))
+
+
+def test_metrics_endpoint_counts_what_the_sink_wrote(data: Path, tmp_path: Path) -> None:
+    with socket.socket() as s:  # a free port for the sink's /metrics
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    topo = LocalTopology(
+        "wordcount",
+        wordcount_spec(data, tmp_path / "out", rate=3000.0, batch=BATCH),
+        tmp_path / "store",
+    )
+    topo.env["sink-0"]["BACKSTOP_METRICS_PORT"] = str(port)
+    topo.start_all()
+    try:
+        topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True)
+        url = f"http://127.0.0.1:{port}"
+        text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+        status = json.loads(urllib.request.urlopen(f"{url}/status", timeout=10).read())
+    finally:
+        topo.stop_all()
+    values = dict(
+        line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("backstop_task_")
+    )
+    lines = output_lines(tmp_path / "out")
+    assert float(values['backstop_task_tuples_in_total{task="sink-0"}']) == len(lines)
+    assert status["eos"] is True and status["epoch"] == 1
