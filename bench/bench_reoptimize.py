@@ -33,11 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd
 
-from backstop.domain.recommend import TASK_COLUMNS, EstimateParams, estimate_operators_pandas
+from backstop.domain.estimates import TASK_COLUMNS, EstimateParams, estimate_operators_pandas
 from backstop.domain.spec import StreamTopology, load_topology
-from backstop.jobs.reoptimize import (
-    read_metrics,
-    spark_session,
+from backstop.jobs.sparkio import read_metrics, spark_session
+from backstop.jobs.transforms import (
     transform_clean_task_metrics,
     transform_operator_estimates,
     transform_task_summary,

@@ -1,8 +1,8 @@
 """Real nodes for tests (``hack/real-node.sh``): start, kill and inspect them from pytest.
 
 Shared by the tests that run on real nodes (a kubelet and a containerd per node on this host):
-``tests/realnodes/test_real_nodes.py`` and the runtime's real-node tests. Real nodes need root; outside
-CI a test that needs them skips with that reason, under ``CI=true`` it fails instead.
+``tests/realnodes/test_real_nodes.py`` and the runtime's real-node tests. Real nodes need
+root; outside CI a test that needs them skips with that reason, under ``CI=true`` it fails instead.
 """
 
 from __future__ import annotations

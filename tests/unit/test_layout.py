@@ -46,3 +46,34 @@ def test_cli_help_on_every_command() -> None:
         )
         assert res.returncode == 0, res.stderr
         assert "Usage" in res.stdout
+
+
+PACKAGE = ROOT / "operator" / "backstop"
+LAYERS = ("domain", "k8s", "controller", "jobs", "sim", "cli")
+
+
+def test_operator_package_is_layered() -> None:
+    """Each layer is a package, and no module sits beside them but the entry points."""
+    for layer in LAYERS:
+        assert (PACKAGE / layer / "__init__.py").exists(), layer
+    flat = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert flat == ["__init__.py", "__main__.py"]
+
+
+def test_every_layer_is_named_in_the_layers_contract() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (layers,) = [c for c in contracts if c["type"] == "layers"]
+    named = {m.strip() for row in layers["layers"] for m in row.split("|")}
+    assert named == {f"backstop.{layer}" for layer in LAYERS}
+
+
+def test_no_operator_module_is_over_550_lines() -> None:
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 550
+    }
+    assert long == {}

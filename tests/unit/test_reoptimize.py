@@ -13,22 +13,18 @@ import pandas as pd
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from backstop.domain.estimates import EstimateParams, estimate_operators_pandas, young_interval
 from backstop.domain.recommend import (
-    EstimateParams,
     PlanParams,
     SimulationParams,
     check_recommendation,
-    estimate_operators_pandas,
     monte_carlo,
     recommend_topology,
-    young_interval,
 )
 from backstop.domain.spec import expand, load_topology, parse_topology
-from backstop.jobs.reoptimize import (
-    build_spark_job,
-    main,
-    spark_session,
-    topologies_frame,
+from backstop.jobs.reoptimize import build_spark_job, main
+from backstop.jobs.sparkio import spark_session, topologies_frame
+from backstop.jobs.transforms import (
     transform_clean_node_metrics,
     transform_clean_task_metrics,
     transform_correlated_failures,

@@ -38,8 +38,8 @@ from kubernetes.client.exceptions import ApiException
 from backstop.controller import context
 from backstop.domain.conditions import merge_patch, now_rfc3339
 from backstop.domain.constants import ANN_APPLIED, GROUP, PLURAL, VERSION
-from backstop.domain.recommend import should_apply, spec_hash
-from backstop.domain.spec import ApplyMode, ReoptimizationPolicy, parse_spec
+from backstop.domain.recommend import should_apply
+from backstop.domain.spec import ApplyMode, ReoptimizationPolicy, parse_spec, spec_hash
 from planners import InvalidTopology
 
 TICK_SECONDS = float(os.environ.get("BACKSTOP_REOPT_TICK", "5"))
