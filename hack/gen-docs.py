@@ -209,9 +209,9 @@ def cli_md() -> str:
     lines = [
         "# `backstop` command line reference",
         "",
-        "Generated from the typer application (`operator/backstop/cli.py` and the `cli_*.py`",
-        "modules); `backstop COMMAND --help` prints the same. Exit codes: 0 success, 2 invalid",
-        "input, 3 infeasible (no plan keeps the bound).",
+        "Generated from the typer application (the `operator/backstop/cli/` package: the app in",
+        "`__init__.py`, one module per command); `backstop COMMAND --help` prints the same.",
+        "Exit codes: 0 success, 2 invalid input, 3 infeasible (no plan keeps the bound).",
         "",
         "```",
         "backstop [OPTIONS] COMMAND [ARGS]...",
