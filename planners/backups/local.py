@@ -20,8 +20,13 @@ class _State:
         self.flags = list(flags)
         self.ell = _ell(graph, self.flags)
 
-    def set_flag(self, u: int, value: bool) -> bool:
-        """Set ``M(u)``; keep it and return True only if every latency stays within R."""
+    def set_flag(self, u: int, value: bool, *, check: bool = True) -> bool:
+        """Set ``M(u)``; keep it and return True only if every latency it changes stays within R.
+
+        With ``check=False`` the flag is set and the latencies updated whatever
+        they become (``dag`` records its new backups this way while parts of
+        the graph are still beyond R).
+        """
         flags = self.flags
         if flags[u] == value:
             return True
@@ -42,7 +47,7 @@ class _State:
                 continue
             log.append((w, ell[w]))
             ell[w] = new
-            if new > self.limit:
+            if check and new > self.limit:
                 ok = False
                 break
             if not flags[w]:
