@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from planners.errors import Infeasible
 from planners.evaluate import check_plan, worst_correlated_failure, worst_node_failure
 from planners.graph import TaskGraph
-from planners.placement import Node, NodePool, Placement, place, plan_joint
+from planners.placement import Node, NodePool, Placement, place, plan_joint, require_valid
 
 __all__ = ["current_still_valid", "place_min_migration", "relabel_nodes"]
 
@@ -189,8 +189,15 @@ def place_min_migration(
     if choose_backups:
         fresh = plan_joint(graph, pool, bound=bound, algorithm=algorithm, time_limit=time_limit)
     else:
-        fresh = place(
-            graph, pool, bound=bound, backups=backups, algorithm=algorithm, time_limit=time_limit
+        fresh = require_valid(  # a *-2sp baseline's plan may break the bound
+            place(
+                graph,
+                pool,
+                bound=bound,
+                backups=backups,
+                algorithm=algorithm,
+                time_limit=time_limit,
+            )
         )
     if not current:
         return fresh

@@ -10,10 +10,15 @@ as few nodes as possible.
 Every algorithm shares one signature and is registered by name in
 :data:`PLACEMENT_ALGORITHMS`; :func:`place` dispatches on it:
 
-- ``nfdh``, ``ffdh``, ``bfdh``: the seed's 2SP-based greedy baselines (sort by
-  reprocessing latency, then next/first/best fit with the recovery check);
+- ``nfdh``, ``ffdh``, ``bfdh``: the seed's 2SP-based greedy baselines made
+  stronger (sort by reprocessing latency, then next/first/best fit with the
+  exact recovery check);
+- ``nfdh-2sp``, ``ffdh-2sp``, ``bfdh-2sp``: the same baselines as the seed
+  writes them, fitting by the node's level height (:mod:`planners.placement.twosp`);
+  their plans may break the bound and report it (:attr:`Placement.violations`);
 - ``rtap-nf``, ``rtap-ff``, ``rtap-bf``: the seed's Algorithm 1 (weighted upstream
-  degree order, grouping, then 1-D packing per group);
+  degree order, grouping, then 1-D packing per group), and ``rtap-*-literal``
+  with its grouping rule as written;
 - ``exact``: CP-SAT (ortools, :mod:`planners.placement_cpsat`) within a budget,
   starting from the best heuristic;
 - ``auto``: the best of several latency-aware greedy packings, improved by a local
@@ -30,7 +35,7 @@ taken in name order, so the dry run shows what the operator will do.
 Every result is checked by :func:`planners.evaluate.check_plan` (and by the
 correlated-failure evaluator when nodes carry domains) before it is returned: a
 planner bug surfaces as an ``AssertionError`` here, never as a silently broken
-guarantee.
+guarantee (the ``*-2sp`` baselines record what the check finds instead).
 
 Nodes are real: each :class:`Node` has its own available CPU (allocatable minus
 what already runs there) and an optional failure domain. A :class:`NodePool` is
@@ -43,12 +48,26 @@ from planners.placement.baselines import place_bfdh, place_ffdh, place_nfdh
 from planners.placement.joint import plan_joint
 from planners.placement.model import Node, NodePool, Placement, PlacementAlgorithm
 from planners.placement.orders import weighted_upstream_degree
-from planners.placement.registry import PLACEMENT_ALGORITHMS, place
-from planners.placement.rtap import place_rtap_bf, place_rtap_ff, place_rtap_nf
+from planners.placement.registry import (
+    PLACEMENT_ALGORITHMS,
+    REPORTS_VIOLATIONS,
+    place,
+    require_valid,
+)
+from planners.placement.rtap import (
+    place_rtap_bf,
+    place_rtap_bf_literal,
+    place_rtap_ff,
+    place_rtap_ff_literal,
+    place_rtap_nf,
+    place_rtap_nf_literal,
+)
 from planners.placement.search import place_auto, place_exact
+from planners.placement.twosp import place_bfdh_2sp, place_ffdh_2sp, place_nfdh_2sp
 
 __all__ = [
     "PLACEMENT_ALGORITHMS",
+    "REPORTS_VIOLATIONS",
     "Node",
     "NodePool",
     "Placement",
@@ -56,12 +75,19 @@ __all__ = [
     "place",
     "place_auto",
     "place_bfdh",
+    "place_bfdh_2sp",
     "place_exact",
     "place_ffdh",
+    "place_ffdh_2sp",
     "place_nfdh",
+    "place_nfdh_2sp",
     "place_rtap_bf",
+    "place_rtap_bf_literal",
     "place_rtap_ff",
+    "place_rtap_ff_literal",
     "place_rtap_nf",
+    "place_rtap_nf_literal",
     "plan_joint",
+    "require_valid",
     "weighted_upstream_degree",
 ]

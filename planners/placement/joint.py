@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from planners.graph import TaskGraph
 from planners.placement.model import _EPS, NodePool, Placement
-from planners.placement.registry import _algorithm
+from planners.placement.registry import _algorithm, require_valid
 from planners.placement.search import _best_fit_target, _exact_slots, _heuristic_states, _small
 from planners.placement.state import (
     _finish,
@@ -209,7 +209,7 @@ def plan_joint(
     """
     fn = _algorithm(algorithm)
     pool = pool.with_domains(domains)
-    placed = fn(graph, pool, bound=bound, backups=None, time_limit=time_limit / 2)
+    placed = require_valid(fn(graph, pool, bound=bound, backups=None, time_limit=time_limit / 2))
     prob = _prepare(graph, pool, bound, None, time_limit / 2)
     deadline = prob.budget.mark()
     slot_of = {s.name: k for k, s in enumerate(prob.slots)}

@@ -139,6 +139,11 @@ class Placement:
     optimal:
         ``True`` if proven optimal (CP-SAT), ``False`` if not proven, ``None``
         for heuristics that make no claim.
+    violations:
+        What the failure-effect evaluator finds wrong with the plan. Always
+        empty, except for the paper's 2SP baselines (``*-2sp``), which fit by
+        an estimate instead of the model: their plans are reported as they
+        are, broken bound included, never repaired or hidden.
     """
 
     algorithm: str
@@ -148,6 +153,7 @@ class Placement:
     nodes_used: int
     worst: float
     optimal: bool | None
+    violations: tuple[str, ...] = ()
 
     def by_node(self) -> dict[str, list[str]]:
         """``{node: [tasks]}``, nodes and tasks in a stable order."""

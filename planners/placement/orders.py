@@ -53,7 +53,12 @@ def _height_order(graph: TaskGraph) -> list[int]:
 
 
 def _rtap_groups(
-    graph: TaskGraph, order: Sequence[int], single: Sequence[float], bound: float
+    graph: TaskGraph,
+    order: Sequence[int],
+    single: Sequence[float],
+    bound: float,
+    *,
+    literal: bool = False,
 ) -> list[list[int]]:
     """The seed's grouping step: first-fit colouring of rigid conflicts.
 
@@ -61,13 +66,29 @@ def _rtap_groups(
     ``h_u + t_v > R`` (upstream ``u``) or ``h_v + t_u > R`` (downstream ``u``),
     where ``h`` is the single-failure recovery latency: such a pair can never
     share a node, whatever else is there. The seed states the test over every
-    member of the group; we apply it to backup-dependent (adjacent) pairs only,
-    since the seed itself notes that independent tasks may share a node.
+    member of the group (``rtap-journal.txt`` line 387: "v_i can be put into
+    G'_g iff ∀v_j∈G'_g, h_j+t_i ≤ H̄"); by default we apply it to
+    backup-dependent (adjacent) pairs only, since the seed itself notes that
+    independent tasks may share a node. ``literal=True`` applies the seed's
+    rule as written: ``v`` joins the first group whose every member ``u`` has
+    ``h_u + t_v ≤ R``.
     """
     t = graph.latency
     groups: list[list[int]] = []
     member_of: list[set[int]] = []
+    tallest: list[float] = []  # max h_u over each group's members (the literal rule)
     for v in order:
+        if literal:
+            g = next((g for g, h in enumerate(tallest) if h + t[v] <= bound + _EPS), None)
+            if g is None:
+                groups.append([v])
+                member_of.append({v})
+                tallest.append(single[v])
+            else:
+                groups[g].append(v)
+                member_of[g].add(v)
+                tallest[g] = max(tallest[g], single[v])
+            continue
         conflicts = {u for u in graph.preds[v] if single[u] + t[v] > bound + _EPS}
         conflicts |= {u for u in graph.succs[v] if single[v] + t[u] > bound + _EPS}
         for g, members in enumerate(member_of):

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from planners.errors import UnknownAlgorithm
+from planners.errors import Infeasible, UnknownAlgorithm
 from planners.graph import TaskGraph
 from planners.placement.baselines import place_bfdh, place_ffdh, place_nfdh
 from planners.placement.model import Node, NodePool, Placement, PlacementAlgorithm  # noqa: F401 (Node: doctest)
-from planners.placement.rtap import place_rtap_bf, place_rtap_ff, place_rtap_nf
+from planners.placement.rtap import (
+    place_rtap_bf,
+    place_rtap_bf_literal,
+    place_rtap_ff,
+    place_rtap_ff_literal,
+    place_rtap_nf,
+    place_rtap_nf_literal,
+)
 from planners.placement.search import place_auto, place_exact
+from planners.placement.twosp import place_bfdh_2sp, place_ffdh_2sp, place_nfdh_2sp
 
 PLACEMENT_ALGORITHMS: dict[str, PlacementAlgorithm] = {
     "auto": place_auto,
@@ -20,8 +28,51 @@ PLACEMENT_ALGORITHMS: dict[str, PlacementAlgorithm] = {
     "bfdh": place_bfdh,
     "ffdh": place_ffdh,
     "nfdh": place_nfdh,
+    "rtap-bf-literal": place_rtap_bf_literal,
+    "rtap-ff-literal": place_rtap_ff_literal,
+    "rtap-nf-literal": place_rtap_nf_literal,
+    "bfdh-2sp": place_bfdh_2sp,
+    "ffdh-2sp": place_ffdh_2sp,
+    "nfdh-2sp": place_nfdh_2sp,
 }
-"""Every placement algorithm by name; ``auto`` is the default."""
+"""Every placement algorithm by name; ``auto`` is the default.
+
+``*-2sp`` are the RTAP seed's baselines as it writes them (fit by level
+height); their plans may break the bound and say so in
+:attr:`Placement.violations` (:data:`REPORTS_VIOLATIONS`). ``*-literal`` are
+the seed's Algorithm 1 with its grouping rule as written.
+"""
+
+REPORTS_VIOLATIONS = frozenset({"nfdh-2sp", "ffdh-2sp", "bfdh-2sp"})
+"""Algorithms whose plans are reported, not guaranteed: they do not fit by the model."""
+
+
+def require_valid(plan: Placement) -> Placement:
+    """``plan`` itself if the failure-effect evaluator found nothing wrong with it.
+
+    Only the ``*-2sp`` baselines can return a plan that breaks the bound;
+    anything that acts on a plan (the joint plan, the operator) goes through
+    here, so such a plan is refused with the evaluator's finding, not applied.
+
+    Raises
+    ------
+    Infeasible
+        Naming the algorithm and the first violation.
+
+    Examples
+    --------
+    >>> from planners.graph import TaskGraph
+    >>> g = TaskGraph.build(["a", "b"], [("a", "b")], latency={"a": 1, "b": 1})
+    >>> require_valid(place(g, NodePool.uniform(2), bound=2)).nodes_used
+    1
+    """
+    if plan.violations:
+        raise Infeasible(
+            f"placement algorithm {plan.algorithm!r} breaks the bound under the "
+            f"failure-effect model ({plan.violations[0]}): it fits by the RTAP seed's "
+            "level-height estimate; choose one that checks the model (auto, bfdh, rtap-bf)"
+        )
+    return plan
 
 
 def _algorithm(name: str) -> PlacementAlgorithm:

@@ -144,3 +144,142 @@ def place_rtap_bf(
     Algorithm 1 of ``seeds/rtap-journal.txt``; Table 5 reports it best of six.
     """
     return _run_greedy("rtap-bf", graph, pool, bound, backups, "bf", grouped=True)
+
+
+# ------------------------------------------------------- the seed's grouping rule, literally
+
+
+def place_rtap_nf_literal(
+    graph: TaskGraph,
+    pool: NodePool,
+    *,
+    bound: float,
+    backups: Iterable[str] | None = None,
+    time_limit: float = 10.0,
+) -> Placement:
+    """A^RTAP-NF with the seed's grouping rule as written (line 387).
+
+    As :func:`place_rtap_nf`, but task ``v`` joins the first group whose every
+    member ``u`` has ``h_u + t_v ≤ R`` ("v_i can be put into G'_g iff
+    ∀v_j∈G'_g, h_j+t_i ≤ H̄"), adjacent or not; a group's nodes are packed with
+    the recovery check as before, so the bound holds.
+
+    Parameters
+    ----------
+    graph, pool, bound, backups, time_limit:
+        As in :func:`planners.placement.place_nfdh`.
+
+    Returns
+    -------
+    Placement
+
+    Raises
+    ------
+    Infeasible
+        As in :func:`planners.placement.place_nfdh`.
+
+    Examples
+    --------
+    >>> g = TaskGraph.build(["a", "b"], [], latency={"a": 0.6, "b": 0.6})
+    >>> place_rtap_nf_literal(g, NodePool.uniform(2), bound=1).nodes_used
+    2
+    >>> place_rtap_nf(g, NodePool.uniform(2), bound=1).nodes_used
+    1
+
+    Notes
+    -----
+    O(n · q) to group for q groups, then as next fit.
+
+    References
+    ----------
+    Algorithm 1 and Section 5.3.3 (line 387) of ``seeds/rtap-journal.txt``.
+    """
+    return _run_greedy("rtap-nf-literal", graph, pool, bound, backups, "nf", True, literal=True)
+
+
+def place_rtap_ff_literal(
+    graph: TaskGraph,
+    pool: NodePool,
+    *,
+    bound: float,
+    backups: Iterable[str] | None = None,
+    time_limit: float = 10.0,
+) -> Placement:
+    """A^RTAP-FF with the seed's grouping rule as written (line 387).
+
+    As :func:`place_rtap_nf_literal`, packing each group with first fit.
+
+    Parameters
+    ----------
+    graph, pool, bound, backups, time_limit:
+        As in :func:`planners.placement.place_nfdh`.
+
+    Returns
+    -------
+    Placement
+
+    Raises
+    ------
+    Infeasible
+        As in :func:`planners.placement.place_nfdh`.
+
+    Examples
+    --------
+    >>> g = TaskGraph.build(["a", "b", "c"], [], latency={"a": 0.6, "b": 0.3, "c": 0.3})
+    >>> place_rtap_ff_literal(g, NodePool.uniform(3), bound=1).nodes_used
+    1
+
+    Notes
+    -----
+    O(n · q) to group, then O(n · m) recovery checks for m opened nodes.
+
+    References
+    ----------
+    Algorithm 1 and Section 5.3.3 (line 387) of ``seeds/rtap-journal.txt``.
+    """
+    return _run_greedy("rtap-ff-literal", graph, pool, bound, backups, "ff", True, literal=True)
+
+
+def place_rtap_bf_literal(
+    graph: TaskGraph,
+    pool: NodePool,
+    *,
+    bound: float,
+    backups: Iterable[str] | None = None,
+    time_limit: float = 10.0,
+) -> Placement:
+    """A^RTAP-BF with the seed's grouping rule as written (line 387).
+
+    As :func:`place_rtap_nf_literal`, packing each group with best fit.
+
+    Parameters
+    ----------
+    graph, pool, bound, backups, time_limit:
+        As in :func:`planners.placement.place_nfdh`.
+
+    Returns
+    -------
+    Placement
+
+    Raises
+    ------
+    Infeasible
+        As in :func:`planners.placement.place_nfdh`.
+
+    Examples
+    --------
+    >>> g = TaskGraph.build(["a", "b", "c"], [("a", "b"), ("b", "c")],
+    ...                     latency={"a": 0.5, "b": 0.5, "c": 0.5})
+    >>> p = place_rtap_bf_literal(g, NodePool.uniform(3), bound=1)
+    >>> p.nodes_used, p.worst <= 1
+    (2, True)
+
+    Notes
+    -----
+    O(n · q) to group, then O(n · m) recovery checks for m opened nodes.
+
+    References
+    ----------
+    Algorithm 1 and Section 5.3.3 (line 387) of ``seeds/rtap-journal.txt``.
+    """
+    return _run_greedy("rtap-bf-literal", graph, pool, bound, backups, "bf", True, literal=True)
