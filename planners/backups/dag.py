@@ -121,6 +121,33 @@ def _b_covered_backups(graph: TaskGraph, w: int, flags: list[bool]) -> list[int]
     return sorted(found, reverse=True)
 
 
+def _paths_fit_without(state: _State, u: int) -> bool:
+    """Whether every path through ``u`` stays within ``R`` once ``u`` keeps no backup.
+
+    Mid-algorithm some tasks are still beyond ``R`` (later rounds handle
+    them), so "no latency that changes goes beyond ``R``" is not enough: a
+    path through ``u`` hidden behind a longer one would show once a later
+    round cuts the longer one. Every path from ``u`` up to the next backup
+    (or a sink) is checked instead, with ``u``'s own latency as it is now.
+    """
+    graph, flags, limit = state.graph, state.flags, state.limit
+    t, preds, succs = graph.latency, graph.preds, graph.succs
+    via = {u: state.ell[u]}
+    heap = list(succs[u])
+    seen = set(heap)
+    while heap:
+        w = heapq.heappop(heap)  # topological order: every in-region input is done
+        via[w] = t[w] + max(via[p] for p in preds[w] if p in via and (p == u or not flags[p]))
+        if via[w] > limit:
+            return False
+        if not flags[w]:
+            for s in succs[w]:
+                if s not in seen:
+                    seen.add(s)
+                    heapq.heappush(heap, s)
+    return True
+
+
 Elimination = Literal["redundant", "b-covered", "none"]
 """How ``dag`` ends (the seed's "remove tasks that have been b-covered … to
 eliminate redundant backups"): every redundant backup after the last round,
@@ -156,7 +183,8 @@ def _ftc_dag(graph: TaskGraph, bound: float, elimination: Elimination = "none") 
             state.set_flag(w, True, check=False)
         for w in new:
             for u in _b_covered_backups(graph, w, flags):
-                if not forced[u] and state.set_flag(u, False):
+                if not forced[u] and _paths_fit_without(state, u):
+                    state.set_flag(u, False, check=False)
                     flags[u] = False
     if elimination == "redundant":
         state = _State(graph, bound, flags)

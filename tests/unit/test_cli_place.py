@@ -79,7 +79,9 @@ def _invoke(*args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("backups", ["all", "planned"])
-@pytest.mark.parametrize("algorithm", ["auto", "rtap-bf", "bfdh", "exact"])
+@pytest.mark.parametrize(
+    "algorithm", ["auto", "rtap-bf", "bfdh", "exact", "bfdh-2sp", "rtap-bf-literal"]
+)
 def test_place_json_shape_and_validity(topology: Path, backups: str, algorithm: str) -> None:
     code, out, _ = _invoke(
         "place", str(topology), "--node-cpu", "1", "--json",
@@ -87,7 +89,8 @@ def test_place_json_shape_and_validity(topology: Path, backups: str, algorithm: 
     )  # fmt: skip
     assert code == 0
     doc = json.loads(out)
-    keys = {"algorithm", "bound", "assignment", "backups", "nodesUsed", "worstRecoveryLatency"}
+    keys = {"algorithm", "bound", "assignment", "backups", "nodesUsed", "worstRecoveryLatency",
+            "violations"}  # fmt: skip
     assert set(doc) == keys
     assert doc["algorithm"] == algorithm and doc["bound"] == 2.0
     graph = expand(load_topology(topology).spec)
@@ -168,3 +171,25 @@ def test_nodes_from_manifests_skips_unusable_nodes() -> None:
             {"resources": {"requests": {"cpu": "1"}}}]}, "status": {"phase": "Succeeded"}},
     ]  # fmt: skip
     assert nodes_from_manifests(docs) == [Node("ok", 1.0)]
+
+
+def test_a_2sp_plan_that_breaks_the_bound_is_reported(tmp_path: Path, topology: Path) -> None:
+    """The seed's level-height fit is blind to zones: shown as broken, exit 1, never hidden."""
+    nodes = tmp_path / "nodes.yaml"
+    items = [_node("a1", "2", "a"), _node("a2", "1500m", "a"), _node("b1", "1", "b"),
+             _node("c1", "4", "c")]  # fmt: skip
+    nodes.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    args = ["place", str(topology), "--nodes", str(nodes), "--topology-key", ZONE,
+            "--algorithm", "bfdh-2sp", "--bound", "1.5"]  # fmt: skip
+    code, out, _ = _invoke(*args, "--backups", "all", "--json")
+    assert code == 1
+    doc = json.loads(out)
+    graph = expand(load_topology(topology).spec)
+    zones = {"a1": "a", "a2": "a", "b1": "b", "c1": "c"}
+    h, label = worst_correlated_failure(graph, None, doc["assignment"], domains=zones)
+    assert h > 1.5  # the evaluator's own verdict on the printed plan
+    assert any(f"losing {label} takes {h:g}s" in v for v in doc["violations"])
+    code, out, _ = _invoke(*args, "--backups", "all")
+    assert code == 1 and "bound BROKEN: losing" in out
+    code, _, err = _invoke(*args, "--backups", "planned")  # the joint plan refuses it
+    assert code == EXIT_INFEASIBLE and "'bfdh-2sp' breaks the bound" in err

@@ -131,6 +131,7 @@ def placement_json(graph: TaskGraph, plan: Placement) -> dict[str, object]:
         "backups": backups,
         "nodesUsed": plan.nodes_used,
         "worstRecoveryLatency": plan.worst,
+        "violations": list(plan.violations),
     }
 
 
@@ -216,14 +217,18 @@ def place_command(
     )
     if json_output:
         print_json(placement_json(graph, plan))
-        return
-    n_backups = len(graph) if plan.backups is None else len(plan.backups)
-    typer.echo(
-        f"{plan.algorithm}: {len(graph)} tasks on {plan.nodes_used} nodes, {n_backups} backups, "
-        f"worst node failure {plan.worst:g}s (bound {plan.bound:g}s)"
-    )
-    for node, tasks in plan.by_node().items():
-        typer.echo(f"  {node}: {', '.join(tasks)}")
+    else:
+        n_backups = len(graph) if plan.backups is None else len(plan.backups)
+        typer.echo(
+            f"{plan.algorithm}: {len(graph)} tasks on {plan.nodes_used} nodes, {n_backups} "
+            f"backups, worst node failure {plan.worst:g}s (bound {plan.bound:g}s)"
+        )
+        for node, tasks in plan.by_node().items():
+            typer.echo(f"  {node}: {', '.join(tasks)}")
+        for problem in plan.violations:  # only the seed's *-2sp baselines get here
+            typer.echo(f"bound BROKEN: {problem}")
+    if plan.violations:
+        raise typer.Exit(1)
 
 
 @guarded

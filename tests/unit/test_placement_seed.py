@@ -26,7 +26,7 @@ from planners.placement import (
     plan_joint,
 )
 from planners.placement.orders import _rtap_groups, _wud_order
-from tests.strategies import task_dags
+from tests.support.strategies import task_dags
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TWO_SP = sorted(REPORTS_VIOLATIONS)
