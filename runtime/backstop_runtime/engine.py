@@ -229,11 +229,18 @@ class Processor:
         return {t: Batch(r, recs, self.ctx.watermark, eos, at) for t, recs in self.out.items()}
 
 
+class ReplayGone(Exception):
+    """A replay asked for a batch whose position is no longer logged (a protocol error:
+    the consumer asked for less than its published replay floor promised)."""
+
+
 class BatchLog:
     """A source's mini-batch log: its read position and watermark after every batch.
 
     Together with the replayable input it *is* the source's output buffer: batch ``r`` is
-    re-read as ``restore(position[r-1]); read(until=position[r])``.
+    re-read as ``restore(position[r-1]); read(until=position[r])``. Memory keeps the
+    entries from the lowest replay floor of the consumers on (``Store.consumer_floor``);
+    an older entry is read back from the file, which keeps every entry.
     """
 
     def __init__(self, path: Path | None) -> None:
@@ -259,9 +266,28 @@ class BatchLog:
         return last if last >= 0 and self.entries[last]["eos"] else None
 
     def forget_before(self, r: int) -> None:
-        """Drop entries before round ``r`` from memory (the file keeps them)."""
+        """Drop entries before round ``r`` from memory (the file keeps them).
+
+        A replay of round ``r`` needs entry ``r - 1``: to keep every round after a
+        consumer's floor ``f`` replayable, call this with ``f``, not ``f + 1``.
+        """
         for old in [k for k in self.entries if k < r and k != self.last]:
             del self.entries[old]
+
+    def entry(self, r: int) -> dict[str, Any]:
+        """Entry ``r``, from memory or else from the file; :class:`ReplayGone` if neither
+        has it (a log kept only in memory, or a round never logged)."""
+        e = self.entries.get(r)
+        if e is not None:
+            return e
+        if self.path is not None and self.path.exists():
+            with self.path.open() as f:
+                for line in f:
+                    if line.endswith("\n"):
+                        doc: dict[str, Any] = json.loads(line)
+                        if int(doc["r"]) == r:
+                            return doc
+        raise ReplayGone(f"batch {r} of the source is not in its batch log any more")
 
     def append(self, r: int, state: Any, wm: float, eos: bool) -> None:
         e = {"r": r, "state": state, "wm": wm, "eos": eos, "at": time.time()}
@@ -309,7 +335,7 @@ class SourceProcessor:
         return self._split(r, recs, wm, eos, float(self.log.entries[r]["at"]))
 
     def step_replay(self, r: int) -> dict[str, Batch]:
-        prev, cur = self.log.entries[r - 1], self.log.entries[r]
+        prev, cur = self.log.entry(r - 1), self.log.entry(r)
         self.source.restore(prev["state"])
         recs = self.source.read(2**62, until=cur["state"])
         return self._split(r, recs, float(cur["wm"]), bool(cur["eos"]), float(cur["at"]))
@@ -322,6 +348,7 @@ __all__ = [
     "DeadLetters",
     "Partitioner",
     "Processor",
+    "ReplayGone",
     "Sink",
     "SinkWriter",
     "SourceProcessor",

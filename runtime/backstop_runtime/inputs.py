@@ -115,6 +115,8 @@ async def stream(
                 if kind == "err":
                     if msg.get("fenced"):
                         raise Fenced(f"{producer}: {msg['msg']}")
+                    why = msg["msg"]
+                    log.warning("input %s refused batches from %d: %s", producer, expected, why)
                     raise PeerGone(msg["msg"])
                 if kind == "end":
                     return

@@ -11,6 +11,7 @@ the previous one intact. Layout under ``<store>/<topology>/``::
     tasks/<task>/batches.jsonl     a source's mini-batch log: its read position per batch
     tasks/<task>/dead-letters.jsonl malformed input, kept aside with the reason
     tasks/<task>/status.json       round, epoch and whether the stream ended
+    tasks/<task>/floor.json        {"round"}: the task never asks for a batch <= round again
     metrics/{tasks,nodes}/*.jsonl  rows for ``backstop reoptimize``
 """
 
@@ -34,6 +35,11 @@ def write_json(path: Path, obj: Any, *, sync: bool = False) -> None:
             f.flush()
             os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def newest_at_or_before(rounds: list[int], bound: int) -> int:
+    """The largest of ``rounds`` that is ``<= bound`` (0 if none: the start)."""
+    return max((r for r in rounds if r <= bound), default=0)
 
 
 def read_json(path: Path) -> Any:
@@ -105,51 +111,64 @@ class Store:
 
     # ---- checkpoints --------------------------------------------------------------------
 
-    def save_checkpoint(self, round_: int, state: dict[str, Any]) -> None:
+    def save_checkpoint(self, round_: int, state: dict[str, Any], consumers: list[str]) -> None:
+        """Write the checkpoint of ``round_``, then delete those no replay can restore
+        any more: the ones before our replay floor (see :meth:`replay_floor`)."""
         self.check_fence()
         ckpt = self.dir / "ckpt"
         write_json(ckpt / f"{round_:012d}.json", {**state, "round": round_}, sync=True)
-        # Keep every checkpoint a replay may still restore: those after the newest round
-        # all tasks have checkpointed (G), and our newest one at or before G.
-        g = self._all_checkpointed()
-        rounds = self.checkpoint_rounds()
-        older = [r for r in rounds if r <= g]
-        for old in older[:-1]:
-            (ckpt / f"{old:012d}.json").unlink(missing_ok=True)
+        floor = self.replay_floor(consumers)
+        for old in self.checkpoint_rounds():
+            if old < floor:
+                (ckpt / f"{old:012d}.json").unlink(missing_ok=True)
 
     def checkpoint_rounds(self, task: str | None = None) -> list[int]:
-        """Checkpointed rounds of this task (or of ``task``: a consumer's are its acks)."""
+        """Checkpointed rounds of this task (or of ``task``)."""
         base = self.dir if task is None else self.dir.parent / task
         ckpt = base / "ckpt"
         if not ckpt.is_dir():
             return []
         return sorted(int(p.stem) for p in ckpt.glob("*.json") if p.stem.isdigit())
 
-    def global_checkpoint(self) -> int:
-        """The round up to which no task can need a buffered batch any more.
+    # ---- replay floors: what may still be asked for ------------------------------------
 
-        ``G``, the newest round every non-source task has checkpointed (``cp(P_k)`` of the
-        paper's Sec. 4.2.4), lowered to the newest checkpoint at or before ``G`` of every
-        task, since operators checkpoint at different periods: a task without a buffer
-        that regenerates output for a consumer restored at ``>= G`` restores its own
-        checkpoint at or before that round and needs our batches from there. A task that
-        has not checkpointed yet counts as round 0.
+    def published_floor(self, task: str) -> int:
+        """The floor ``task`` published; 0 while it has published none (not started yet)."""
+        try:
+            doc = read_json(self.dir.parent / task / "floor.json")
+            return int(doc["round"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0
+
+    def consumer_floor(self, consumers: list[str]) -> int:
+        """The lowest floor of ``consumers``: no consumer will ask us for a batch at or
+        before it, so buffers and a source's batch log may drop those (and keep the rest)."""
+        return min((self.published_floor(c) for c in consumers), default=0)
+
+    def replay_floor(self, consumers: list[str]) -> int:
+        """The round after which this task may still ask its producers for batches.
+
+        A restart asks from our newest checkpoint on; a regeneration for a consumer asks
+        from our newest checkpoint at or before the consumer's request, which is after the
+        consumer's floor. So the floor is our newest checkpoint at or before the lowest
+        floor of our consumers (a sink: its newest checkpoint), and every checkpoint from
+        it on must be kept. A consumer that has not published a floor counts as 0, so a
+        task that has not started yet keeps everything it will need. Floors only grow, and
+        a stale (lower) one read from a file only keeps more.
+
+        Examples
+        --------
+        >>> # our checkpoints 10, 20, 30; the consumer's floor 25: a regeneration for it
+        >>> # restores our checkpoint 20 and asks our producers from batch 21 on
+        >>> newest_at_or_before([10, 20, 30], 25)
+        20
         """
-        rounds = self._checkpoints_of_all()
-        g = min((max(rs, default=0) for rs in rounds), default=0)
-        return min((max((r for r in rs if r <= g), default=0) for rs in rounds), default=0)
+        rounds = self.checkpoint_rounds()
+        bound = self.consumer_floor(consumers) if consumers else (rounds[-1] if rounds else 0)
+        return newest_at_or_before(rounds, bound)
 
-    def _checkpoints_of_all(self) -> list[list[int]]:
-        """Checkpointed rounds of every non-source task that has started."""
-        return [
-            self.checkpoint_rounds(t.name)
-            for t in self.dir.parent.iterdir()
-            if t.is_dir() and not (t / "batches.jsonl").exists()
-        ]
-
-    def _all_checkpointed(self) -> int:
-        """``G``: the newest round that every non-source task has checkpointed."""
-        return min((max(rs, default=0) for rs in self._checkpoints_of_all()), default=0)
+    def publish_floor(self, floor: int) -> None:
+        write_json(self.dir / "floor.json", {"round": floor})
 
     def load_checkpoint(self, at_most: int | None = None) -> dict[str, Any] | None:
         """The latest checkpoint whose round is ``<= at_most`` (any if ``None``)."""

@@ -31,6 +31,7 @@ from backstop_runtime.engine import (
     Counters,
     DeadLetters,
     Processor,
+    ReplayGone,
     SinkWriter,
     SourceProcessor,
     instantiate,
@@ -263,7 +264,7 @@ class Task:
         state = self.proc.snapshot()
         if self.sink is not None:
             state["sink"] = self.sink.offset()
-        self.store.save_checkpoint(r, {**state, "epoch": self.epoch})
+        self.store.save_checkpoint(r, {**state, "epoch": self.epoch}, list(self.channels))
         self.metrics.checkpoint_seconds += time.monotonic() - t0
         self.metrics.checkpoints += 1
         self._status()
@@ -341,6 +342,13 @@ class Task:
                 await self._serve_live(ch, writer, int(msg["epoch"]), lo)
             else:
                 await self._serve_range(ch, writer, lo, int(hi))
+        except ReplayGone as err:
+            # the consumer asked for less than its published floor promised: say so, to it
+            # and in our log, instead of failing the connection without a word
+            log.error("%s: cannot serve a replay: %s", self.cfg.task, err)
+            with contextlib.suppress(ConnectionError):
+                writer.write(wire.encode({"t": "err", "msg": str(err), "fenced": False}))
+                await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, ValueError, json.JSONDecodeError):
             pass
         except asyncio.CancelledError:
@@ -425,16 +433,20 @@ class Task:
             self.store.check_fence()
 
     async def _trim_loop(self) -> None:
-        """Trim backup buffers (and a source's in-memory batch log) up to the global
-        checkpoint: no replay can ask for a batch before it (``Store.global_checkpoint``)."""
+        """Publish our replay floor, and trim what no consumer can ask for any more: each
+        backup buffer up to its consumer's floor, a source's in-memory batch log before
+        the lowest one (a replay of batch ``f + 1`` needs the log entry of ``f``). See
+        :meth:`Store.replay_floor` for why this is exactly what a replay may still need."""
+        consumers = list(self.channels)
         while True:
-            await asyncio.sleep(0.5)
-            done = self.store.global_checkpoint()
+            if not self.cfg.is_source:
+                self.store.publish_floor(self.store.replay_floor(consumers))
             if self.cfg.is_source:
-                self.log.forget_before(done)
+                self.log.forget_before(self.store.consumer_floor(consumers))
             if self.backup:
-                for ch in self.channels.values():
-                    await ch.trim(done)
+                for c, ch in self.channels.items():
+                    await ch.trim(self.store.published_floor(c))
+            await asyncio.sleep(0.5)
 
     async def _session_watch(self) -> None:
         """Adaptive buffering while the operator's recovery session asks for it."""
