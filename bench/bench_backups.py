@@ -32,7 +32,7 @@ from planners.graph import TaskGraph
 ALGORITHMS = ("line", "tree", "dag", "dag-no-elim", "share-based", "auto", "exact")
 
 SEED_DAG_GAP = {"Guru-u": "3%", "Guru-n": "10%", "Senti-560": "4%", "Senti-1050": "4%"}
-"""The seed's DAG heuristic above the optimum (lines 404-408): Guru uniform 3 %,
+"""The seed's DAG heuristic above the optimum (lines 386 and 388): Guru uniform 3 %,
 non-uniform 10 %; Twitter Sentiment 4 % on average over its cases (the seed gives
 one figure for both Senti cases and both weightings)."""
 
@@ -60,10 +60,10 @@ def cases() -> list[tuple[str, Callable[[bool], TaskGraph], tuple[float, ...], t
 
 
 def timed(
-    g: TaskGraph, bound: float, algorithm: str, time_limit: float
+    g: TaskGraph, bound: float, algorithm: str, time_limit: float, runs: int = 5
 ) -> tuple[BackupPlan, float]:
-    """Run once (median of 5 for the fast algorithms) and check the plan."""
-    runs = 1 if algorithm in ("auto", "exact") else 5
+    """Run once (median of ``runs`` for the fast algorithms) and check the plan."""
+    runs = 1 if algorithm in ("auto", "exact") else runs
     times = []
     plan = None
     for _ in range(runs):
@@ -199,7 +199,92 @@ def side_by_side(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
+SWEEP_U = (2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+SWEEP_N = (10.0, 12.0, 15.0, 20.0, 25.0, 30.0, 40.0)
+
+
+def sweep(time_limit: float) -> str:
+    """The seed's Fig. 7/8: backups against R per topology, each heuristic against Opt.
+
+    Seven bounds per case from the smallest feasible one up; the optimum is
+    ``exact``'s (the seed used Algorithm exhaust). Cells list the backups at
+    each R in order; the gap columns average ``(n - opt) / opt`` over the
+    bounds where the optimum is positive and proven.
+    """
+    algs = ("dag", "dag-b-covered", "dag-no-elim", "share-based")
+    head = ["case", "R", "Opt", *algs, *(f"{a} gap" for a in algs), "seed: DAG gap"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    dag_cases: dict[str, list[float]] = {a: [] for a in algs}
+    for name, build, _, _ in cases():
+        for uniform, bounds in ((True, SWEEP_U), (False, SWEEP_N)):
+            g = build(uniform)
+            label = f"{name}-{'u' if uniform else 'n'}"
+            print(f"sweep {label} ...", file=sys.stderr, flush=True)
+            opts: list[int] = []
+            counts: dict[str, list[int]] = {a: [] for a in algs}
+            for bound in bounds:
+                opt = plan_backups(g, bound, algorithm="exact", time_limit=time_limit)
+                assert opt.optimal, (label, bound)
+                opts.append(len(opt.backups))
+                for alg in algs:
+                    counts[alg].append(len(timed(g, bound, alg, time_limit, runs=1)[0].backups))
+            gaps = {}
+            for alg in algs:
+                per = [_gap(n, o) for n, o in zip(counts[alg], opts, strict=True) if o > 0]
+                gaps[alg] = statistics.mean(per) if per else 0.0
+                if name in ("Guru", "Senti-560", "Senti-1050"):
+                    dag_cases[alg].append(gaps[alg])
+            base = label.rsplit("-", 1)[0]
+            seed = SEED_DAG_GAP.get(label, SEED_DAG_GAP.get(base, "0% (= Opt)"))
+            cells = [label, " ".join(f"{b:g}" for b in bounds), " ".join(map(str, opts))]
+            cells += [" ".join(map(str, counts[a])) for a in algs]
+            cells += [f"{gaps[a]:.1f}%" for a in algs]
+            out.append("| " + " | ".join([*cells, seed]) + " |")
+    means = ", ".join(f"`{a}` {statistics.mean(v):.1f}%" for a, v in dag_cases.items())
+    out += ["", f"Average over the six Guru/Senti cases of the sweep: {means}."]
+    return "\n".join(out)
+
+
 HEADING = "## Minimum backups"
+
+
+INTRO = """Reproduces the FTC seed's Table III cases and Figs. 7/8 (`minimum-backups-ftc.txt`,
+Sec. V) with `bench/bench_backups.py` (topologies in `bench/topologies.py`); every plan passes
+`planners.evaluate.check_plan`. Regenerate with
+
+    .venv/bin/python bench/bench_backups.py --out docs/benchmarks.md
+
+Cases: Line = 4 parallel lines of 8 tasks joining one sink (33 tasks); Tree = complete
+binary in-tree of depth 5 (31 tasks); Guru = SignalGuru-like 9 steps, parallelism
+1,6,8,8,10,8,6,6,2 (55 tasks, shuffle/forward groupings); Senti-560 / Senti-1050 =
+Twitter Sentiment with (hot, filter, sentiment) = (50,20,20) / (30,30,30), one source,
+merge and sink task, all shuffle: exactly 560 / 1050 edges, 93 tasks (the seed says 92).
+`exhaustive` is limited to 20 tasks, so it is not in the table; tests cross-check
+`exact` against it on random tiny DAGs. Times are on a shared 2-core machine
+(`auto`/`exact` default budget 10 s). `dag` is the seed's Algorithm FTC with its final
+redundancy elimination (line 302), `dag-no-elim` without it (what `dag` was before).
+"""
+
+DISCUSSION = """Against the seed. Line(s) and trees: `line`, `tree`, `dag` and `auto` are optimal in
+every row, as the seed's Theorem 2 and Fig. 7 say (`dag-no-elim` misses by one on Tree-n
+at R = 20: its candidate ranking, not Algorithm 3's, picks a worse task there, and the
+elimination step repairs it); `share-based` uses 23-39 % more on the
+non-uniform cases (the seed: 21-43 %) and far more on the uniform line, where every task has
+the same share and the largest-share rule picks the earliest task instead of the last one
+within R. DAGs: with its elimination step `dag` is within 10 % of the optimum on average
+(the seed's claim for Guru and Senti), over the benchmark's rows and over the sweep. Per
+case it differs from the seed's figure: Guru-u is well above the seed's 3 % (its R = 4, 5
+bounds cost 3-4 extra backups on optima of 8-11, and our SignalGuru's per-step parallelism
+is our own guess: the seed gives only 9 steps and 55 tasks), Guru-n is below the seed's 10 %,
+and Senti is 0 % in five of six cases but 11-21 % on Senti-1050-n, where the seed reports 4 %
+on average over both Senti cases (the seed's Senti has 92 tasks, ours 93 with the same edge
+counts, and its weights are its own draw). Without the elimination step (`dag-no-elim`)
+the heuristic is 15 % (rows) and 28 % (sweep) above the optimum; reading the step as "only
+the backups a round's new backup b-covers" (`dag-b-covered`) gives 11-13 %, just outside the
+seed's range. `auto` (ours: the same heuristic, local search, then CP-SAT) is at the optimum
+in every row. Where our ranking differs from Algorithm 4 and why is in `backups_dag`'s
+docstring.
+"""
 
 
 def main() -> None:
@@ -214,13 +299,17 @@ def main() -> None:
     args = parser.parse_args()
     table, notes = run(args.time_limit, args.large)
     text = (
+        INTRO + "\n### Table III cases\n\n"
         "Backups per algorithm (gap to the proven optimum of `exact`), time per plan. "
         "`-u`: every t_v = 1; `-n`: t_v drawn from 1..10 (seeded). "
         "† marks rows where `exact` did not prove optimality.\n\n"
         + table
         + "\n\n"
         + "\n".join(notes)
-        + "\n"
+        + "\n\n### Figs. 7/8: backups against R, each heuristic against the optimum\n\n"
+        + sweep(args.time_limit)
+        + "\n\n"
+        + DISCUSSION
     )
     sys.stdout.write(text)
     if args.out:

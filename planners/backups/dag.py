@@ -261,7 +261,7 @@ def backups_dag(
     Deviations from the seed, each measured on its Guru and Senti cases
     (``bench/bench_backups.py``, average gap to the proven optimum per row):
 
-    - Ranking (Algorithm 4, lines 6-7, ``minimum-backups-ftc.txt`` line 336:
+    - Ranking (Algorithm 4, lines 6-7, ``minimum-backups-ftc.txt`` line 324:
       "choose tasks with highest ``B(v)``"): candidates are ranked first by
       the share of ``v``'s stream they b-cover on its way beyond ``R`` (the
       b-cover percentage ``F`` of eq. 7, restricted to the flow that needs a
@@ -275,10 +275,11 @@ def backups_dag(
       the seed does not say when a b-covered backup is redundant nor which
       ones it removes. We remove a backup when the bound still holds without
       it. Restricted to the backups a round's new backup b-covers
-      (``elimination="b-covered"``), the gap is 12.9 %; removing every
-      redundant backup once at the end (the default) gives 8.1 %, in line
-      with the seed's 3-10 % (line 404, "an extra backup task of 3 % on
-      average … and of 10 %"); without the step (``"none"``) 15.1 %.
+      (``elimination="b-covered"``), the gap is 12.9 % (10.6 % over the
+      Figs. 7/8 sweep of bounds); removing every redundant backup once at the
+      end (the default) gives 8.1 % (sweep 5.8 %), in line with the seed's
+      3-10 % (line 386, "an extra backup task of 3 % on average … and of
+      10 %"); without the step (``"none"``) 15.1 % (sweep 28.2 %).
 
     References
     ----------

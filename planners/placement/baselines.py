@@ -61,6 +61,15 @@ def place_nfdh(
     -----
     O(n log n) to sort plus O(|K_p| + its edges) per recovery check.
 
+    Deviation from the seed: a fit is tested with the failure-effect model
+    itself (``H(K_p ∪ {v}) ≤ R``, every task on the node re-evaluated), not
+    by the node's level height plus the task's height as the seed's 2SP
+    greedy algorithms do (``rtap-journal.txt`` lines 217-219). That makes
+    these baselines much stronger than the seed's (on its Table 4 instances
+    BFDH then beats RTAP-BF by 3 %, where the seed reports the opposite);
+    the seed's reading is :func:`planners.placement.place_nfdh_2sp` and its
+    siblings. ``ffdh`` and ``bfdh`` deviate the same way.
+
     References
     ----------
     Section 4.2 of ``seeds/rtap-journal.txt``.

@@ -50,6 +50,22 @@ def place_rtap_nf(
     -----
     O(n log n) to sort, O(n · d) to group (d = degree), then as next fit.
 
+    Deviations from the seed (``rtap-ff`` and ``rtap-bf`` share them):
+
+    - Grouping (``rtap-journal.txt`` line 387, "v_i can be put into G'_g iff
+      ∀v_j∈G'_g, h_j+t_i ≤ H̄"): the test is applied to adjacent
+      (backup-dependent) pairs only, in both directions, since the seed
+      itself notes that independent tasks may share a processor. As written
+      it separates any two tall tasks and costs up to 1.9× the nodes on the
+      seed's Table 4 instances (``docs/benchmarks.md``); that reading is
+      :func:`place_rtap_nf_literal`.
+    - Packing (Algorithm 1 line 4, "Apply 1SP algorithm … according to (1)
+      and constraint (7)"): a task is placed only where the model's ``H`` of
+      the node, every task on it re-evaluated, stays within ``R``, so the
+      seed's backtracking of tasks made unfit by a later one (Section 4.3,
+      line 267: "They will be picked out and put back into the item queue")
+      never arises.
+
     References
     ----------
     Algorithm 1 and equation (10) of ``seeds/rtap-journal.txt``.

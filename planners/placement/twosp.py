@@ -83,7 +83,7 @@ _DOC_NOTES = """
     algorithms ensure recovery latency" (line 221) holds. The other reading,
     ``r_i`` from the item's upstream tasks already in the bin without
     re-estimating the tasks below it there, is weaker than the exact check
-    and breaks the bound (the "backtracking" of Section 4.3, line 274); it is
+    and breaks the bound (the "backtracking" of Section 4.3, line 267); it is
     not offered. With explicit ``backups``, the estimate ignores the
     recomputation of healthy tasks without a backup, so a plan can break the
     bound: :attr:`Placement.violations` then says where. Failure domains are

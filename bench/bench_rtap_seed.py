@@ -1,0 +1,283 @@
+"""The RTAP journal's Tables 5-7 and Fig. 7 next to ours, with both readings of its baselines.
+
+Why: the seed compares its Algorithm 1 (A^RTAP-NF/FF/BF) with three greedy
+baselines built on 2SP heuristics and reports 15-25 % fewer processors. How
+the baselines fit decides that comparison: fitting by the bin's level height
+(the seed's words, ``rtap-journal.txt`` lines 215-221; ``*-2sp`` here) or by
+the exact failure-effect model (our ``nfdh``/``ffdh``/``bfdh``). This script
+runs both on the seed's Table 4 instances (``bench_placement.table4``, its
+|V|, |A|, α, β) at its bound R = 1 with unit bins, next to the seed's own
+numbers, and checks the seed's tables against each other.
+
+Every plan goes through the failure-effect evaluator: a plan that breaks the
+bound is marked ``!`` (none does at R = 1 with every task a backup; the
+level reading cannot, see ``planners/placement/twosp.py``).
+
+    .venv/bin/python bench/bench_rtap_seed.py --docs docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_placement import table4
+from bench.docsection import write_section
+from planners.evaluate import node_failure_latency
+from planners.graph import TaskGraph
+from planners.placement import NodePool, Placement, place
+from planners.placement.orders import _rtap_groups, _wud_order
+
+HEADING = "## Placement: the RTAP seed side by side"
+
+INSTANCES = ("S-Tree", "L-Tree", "S-Guru", "L-Guru", "S-Senti", "L-Senti", "S-Rnd", "L-Rnd")
+"""Table 5's column order."""
+
+ALPHA = dict(zip(INSTANCES, (0.3, 0.2, 0.3, 0.2, 0.2, 0.2, 0.2, 0.6), strict=True))
+SIZE = dict(zip(INSTANCES, (33, 220, 55, 127, 93, 93, 200, 200), strict=True))
+
+SEED_BINS = {  # Table 5, #b
+    "NFDH": (36, 149, 38, 89, 47, 54, 125, 198),
+    "FFDH": (30, 125, 32, 82, 38, 45, 101, 184),
+    "BFDH": (29, 113, 32, 81, 38, 45, 100, 178),
+    "RTAP-NF": (44, 165, 39, 84, 43, 56, 142, 201),
+    "RTAP-FF": (23, 135, 27, 72, 32, 40, 92, 179),
+    "RTAP-BF": (21, 101, 25, 71, 30, 41, 90, 169),
+}
+SEED_WASTE = {  # Tables 6 and 7: W, H, A in % per instance
+    "NFDH": ((28, 75, 21), (22, 84, 19), (24, 72, 17), (26, 84, 22), (34, 44, 14), (22, 84, 18),
+             (24, 70, 17), (23, 89, 21)),
+    "FFDH": ((14, 78, 11), (6, 84, 6), (12, 68, 9), (12, 81, 9), (2, 43, 1), (4, 83, 5),
+             (7, 76, 4), (6, 91, 6)),
+    "BFDH": ((11, 79, 9), (5, 84, 4), (10, 74, 7), (10, 82, 8), (2, 44, 1), (4, 82, 4),
+             (4, 75, 3), (6, 81, 4)),
+    "RTAP-NF": ((41, 81, 34), (38, 85, 33), (26, 68, 18), (28, 84, 23), (37, 43, 16),
+                (20, 80, 19), (32, 76, 24), (32, 89, 29)),
+    "RTAP-FF": ((11, 78, 9), (5, 84, 5), (10, 78, 7), (10, 83, 8), (2, 41, 1), (3, 80, 2),
+                (5, 73, 3), (3, 89, 4)),
+    "RTAP-BF": ((11, 72, 8), (3, 85, 2), (7, 74, 5), (7, 81, 5), (2, 41, 1), (3, 75, 2),
+                (3, 62, 2), (4, 79, 3)),
+}  # fmt: skip
+
+ROWS = (  # (label, our algorithm, the seed's row it reads)
+    ("A^NFDH, level fit (`nfdh-2sp`)", "nfdh-2sp", "NFDH"),
+    ("A^FFDH, level fit (`ffdh-2sp`)", "ffdh-2sp", "FFDH"),
+    ("A^BFDH, level fit (`bfdh-2sp`)", "bfdh-2sp", "BFDH"),
+    ("A^NFDH, exact check (`nfdh`)", "nfdh", "NFDH"),
+    ("A^FFDH, exact check (`ffdh`)", "ffdh", "FFDH"),
+    ("A^BFDH, exact check (`bfdh`)", "bfdh", "BFDH"),
+    ("A^RTAP-NF (`rtap-nf`)", "rtap-nf", "RTAP-NF"),
+    ("A^RTAP-FF (`rtap-ff`)", "rtap-ff", "RTAP-FF"),
+    ("A^RTAP-BF (`rtap-bf`)", "rtap-bf", "RTAP-BF"),
+    ("A^RTAP-NF, line-387 groups (`rtap-nf-literal`)", "rtap-nf-literal", "RTAP-NF"),
+    ("A^RTAP-FF, line-387 groups (`rtap-ff-literal`)", "rtap-ff-literal", "RTAP-FF"),
+    ("A^RTAP-BF, line-387 groups (`rtap-bf-literal`)", "rtap-bf-literal", "RTAP-BF"),
+    ("ours: `auto`", "auto", ""),
+)
+
+BOUND = 1.0
+
+
+def waste(graph: TaskGraph, plan: Placement) -> tuple[float, float, float]:
+    """W, H, A waste in % over the used unit bins (our definitions, see the docs)."""
+    bins = plan.nodes_used
+    width = sum(graph.weight) / bins
+    heights = [node_failure_latency(graph, None, tasks) for tasks in plan.by_node().values()]
+    height = statistics.mean(heights) / BOUND
+    area = sum(w * t for w, t in zip(graph.weight, graph.latency, strict=True)) / bins
+    return 100 * (1 - width), 100 * (1 - height), 100 * (1 - area)
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def run(time_limit: float) -> str:
+    pool = NodePool.uniform(1.0)
+    graphs = {c.name: c.build() for c in table4()}
+    plans: dict[tuple[str, str], Placement] = {}
+    for name in INSTANCES:
+        g = graphs[name]
+        for _, alg, _ in ROWS:
+            print(f"{name} {alg} ...", file=sys.stderr, flush=True)
+            plans[name, alg] = place(g, pool, bound=BOUND, algorithm=alg, time_limit=time_limit)
+    lb = {n: math.ceil(sum(graphs[n].weight) - 1e-9) for n in INSTANCES}
+
+    def cell(name: str, alg: str) -> str:
+        p = plans[name, alg]
+        return f"{p.nodes_used}{'!' if p.violations else ''}"
+
+    # ---------------------------------------------------------------- Table 5
+    head = ["algorithm", *INSTANCES, "total"]
+    rows = [
+        ["instance: \\|V\\| / \\|A\\| (seed)",
+         *(f"{len(graphs[n])}/{len(graphs[n].edges)}" for n in INSTANCES), ""],
+        ["width lower bound ⌈Σw⌉", *(str(lb[n]) for n in INSTANCES), str(sum(lb.values()))],
+        ["seed's \\|V\\|·α", *(f"{SIZE[n] * ALPHA[n]:g}" for n in INSTANCES), ""],
+    ]  # fmt: skip
+    for label, alg, seed in ROWS:
+        n_total = sum(plans[n, alg].nodes_used for n in INSTANCES)
+        rows.append([label, *(cell(n, alg) for n in INSTANCES), str(n_total)])
+        if alg.endswith("-2sp") or alg in ("rtap-nf", "rtap-ff", "rtap-bf"):
+            rows.append([f"  seed's Table 5: A^{seed}", *map(str, SEED_BINS[seed]),
+                         str(sum(SEED_BINS[seed]))])  # fmt: skip
+    out = [
+        "### Table 5: processors used at R = 1 (unit bins), ours and the seed's",
+        "",
+        _table(head, rows),
+        "",
+    ]
+
+    def total(alg: str) -> int:
+        return sum(plans[n, alg].nodes_used for n in INSTANCES)
+
+    def saving(a: int, b: int) -> str:
+        pct = 100 * (b - a) / b
+        return f"{pct:.1f}% fewer" if pct >= 0 else f"{-pct:.1f}% more"
+
+    seed_rtap = sum(SEED_BINS["RTAP-BF"])
+    used = {alg: [plans[n, alg].nodes_used for n in INSTANCES] for _, alg, _ in ROWS}
+    worse = [n for n, a, b in zip(INSTANCES, used["rtap-bf"], used["bfdh-2sp"], strict=True)
+             if a >= b]  # fmt: skip
+    ordered = all(
+        a >= b >= c
+        for a, b, c in zip(used["nfdh-2sp"], used["ffdh-2sp"], used["bfdh-2sp"], strict=True)
+    )
+    seed_lb = sum(math.ceil(SIZE[n] * ALPHA[n]) for n in INSTANCES)
+    gaps = ", ".join(f"{n} +{plans[n, 'auto'].nodes_used - lb[n]}" for n in INSTANCES)
+    out += [
+        f"- RTAP-BF against BFDH, in total: {saving(total('rtap-bf'), total('bfdh-2sp'))} "
+        f"with the seed's level fit (fewer nodes on {8 - len(worse)} of 8 instances"
+        + (f"; not on {', '.join(worse)}" if worse else "")
+        + f"), {saving(total('rtap-bf'), total('bfdh'))} with the exact check; the seed's "
+        f"Table 5: {saving(seed_rtap, sum(SEED_BINS['BFDH']))} (its text: 15-25 % fewer "
+        "than the 2SP baselines).",
+        f"- Level fit, NFDH ≥ FFDH ≥ BFDH on every instance: {ordered} (totals "
+        f"{total('nfdh-2sp')}, {total('ffdh-2sp')}, {total('bfdh-2sp')}; the seed says NFDH "
+        "is the worst and BFDH the best).",
+        f"- `auto` against the width lower bound ⌈Σw⌉: {gaps} (total {total('auto')} vs "
+        f"{sum(lb.values())}).",
+        f"- The seed's own RTAP-BF uses {seed_rtap} bins where ⌈|V|·α⌉ of its instances sums "
+        f"to {seed_lb}: {seed_rtap / seed_lb:.1f}× the width bound; our RTAP-BF is at "
+        f"{total('rtap-bf') / sum(lb.values()):.2f}× ours.",
+        "",
+    ]
+
+    # ---------------------------------------------------------------- Tables 6/7
+    whead = ["algorithm", "", *INSTANCES]
+    wrows = []
+    for label, alg, seed in ROWS:
+        if not seed or alg.endswith("-literal"):
+            continue
+        ours = [waste(graphs[n], plans[n, alg]) for n in INSTANCES]
+        wrows.append([label, "ours", *("/".join(f"{x:.0f}" for x in w) for w in ours)])
+        if alg.endswith("-2sp") or alg.startswith("rtap"):
+            wrows.append(["", "seed", *("/".join(map(str, w)) for w in SEED_WASTE[seed])])
+    out += [
+        "### Tables 6 and 7: waste W/H/A in % (width, height, area of the used bins)",
+        "",
+        _table(whead, wrows),
+        "",
+    ]
+
+    # ---------------------------------------------------------------- consistency
+    crows = []
+    for i, n in enumerate(INSTANCES):
+        implied = {s: SEED_BINS[s][i] * (1 - SEED_WASTE[s][i][0] / 100) for s in SEED_BINS}
+        crows.append([n, f"{SIZE[n] * ALPHA[n]:g}",
+                      *(f"{implied[s]:.1f}" for s in SEED_BINS),
+                      f"{min(implied.values()):.1f}-{max(implied.values()):.1f}"])  # fmt: skip
+    out += [
+        "### Are the seed's tables consistent? Σw implied by Table 5 × (1 − W of Tables 6/7)",
+        "",
+        "Width waste is 1 − Σw / (bins × bin width), so bins × (1 − W) is Σw, the same for "
+        "every algorithm on one instance; with Table 4's α it should be about |V|·α.",
+        "",
+        _table(["instance", "\\|V\\|·α", *SEED_BINS, "range"], crows),
+        "",
+    ]
+
+    # ---------------------------------------------------------------- Fig. 7
+    frows = []
+    for n in INSTANCES:
+        g = graphs[n]
+        order = _wud_order(g)
+        single = list(g.latency)  # every task a backup: h_v = t_v alone
+        adj = len(_rtap_groups(g, order, single, BOUND))
+        lit = len(_rtap_groups(g, order, single, BOUND, literal=True))
+        frows.append([n, str(adj), cell(n, "rtap-bf"), str(lit), cell(n, "rtap-bf-literal")])
+    out += [
+        "### Fig. 7: groups against bins (RTAP-BF, R = 1)",
+        "",
+        _table(
+            ["instance", "groups (adjacent rule)", "bins", "groups (line 387 rule)", "bins"], frows
+        ),
+        "",
+    ]
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=Path, help="replace this section of the markdown file")
+    parser.add_argument("--time-limit", type=float, default=10.0, help="budget of auto (s)")
+    args = parser.parse_args()
+    text = run(args.time_limit)
+    sys.stdout.write(text + "\n")
+    if args.docs:
+        write_section(args.docs, HEADING, f"{HEADING}\n\n{PREAMBLE}\n{text}\n{DISCUSSION}")
+
+
+PREAMBLE = """Generated by `python bench/bench_rtap_seed.py --docs docs/benchmarks.md`: the RTAP
+journal's Table 4 instances rebuilt with its |V|, |A|, α and β (`bench_placement.table4`;
+S-Guru has 94 edges and L-Guru 238 where the seed has 95 and 239), unit bins, R = 1 and
+every task a backup, as in the seed. Each algorithm is listed with the seed's row it
+reads. `!` would mark a plan the failure-effect evaluator finds over the bound.
+"""
+
+DISCUSSION = """### What matches the seed and what does not, and why
+
+- **The ordering claims hold with the seed's baselines, not with ours.** With the level fit
+  (`*-2sp`, the seed's Section 4.2), RTAP-BF uses fewer nodes than BFDH on all eight
+  instances, about 18 % fewer in total (the seed: 15-25 %; its own Table 5 totals give 11 %
+  against BFDH), and NFDH ≥ FFDH ≥ BFDH as the seed says. With the exact check (`nfdh`,
+  `ffdh`, `bfdh`, what the operator uses) BFDH is 3 % *better* than RTAP-BF: the seed's
+  advantage comes from how weak its baselines' fit is, not from the grouping.
+- **The seed's grouping rule as written is worse than ours.** Line 387 ("v_i can be put into
+  G'_g iff ∀v_j∈G'_g, h_j+t_i ≤ H̄") separates any two tall tasks, adjacent or not: 10-120
+  groups where the adjacency rule makes 1-5, and RTAP-BF then needs up to 1.9× the nodes
+  (S-Guru 34 vs 18), more than BFDH with the level fit in total. Fig. 7's message (more
+  groups, more bins) holds; where both rules make one group (β = 0.2: no two heights exceed
+  1) the results are equal.
+- **Absolute bin counts cannot be reproduced from Table 4.** The seed's RTAP-BF uses about
+  1.9× the width lower bound of its own instances (S-Tree 21 bins for Σw ≈ 9.9, L-Guru 71
+  for ≈ 25); even its BFDH with the same level reading uses 616 bins in total where ours uses
+  379. Our `auto` is at the width bound on six instances and 1 and 3 nodes above it on S-Rnd
+  and L-Rnd. Item widths and heights are drawn here uniformly in [0.2, 1.8] × the mean (the
+  seed does not give its distribution), which can account for a few percent, not for a
+  factor of two.
+- **The seed's tables are not mutually consistent.** Width waste is 1 − Σw / bins for unit
+  bins, so Table 5's bins × (1 − W) must be the same Σw for every algorithm on an instance.
+  It is not: the implied Σw differs by up to 40 % between algorithms on one instance (L-Tree
+  98-128, S-Tree 18.7-26.0), and it is 1.1-2.9× Table 4's |V|·α. Area waste cannot be below
+  width waste when heights are at most 1 (Σ w·t ≤ Σ w), yet the seed's A is below its W in
+  42 of its 48 cells (equal in 4). Ours: W = 1 − Σw / bins, H = 1 − mean over used bins of
+  H(p) / R (the model's recovery latency of losing that bin), A = 1 − Σ w·t / bins; by
+  these definitions our A ≥ W always.
+- **Every plan went through the evaluator.** No plan above breaks the bound (`!`): with every
+  task a backup the level fit is conservative (the seed's line 221, "these greedy algorithms
+  ensure recovery latency", holds under this reading). With partial backups or failure
+  domains it can break the bound; such plans report it and are refused by the joint plan and
+  the operator (`tests/unit/test_placement_seed.py`, `tests/unit/test_cli_place.py`).
+"""
+
+
+if __name__ == "__main__":
+    main()
