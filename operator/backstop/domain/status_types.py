@@ -1,0 +1,322 @@
+"""The StreamTopology ``status`` as typed pydantic models, parsed once per tick.
+
+The status is the operator's write-ahead log: a restarted operator resumes from it.
+So it is read in one place (:func:`parse_status`) and written through one place
+(:func:`status_patch`, old and new typed status to the JSON merge patch), and every
+reader works on attributes, not on ``.get`` chains over raw dicts.
+
+Why the models are lenient: a status written by an older (or newer) operator must
+never wedge this one. Unknown keys are kept as they are (``extra="allow"``), so a
+round trip loses nothing; a known key whose value no longer validates is dropped
+from the parsed model (and reported in :attr:`ParsedStatus.dropped`) instead of
+failing the tick. The keys on the wire stay camelCase, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from backstop.domain.conditions import merge_patch
+
+
+class _Status(BaseModel):
+    """Base: camelCase on the wire, unknown keys kept, values never mutated in place."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=True
+    )
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON form written to the API (``None`` means absent)."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class Problem(_Status):
+    """``status.problem``: why a generation has no plan (invalid spec, infeasible)."""
+
+    reason: str
+    message: str = ""
+    generation: int | None = None
+
+
+class PlanStatus(_Status):
+    """``status.plan``: the summary users read and the write-ahead record of the plan.
+
+    ``assignment`` is ``None`` until a plan is recorded; while a recovery session
+    runs, failed tasks are absent from it.
+    """
+
+    generation: int | None = None
+    algorithm: str | None = None
+    tasks: int | None = None
+    backup_count: int | None = None
+    backups: list[str] = Field(default_factory=list)
+    nodes_used: int | None = None
+    worst_recovery_latency: float | None = None
+    bound: float | None = None
+    bound_satisfied: bool | None = None
+    optimal: bool | None = None
+    assignment: dict[str, str] | None = None
+    worst_by_node: dict[str, float] = Field(default_factory=dict)
+    moved: int | None = None
+    replicas: dict[str, list[str]] | None = None
+    replicated: list[str] | None = None
+    availability: float | None = None
+    spec_hash: str | None = None
+    spec: dict[str, Any] | None = None
+    """The spec this plan was computed from: while a later edit is invalid or infeasible,
+    the supervisor keeps recovering the pods of this last good plan."""
+
+    def recorded_for(self, generation: int) -> bool:
+        """Whether this is the recorded plan of ``generation`` (one the pods may follow)."""
+        return self.generation == generation and self.assignment is not None
+
+
+class StepRecord(_Status):
+    """One recovery step as recorded in ``status.recovery.lastStep`` (and its RecoveryPlan)."""
+
+    step: int
+    trigger: str
+    at: str | None = None
+    algorithm: str = ""
+    recover: dict[str, str] = Field(default_factory=dict)
+    pending: list[str] = Field(default_factory=list)
+    recovered_queries: list[str] = Field(default_factory=list)
+    recovered_priority: float = 0.0
+    failed_priority: float = 0.0
+    lost_nodes: list[str] | None = None
+    """The nodes lost when the step was issued (the RecoveryPlan's ``lostNodes``)."""
+
+
+class RecoveryStatus(_Status):
+    """``status.recovery``: one node-loss recovery session (the state machine's state)."""
+
+    session: str | None = None
+    started_at: str | None = None
+    step: int = 0
+    failed: list[str] = Field(default_factory=list)
+    """Tasks lost and not yet given a node (absent from ``plan.assignment``)."""
+    session_failed: list[str] = Field(default_factory=list)
+    recovered: list[str] = Field(default_factory=list)
+    lost_history: dict[str, float] = Field(default_factory=dict)
+    lost: dict[str, float] = Field(default_factory=dict)
+    """Nodes lost and not back, with the epoch second their loss was detected."""
+    mode: str | None = None
+    seen_ready: list[str] = Field(default_factory=list)
+    last_attempt: float = 0.0
+    active: bool = False
+    last_step: StepRecord | None = None
+    message: str | None = None
+    completed_at: str | None = None
+    applied_step: int | None = None
+
+
+class RestoreStepRecord(_Status):
+    """One batch of moves of a restore or consolidation."""
+
+    moves: dict[str, str] = Field(default_factory=dict)
+    worst: float = 0.0
+
+
+class RestoreStatus(_Status):
+    """``status.restore``: bringing a broken bound back (or consolidating), step by step."""
+
+    id: str | None = None
+    purpose: str = "Restore"
+    active: bool = False
+    phase: str | None = None
+    generation: int | None = None
+    attempts: int = 0
+    capacity_key: str | None = None
+    started_at: str | None = None
+    started_epoch: float | None = None
+    moved: int | None = None
+    moved_tasks: list[str] | None = None
+    minimal: bool | None = None
+    worst_before: float | None = None
+    worst_target: float | None = None
+    steps: list[RestoreStepRecord] = Field(default_factory=list)
+    issued: int = 0
+    nodes_target: int | None = None
+    message: str | None = None
+    plan_seconds: float | None = None
+    completed_at: str | None = None
+    duration_seconds: float | None = None
+
+
+class DrainStatus(_Status):
+    """``status.drain``: tasks moved off cordoned nodes."""
+
+    nodes: list[str] = Field(default_factory=list)
+    moved: int = 0
+    remaining: int = 0
+
+
+class ReoptimizationStatus(_Status):
+    """``status.reoptimization``: the periodic Spark re-optimization (its own daemon)."""
+
+    last_run: str | None = None
+    nonce: str | None = None
+    running: bool | None = None
+    result: str | None = None
+    message: str | None = None
+    improvement: float | None = None
+    recommendation: dict[str, Any] | None = None
+
+
+class Condition(_Status):
+    """A ``metav1.Condition``."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    observed_generation: int | None = None
+    last_transition_time: str | None = None
+
+
+class TopologyStatus(_Status):
+    """The whole ``status`` of a StreamTopology.
+
+    Examples
+    --------
+    >>> s = parse_status({"plan": {"generation": 2, "assignment": {"a": "n1"}},
+    ...                   "recovery": {"failed": ["b"], "lastStep": {"step": 1,
+    ...                   "trigger": "NodeLost"}}, "futureField": 1}).status
+    >>> s.plan.recorded_for(2), s.recovery.failed, s.recovery.last_step.trigger
+    (True, ['b'], 'NodeLost')
+    >>> s.dump()["futureField"]
+    1
+    """
+
+    plan: PlanStatus | None = None
+    problem: Problem | None = None
+    recovery: RecoveryStatus | None = None
+    restore: RestoreStatus | None = None
+    drain: DrainStatus | None = None
+    reoptimization: ReoptimizationStatus | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
+
+    @property
+    def plan_or_empty(self) -> PlanStatus:
+        return self.plan or PlanStatus()
+
+    @property
+    def recovery_or_empty(self) -> RecoveryStatus:
+        return self.recovery or RecoveryStatus()
+
+    @property
+    def restore_or_empty(self) -> RestoreStatus:
+        return self.restore or RestoreStatus()
+
+    def recovering(self) -> bool:
+        """Whether a recovery session is active."""
+        return self.recovery is not None and self.recovery.active
+
+
+@dataclass(frozen=True)
+class ParsedStatus:
+    """What :func:`parse_status` read: the model, and the keys it had to drop."""
+
+    status: TopologyStatus
+    dropped: tuple[str, ...] = ()
+
+
+def parse_status(raw: Mapping[str, Any] | None) -> ParsedStatus:
+    """The typed status of a raw ``status`` dict, never failing on what it cannot read.
+
+    A known key whose value does not validate (written by another version, or by
+    hand) is dropped and named in ``dropped``; everything else is kept.
+
+    Examples
+    --------
+    >>> p = parse_status({"plan": {"generation": "x", "tasks": 3}, "recovery": {"step": 1}})
+    >>> p.status.plan.generation, p.status.plan.tasks, p.status.recovery.step, p.dropped
+    (None, 3, 1, ('plan.generation',))
+    """
+    doc: Any = _plain(dict(raw or {}))
+    dropped: list[str] = []
+    for _ in range(50):
+        try:
+            return ParsedStatus(TopologyStatus.model_validate(doc), tuple(dropped))
+        except ValidationError as err:
+            removed = False
+            for e in err.errors():
+                loc = tuple(e["loc"])
+                if _drop(doc, loc):
+                    dropped.append(".".join(str(p) for p in loc))
+                    removed = True
+            if not removed:
+                break
+    return ParsedStatus(TopologyStatus(), tuple(dropped) or ("status",))
+
+
+def _plain(obj: Any) -> Any:
+    """Deep copy of a (Kopf) mapping as plain dicts and lists."""
+    if isinstance(obj, Mapping):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _has(parent: Any, part: Any) -> bool:
+    if isinstance(parent, dict):
+        return part in parent
+    return isinstance(parent, list) and isinstance(part, int) and 0 <= part < len(parent)
+
+
+def _drop(doc: Any, loc: tuple[Any, ...]) -> bool:
+    """Remove the value at ``loc`` (or the nearest enclosing one that exists)."""
+    path = list(loc)
+    while path:
+        parent = doc
+        for part in path[:-1]:
+            parent = parent[part] if _has(parent, part) else None
+        if _has(parent, path[-1]):
+            del parent[path[-1]]
+            return True
+        path.pop()
+    return False
+
+
+def status_patch(old: TopologyStatus, new: TopologyStatus) -> dict[str, Any]:
+    """The one merge path: the JSON merge patch that turns ``old`` into ``new``.
+
+    ``observedGeneration`` is set here, and only here, to the generation whose
+    plan ``new`` records: a generation counts as observed once its plan is
+    written, not when a handler merely saw it.
+
+    Examples
+    --------
+    >>> old = TopologyStatus.model_validate({"plan": {"generation": 1,
+    ...     "assignment": {"a": "n1", "b": "n1"}}})
+    >>> new = old.model_copy(update={"plan": old.plan.model_copy(
+    ...     update={"assignment": {"a": "n2"}})})
+    >>> status_patch(old, new)
+    {'plan': {'assignment': {'b': None, 'a': 'n2'}}, 'observedGeneration': 1}
+    """
+    before, after = old.dump(), new.dump()
+    if new.plan is not None and new.plan.assignment is not None and new.plan.generation:
+        after["observedGeneration"] = new.plan.generation
+    elif "observedGeneration" in before:
+        after["observedGeneration"] = before["observedGeneration"]
+    return merge_patch(before, after)
+
+
+def with_changes(status: TopologyStatus, **fields: Any) -> TopologyStatus:
+    """``status`` with whole sub-objects replaced (``None`` removes one).
+
+    Examples
+    --------
+    >>> s = with_changes(TopologyStatus(), drain=DrainStatus(nodes=["n1"], moved=1))
+    >>> s.drain.nodes
+    ['n1']
+    """
+    return status.model_copy(update=fields)
