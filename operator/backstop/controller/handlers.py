@@ -12,15 +12,15 @@ with ``kopf.TemporaryError``.
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from backstop.controller import memo as topology_memo
+from backstop.controller import settings as config
 from backstop.controller.context import kube, post_event
 from backstop.controller.restore import restore_tick
 from backstop.controller.supervisor import (
@@ -51,28 +51,35 @@ from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
 from planners.replication import select_replicas
 
 log = logging.getLogger("backstop.operator")
-_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
-
 
 HANDLER_WORKERS = 16
 """Executor threads for handlers and indexes, besides one per running supervise daemon."""
-_settings: kopf.OperatorSettings | None = None
-_daemons = 0
-_daemons_lock = threading.Lock()
 
 
-def _daemon_threads(delta: int) -> None:
-    """Count running sync daemons and size Kopf's executor to them plus the handlers."""
-    global _daemons
-    with _daemons_lock:
-        _daemons += delta
-        if _settings is not None:
-            _settings.execution.max_workers = HANDLER_WORKERS + _daemons
+class ExecutorSizer:
+    """Counts running sync daemons and sizes Kopf's executor to them plus the handlers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._daemons = 0
+        self._settings: kopf.OperatorSettings | None = None
+
+    def attach(self, settings: kopf.OperatorSettings) -> None:
+        """Size the executor of this operator run (called by the startup handler)."""
+        with self._lock:
+            self._settings = settings
+        self.add(0)
+
+    def add(self, delta: int) -> None:
+        """Count ``delta`` more running daemons and resize the executor."""
+        with self._lock:
+            self._daemons += delta
+            if self._settings is not None:
+                self._settings.execution.max_workers = HANDLER_WORKERS + self._daemons
 
 
-def topology_lock(namespace: str, name: str) -> threading.Lock:
-    """One lock per topology: the reconcile handler and the supervisor never interleave."""
-    return _locks[(namespace, name)]
+executor = ExecutorSizer()
+"""The one sizer of this process's Kopf executor."""
 
 
 _placing = threading.Lock()
@@ -92,11 +99,13 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.posting.loggers = True  # Kopf's per-object logs become Events
     settings.posting.level = logging.INFO
-    global _settings
-    _settings = settings
-    _daemon_threads(0)
+    executor.attach(settings)
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
+    try:  # read the environment once, now: a bad value stops the operator at startup
+        config.settings()
+    except ValueError as err:
+        raise kopf.PermanentError(str(err)) from None
     kube()
 
 
@@ -117,6 +126,7 @@ def reconcile(
     namespace: str | None,
     patch: kopf.Patch,
     logger: logging.Logger | logging.LoggerAdapter[Any],
+    memo: kopf.Memo,
     **_: Any,
 ) -> None:
     """Plan backups and placement, then make the task pods match the plan."""
@@ -136,7 +146,7 @@ def reconcile(
     if recovering and recorded.get("generation") == generation:
         logger.info("a recovery session is running; the supervisor drives the pods")
         return
-    with topology_lock(namespace, name), _placing:
+    with topology_memo.of(memo).lock, _placing:
         _reconcile(k, body, model, graph, owner, generation, recorded, status, patch, logger)
 
 
@@ -285,30 +295,31 @@ def node_index(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
     return {name: node_info(body)}
 
 
-_parsed: dict[tuple[str, str, int], tuple[StreamTopologySpec, TaskGraph]] = {}
-_written: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
-
-
 def _model(
-    namespace: str, name: str, generation: int, spec: Mapping[str, Any]
+    mem: topology_memo.TopologyMemo, generation: int, spec: Mapping[str, Any]
 ) -> tuple[StreamTopologySpec, TaskGraph] | None:
-    key = (namespace, name, generation)
-    if key not in _parsed:
+    if generation not in mem.parsed:
         try:
             model = parse_spec(dict(spec))
         except InvalidTopology:
             return None
-        model = with_operator_defaults(model, dict(spec), os.environ)
-        _parsed[key] = (model, expand(model))
-    return _parsed[key]
+        cfg = config.settings()
+        model = with_operator_defaults(
+            model,
+            dict(spec),
+            grace_period_seconds=cfg.grace_period_seconds,
+            utilization_cap=cfg.utilization_cap,
+        )
+        mem.parsed[generation] = (model, expand(model))
+    return mem.parsed[generation]
 
 
 def _fresh_status(
-    namespace: str, name: str, meta: kopf.Meta, status: kopf.Status
+    mem: topology_memo.TopologyMemo, meta: kopf.Meta, status: kopf.Status
 ) -> dict[str, Any]:
     """The newest status we know: the watched one, or what we wrote if that is newer."""
     seen = int(meta.get("resourceVersion") or 0)
-    rv, written = _written.get((namespace, name), (0, {}))
+    rv, written = mem.written
     return dict(written) if rv > seen else dict(status)
 
 
@@ -321,11 +332,11 @@ def supervise(**kwargs: Any) -> None:
     :data:`HANDLER_WORKERS` threads (with a fixed pool, 16 topologies would
     starve every reconcile and index update).
     """
-    _daemon_threads(+1)
+    executor.add(+1)
     try:
         _supervise(**kwargs)
     finally:
-        _daemon_threads(-1)
+        executor.add(-1)
 
 
 def _supervise(
@@ -351,14 +362,15 @@ def _supervise(
     pods_index: kopf.Index[tuple[str | None, str], Any] = kwargs["pods_by_topology"]
     nodes_index: kopf.Index[str, NodeInfo] = kwargs["node_index"]
     k = kube()
+    mem = topology_memo.of(kwargs["memo"])
 
     def emit(reason: str, message: str, warning: bool) -> None:
         post_event(body, reason, message, warning=warning)
 
     while not stopped:
         generation = int(meta.get("generation", 1))
-        parsed = _model(namespace, name, generation, spec)
-        current = _fresh_status(namespace, name, meta, status)
+        parsed = _model(mem, generation, spec)
+        current = _fresh_status(mem, meta, status)
         try:
             if parsed is not None:
                 model, graph = parsed
@@ -372,8 +384,9 @@ def _supervise(
                     status=current,
                     nodes=nodes,
                     emit=emit,
+                    memory=mem,
                 )
-                with topology_lock(namespace, name):
+                with mem.lock:
                     indexed = list(pods_index.get((namespace, name), []))
                     obj = (
                         recovery_tick(tick)
@@ -383,7 +396,7 @@ def _supervise(
                     if obj is not None:
                         current = dict(obj.get("status") or {})
                         rv = int(obj["metadata"]["resourceVersion"])
-                        _written[(namespace, name)] = (rv, current)
+                        mem.written = (rv, current)
                         tick.status = current
                     dead = {n for n, info in nodes.items() if not info.ready}
                     dead |= {

@@ -36,23 +36,14 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from backstop.controller import context
+from backstop.controller import settings as config
 from backstop.domain.conditions import merge_patch, now_rfc3339
 from backstop.domain.constants import ANN_APPLIED, GROUP, PLURAL, VERSION
 from backstop.domain.recommend import should_apply
 from backstop.domain.spec import ApplyMode, ReoptimizationPolicy, parse_spec, spec_hash
 from planners import InvalidTopology
 
-TICK_SECONDS = float(os.environ.get("BACKSTOP_REOPT_TICK", "5"))
 log = logging.getLogger("backstop.reoptimize")
-
-
-def _settings() -> tuple[str, float, float]:
-    """Spark master, job timeout and planner time limit, from the operator's environment."""
-    return (
-        os.environ.get("BACKSTOP_SPARK_MASTER", "local[2]"),
-        float(os.environ.get("BACKSTOP_REOPT_TIMEOUT", "900")),
-        float(os.environ.get("BACKSTOP_REOPT_TIME_LIMIT", "2")),
-    )
 
 
 def _seconds_since(stamp: str | None) -> float:
@@ -132,7 +123,8 @@ async def run_job(
     RuntimeError
         When the job fails or times out (the message is its last error line).
     """
-    master, timeout, time_limit = _settings()
+    cfg = config.settings()
+    master, timeout, time_limit = cfg.spark_master, cfg.reopt_timeout_seconds, cfg.reopt_time_limit
     name = manifest["metadata"]["name"]
     (workdir / "topology.json").write_text(json.dumps(manifest))
     (workdir / "nodes.json").write_text(json.dumps({name: nodes}))
@@ -201,7 +193,7 @@ async def reoptimizer(
             if err.status == 404:
                 return
             logger.warning("re-optimization: API error %s; retrying", err.reason)
-        await asyncio.sleep(TICK_SECONDS)
+        await asyncio.sleep(config.settings().reopt_tick_seconds)
 
 
 async def reoptimize_once(

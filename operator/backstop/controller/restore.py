@@ -50,10 +50,6 @@ CONSOLIDATE = "Consolidate"
 """Purpose (and trigger) of moves onto fewer nodes while the bound holds (``apply: auto``)."""
 
 _EPS = 1e-9
-_looked: dict[str, tuple[str, float]] = {}
-"""Per topology uid: the node key last looked at and when (a cache: a restart just looks again)."""
-_no_gain: dict[str, str] = {}
-"""Per topology uid: the capacity key on which consolidation found nothing to gain."""
 
 
 def node_key(t: Tick) -> str:
@@ -252,14 +248,14 @@ def _attempt(
 ) -> dict[str, Any] | None:
     """Re-plan if usable capacity changed since the last attempt; start moving if it can."""
     nkey = node_key(t)
-    seen = _looked.get(t.owner.uid)
+    seen = t.memory.restore_looked
     if seen is not None and seen[0] == nkey and now - seen[1] < POLL_SECONDS:
         return None
-    _looked[t.owner.uid] = (nkey, now)
+    t.memory.restore_looked = (nkey, now)
     view = t.kube.view(t.owner.namespace, t.owner.name, t.model.topology_key, t.model.node_selector)
     key = capacity_key(view.nodes)
     # the same capacity gives the same answer (the planners are deterministic)
-    if key == (rst.get("capacityKey") if purpose == RESTORE else _no_gain.get(t.owner.uid)):
+    if key == (rst.get("capacityKey") if purpose == RESTORE else t.memory.restore_no_gain):
         return None
     bound = t.model.recovery_latency_bound
     backups = list(plan.get("backups") or [])
@@ -276,7 +272,7 @@ def _attempt(
             batch=RESTORE_BATCH,
         )
         if rp is None or not rp.steps:
-            _no_gain[t.owner.uid] = key  # nothing to gain here: quiet, no status write
+            t.memory.restore_no_gain = key  # nothing to gain here: quiet, no status write
             return None
     else:
         try:

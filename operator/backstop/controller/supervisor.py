@@ -16,9 +16,10 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from backstop.controller.memo import TopologyMemo
 from backstop.domain.conditions import merge_patch
 from backstop.domain.constants import ANN_HASH
 from backstop.domain.incidents import (
@@ -63,6 +64,8 @@ class Tick:
     status: dict[str, Any]
     nodes: dict[str, NodeInfo]
     emit: Emit
+    memory: TopologyMemo = field(default_factory=TopologyMemo)
+    """The topology's memory between ticks (Kopf's per-object memo)."""
 
 
 def _ordered(graph: TaskGraph, tasks: set[str] | list[str]) -> list[str]:

@@ -403,32 +403,36 @@ def spec_hash(spec: Mapping[str, Any]) -> str:
 
 
 def with_operator_defaults(
-    model: StreamTopologySpec, raw: Mapping[str, Any], env: Mapping[str, str]
+    model: StreamTopologySpec,
+    raw: Mapping[str, Any],
+    *,
+    grace_period_seconds: float | None = None,
+    utilization_cap: float | None = None,
 ) -> StreamTopologySpec:
     """Fill recovery settings the manifest leaves out from the operator's defaults.
 
     The Helm chart passes cluster-wide defaults (``BACKSTOP_GRACE_PERIOD_SECONDS``,
-    ``BACKSTOP_UTILIZATION_CAP``); a value written in the manifest always wins.
+    ``BACKSTOP_UTILIZATION_CAP``, read by :mod:`backstop.controller.settings`); a value
+    written in the manifest always wins.
 
     Examples
     --------
     >>> m = StreamTopologySpec.model_validate({"image": "x", "recoveryLatencyBound": 2,
     ...     "operators": [{"name": "a", "reprocessingLatency": 1}]})
-    >>> env = {"BACKSTOP_GRACE_PERIOD_SECONDS": "5"}
-    >>> with_operator_defaults(m, {}, env).recovery.grace_period_seconds
+    >>> with_operator_defaults(m, {}, grace_period_seconds=5).recovery.grace_period_seconds
     5.0
     >>> with_operator_defaults(m, {"recovery": {"gracePeriodSeconds": 9}},
-    ...     {"BACKSTOP_GRACE_PERIOD_SECONDS": "5"}) is m
+    ...     grace_period_seconds=5) is m
     True
     """
     given = raw.get("recovery") or {}
     update: dict[str, float] = {}
-    for field_name, alias, var in (
-        ("grace_period_seconds", "gracePeriodSeconds", "BACKSTOP_GRACE_PERIOD_SECONDS"),
-        ("utilization_cap", "utilizationCap", "BACKSTOP_UTILIZATION_CAP"),
+    for field_name, alias, value in (
+        ("grace_period_seconds", "gracePeriodSeconds", grace_period_seconds),
+        ("utilization_cap", "utilizationCap", utilization_cap),
     ):
-        if alias not in given and field_name not in given and env.get(var):
-            update[field_name] = float(env[var])
+        if alias not in given and field_name not in given and value is not None:
+            update[field_name] = float(value)
     if not update:
         return model
     return model.model_copy(update={"recovery": model.recovery.model_copy(update=update)})

@@ -1,0 +1,77 @@
+"""The operator's configuration, read once from its environment into a typed object.
+
+The Helm chart and ``backstop operator`` pass configuration as environment variables;
+this module is the only place that reads them. :func:`settings` parses them on first
+use (the operator's startup handler calls it, so a bad value stops the operator at
+startup with the variable's name instead of failing every reconcile).
+
+Examples
+--------
+>>> s = Settings.from_env({"BACKSTOP_GRACE_PERIOD_SECONDS": "5", "BACKSTOP_REOPT_TICK": ""})
+>>> s.grace_period_seconds, s.utilization_cap, s.reopt_tick_seconds
+(5.0, None, 5.0)
+>>> Settings.from_env({"BACKSTOP_REOPT_TIMEOUT": "soon"})
+Traceback (most recent call last):
+...
+ValueError: BACKSTOP_REOPT_TIMEOUT: expected a number, got 'soon'
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict
+
+#: field name → environment variable
+ENV_VARS: dict[str, str] = {
+    "grace_period_seconds": "BACKSTOP_GRACE_PERIOD_SECONDS",
+    "utilization_cap": "BACKSTOP_UTILIZATION_CAP",
+    "spark_master": "BACKSTOP_SPARK_MASTER",
+    "reopt_timeout_seconds": "BACKSTOP_REOPT_TIMEOUT",
+    "reopt_time_limit": "BACKSTOP_REOPT_TIME_LIMIT",
+    "reopt_tick_seconds": "BACKSTOP_REOPT_TICK",
+}
+
+
+class Settings(BaseModel):
+    """Operator-wide settings (see ``docs/reoptimization.md`` and the chart's values)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    grace_period_seconds: float | None = None
+    """Default ``spec.recovery.gracePeriodSeconds`` for topologies that omit it."""
+    utilization_cap: float | None = None
+    """Default ``spec.recovery.utilizationCap`` for topologies that omit it."""
+    spark_master: str = "local[2]"
+    """Spark master of the per-topology re-optimization runs."""
+    reopt_timeout_seconds: float = 900.0
+    """Seconds before a re-optimization run is killed."""
+    reopt_time_limit: float = 2.0
+    """Planner seconds per plan in a re-optimization run."""
+    reopt_tick_seconds: float = 5.0
+    """Seconds between the re-optimization daemon's checks."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        """Parse the variables of :data:`ENV_VARS`; unset or empty ones keep the default."""
+        values: dict[str, str | float] = {}
+        for name, var in ENV_VARS.items():
+            raw = env.get(var)
+            if not raw:
+                continue
+            if name == "spark_master":
+                values[name] = raw
+                continue
+            try:
+                values[name] = float(raw)
+            except ValueError:
+                raise ValueError(f"{var}: expected a number, got {raw!r}") from None
+        return cls.model_validate(values)
+
+
+@functools.cache
+def settings() -> Settings:
+    """The process's settings, read from ``os.environ`` on first use."""
+    return Settings.from_env(os.environ)
