@@ -34,7 +34,7 @@ lint: $(STAMP) ## ruff (lint + format check)
 typecheck: $(STAMP) ## mypy --strict
 	$(BIN)/mypy --strict planners operator/backstop runtime/backstop_runtime tests bench
 
-imports: $(STAMP) ## import-linter: planners stay pure
+imports: $(STAMP) ## import-linter: planners stay pure, the operator's layers hold
 	$(BIN)/lint-imports
 
 cluster-build: ## build etcd/kube-apiserver/controller-manager/scheduler into $(BACKSTOP_CACHE) (once)
