@@ -8,8 +8,8 @@ planned``) saves against every task keeping backups.
 Setup, as in the seed (Section 5.1): unit bins (1 core), task widths around
 ``α`` and heights (reprocessing latencies) around ``β``, and a bound ``R``
 (the seed fixes ``R = 1``; we also run a looser one). The seed's topologies
-are rebuilt from its description: Tree (every task has one downstream),
-SignalGuru-like (sequential-dominated), Twitter-Sentiment-like
+are rebuilt from its description with its Table 4 sizes: Tree (every task has
+one downstream), SignalGuru-like (sequential-dominated), Twitter Sentiment
 (parallel-dominated, auto-scaled) and random DAGs; small random instances are
 added so that CP-SAT finishes and the gap to the optimum is known.
 
@@ -86,27 +86,6 @@ def guru(stages: int, alpha: float, beta: float, seed: int, max_inputs: int = 2)
     return _graph(n, edges, alpha, beta, seed)
 
 
-def senti(
-    scale: tuple[int, int, int], degree: int, alpha: float, beta: float, seed: int
-) -> TaskGraph:
-    """Parallel-dominated: source → hot topics → filter → sentiment → sink, auto-scaled."""
-    rng = random.Random(seed)
-    layers = [[0]]
-    n = 1
-    for width in (*scale, 1):
-        layers.append(list(range(n, n + width)))
-        n += width
-    edges: set[tuple[int, int]] = set()
-    for prev, cur in itertools.pairwise(layers):
-        for v in cur:
-            for u in rng.sample(prev, min(len(prev), degree)):
-                edges.add((u, v))
-        for u in prev:
-            if not any(e[0] == u for e in edges):
-                edges.add((u, rng.choice(cur)))
-    return _graph(n, edges, alpha, beta, seed)
-
-
 def senti_seed(scale: tuple[int, int, int], alpha: float, beta: float, seed: int) -> TaskGraph:
     """Twitter Sentiment as the FTC benchmark builds it: 93 tasks, 560 / 1050 edges.
 
@@ -138,7 +117,7 @@ class Case:
 
 
 def cases(quick: bool) -> list[Case]:
-    """The seed's Table 4 instances (sizes approximated), plus small ones for CP-SAT."""
+    """The seed's Table 4 instances (:func:`table4`), plus small ones for CP-SAT."""
     small = [
         Case("Rnd-12 (α.3 β.4)", lambda: rnd(12, 18, 0.3, 0.4, 1)),
         Case("Tree-15 (α.3 β.4)", lambda: tree(15, 0.3, 0.4, 2)),
