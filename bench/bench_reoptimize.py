@@ -12,7 +12,7 @@ times three things:
    local[N]`` in a fresh process (JVM start-up included);
 2. the estimates alone in Spark, in a warm session (read + two aggregations);
 3. the same estimates in one process with pandas
-   (:func:`backstop.domain.recommend.estimate_operators_pandas`), read included.
+   (:func:`backstop.domain.estimates.estimate_operators_pandas`), read included.
 
 Prints a markdown section to stdout (progress to stderr); ``--out FILE``
 also writes it into FILE, replacing only its ``## Re-optimization (Spark)``

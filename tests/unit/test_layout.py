@@ -77,3 +77,17 @@ def test_no_operator_module_is_over_550_lines() -> None:
         if (n := len(p.read_text().splitlines())) > 550
     }
     assert long == {}
+
+
+def test_no_import_cycles_in_the_operator() -> None:
+    import grimp
+    import networkx as nx
+
+    graph = grimp.build_graph("backstop")
+    edges = [
+        (m, i)
+        for m in graph.modules
+        for i in graph.find_modules_directly_imported_by(m)
+        if i.startswith("backstop")
+    ]
+    assert list(nx.simple_cycles(nx.DiGraph(edges))) == []

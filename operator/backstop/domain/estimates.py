@@ -133,7 +133,7 @@ def estimate_operators_pandas(tasks: pd.DataFrame, params: EstimateParams) -> pd
     Returns
     -------
     pandas.DataFrame
-        The same columns as :func:`backstop.jobs.reoptimize.transform_operator_estimates`.
+        The same columns as :func:`backstop.jobs.transforms.transform_operator_estimates`.
 
     Notes
     -----

@@ -109,8 +109,8 @@ def read_metrics(spark: SparkSession, path: str, columns: Mapping[str, str]) -> 
         (``.parquet``; ``.jsonl``/``.json``/``.ndjson``). Remote URLs
         (``s3a://…``) are read as Parquet.
     columns:
-        :data:`~backstop.domain.recommend.TASK_COLUMNS` or
-        :data:`~backstop.domain.recommend.NODE_COLUMNS`.
+        :data:`~backstop.domain.estimates.TASK_COLUMNS` or
+        :data:`~backstop.domain.estimates.NODE_COLUMNS`.
 
     Raises
     ------
