@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Reproduce Figs. 4 and 5 of the selective-replication seed.
+
+Seed: ``adaptive-selective-replication.txt``.
+
+Why: the seed claims that, with independent host crashes of probability ``p``
+over a day, selecting operators for replication by QOD or LU keeps about 1.7
+points more queries running than a random selection (p = 0.02, load_rem = 50),
+QOD·LU another 0.4 (99.2 %), and that full replication (twice the resources)
+is only about one point better (lines 179 and 187). This script rebuilds the
+seed's setup and measures every selection in ``planners.replication`` under the
+seed's availability model (:func:`planners.replication.crash_availability`).
+
+Setup (Section 3.4, lines 175–187): queries from six templates over shared
+sources, with multi-query optimisation (an operator with the same type,
+predicate and inputs is reused), scaled to a system load of exactly 100; 100
+hosts, primaries spread least-loaded first; each host gets capacity
+``1 + load_rem / 100``, so the spare capacity is exactly ``load_rem``; operators
+replicated at most once. The expectation over crashes is computed (exactly,
+see the module), averaged over ``--workloads`` generated workloads (the random
+selection over ``--workloads`` seeds too).
+
+Prints a markdown section to stdout (progress to stderr); ``--out FILE`` also
+writes it into FILE, replacing only its ``## Selective replication`` section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.docsection import write_section
+from planners.graph import TaskGraph
+from planners.replication import (
+    ReplicationPlan,
+    check_replication,
+    crash_availability,
+    select_replicas,
+)
+
+HEADING = "## Selective replication"
+PROBS = (0.0025, 0.005, 0.01, 0.02, 0.03)
+"""The seed's host failure probabilities (line 179)."""
+LOADS = (0, 10, 25, 50, 75, 100)
+"""Spare resources for replication, % of the system load (Fig. 5's x-axis)."""
+FIG4 = [  # label, selection, strategy
+    ("random (seed)", "sort-fill", "random"),
+    ("QOD (seed)", "sort-fill", "qod"),
+    ("LU (seed)", "sort-fill", "lu"),
+    ("QOD·LU (seed)", "sort-fill", "qod-lu"),
+    ("QOD·LU knapsack (ours)", "knapsack", "qod-lu"),
+    ("best (ours)", "best", "qod-lu"),
+]
+COST = {"filter": 1.0, "proj": 0.5, "agg": 2.0, "join": 3.0, "seq": 2.5, "dest": 0.3}
+SEL = {"filter": 0.5, "proj": 1.0, "agg": 0.2, "join": 0.3, "seq": 0.2, "dest": 1.0}
+TEMPLATES = (
+    ("filter",),
+    ("filter", "agg"),
+    ("proj", "filter", "agg"),
+    ("join",),
+    ("filter", "seq"),
+    ("agg", "filter"),
+)
+"""The six query templates: operator chains between source(s) and destination."""
+
+
+def workload(
+    rng: random.Random, queries: int = 400, sources: int = 40, predicates: int = 4
+) -> TaskGraph:
+    """Queries from the six templates with operator reuse, total load scaled to 100.
+
+    Source rates are log-normal (a few hot streams), so operator loads are
+    skewed as in the seed, where 80 % of the operators take half the load (line 187).
+    """
+    rate = {f"src-{i}": rng.lognormvariate(0.0, 1.0) for i in range(sources)}
+    ops: dict[tuple[object, ...], str] = {}
+    out_rate: dict[str, float] = dict(rate)
+    load: dict[str, float] = dict.fromkeys(rate, 0.0)
+    edges: list[tuple[str, str]] = []
+    outputs: list[str] = []
+
+    def op(kind: str, pred: int, inputs: tuple[str, ...]) -> str:
+        key = (kind, pred, inputs)
+        if key not in ops:
+            name = f"{kind}-{len(ops)}"
+            ops[key] = name
+            r_in = sum(out_rate[i] for i in inputs)
+            load[name] = r_in * COST[kind] * rng.uniform(0.5, 1.5)
+            out_rate[name] = r_in * SEL[kind]
+            edges.extend((i, name) for i in inputs)
+        return ops[key]
+
+    srcs = sorted(rate)
+    for q in range(queries):
+        tpl = TEMPLATES[rng.randrange(len(TEMPLATES))]
+        src = rng.choice(srcs)
+        cur: tuple[str, ...] = (src,)
+        for kind in tpl:
+            if kind in ("join", "seq"):
+                other = rng.choice([s for s in srcs if s != src])
+                cur = (*cur, other)
+            cur = (op(kind, rng.randrange(predicates), cur),)
+        dest = f"dest-{q}"
+        load[dest] = out_rate[cur[0]] * COST["dest"]
+        out_rate[dest] = 0.0
+        edges.append((cur[0], dest))
+        outputs.append(dest)
+    for s in srcs:  # a source costs its input rate
+        load[s] = rate[s] * 0.2
+    scale = 100.0 / sum(load.values())
+    tasks = [t for t in load if any(t in e for e in edges)]
+    return TaskGraph.build(
+        tasks,
+        [e for e in edges if e[0] in tasks],
+        latency=dict.fromkeys(tasks, 1.0),
+        weight={t: load[t] * scale for t in tasks},
+        outputs=outputs,
+    )
+
+
+def spread(graph: TaskGraph, hosts: int) -> dict[str, str]:
+    """Primaries largest first onto the least-loaded host (a balanced system load)."""
+    names = [f"h{i:03d}" for i in range(hosts)]
+    used = dict.fromkeys(names, 0.0)
+    out: dict[str, str] = {}
+    for v in sorted(range(len(graph)), key=lambda v: (-graph.weight[v], v)):
+        h = min(names, key=lambda x: (used[x], x))
+        out[graph.tasks[v]] = h
+        used[h] += graph.weight[v]
+    return out
+
+
+def spare_for(
+    graph: TaskGraph, assignment: dict[str, str], hosts: int, load_rem: float
+) -> dict[str, float]:
+    """Each host's capacity is ``1 + load_rem / hosts·…``: Σ spare = load_rem exactly."""
+    used: dict[str, float] = {}
+    for t, h in assignment.items():
+        used[h] = used.get(h, 0.0) + graph.weight[graph.index(t)]
+    cap = (sum(graph.weight) + load_rem) / hosts
+    names = [f"h{i:03d}" for i in range(hosts)]
+    raw = {h: cap - used.get(h, 0.0) for h in names}
+    # hosts above the mean carry the deficit; keep Σ spare = load_rem, never negative
+    short = sum(-x for x in raw.values() if x < 0)
+    pos = sum(x for x in raw.values() if x > 0)
+    return {h: max(0.0, max(0.0, x) * (1 - short / pos)) if pos else 0.0 for h, x in raw.items()}
+
+
+def run(args: argparse.Namespace) -> str:
+    t0 = time.perf_counter()
+    fig4: dict[str, dict[float, list[float]]] = {lbl: {p: [] for p in PROBS} for lbl, _, _ in FIG4}
+    share4: dict[str, list[float]] = {lbl: [] for lbl, _, _ in FIG4}
+    fig5: dict[int, dict[float, list[float]]] = {x: {p: [] for p in PROBS} for x in LOADS}
+    base: dict[float, list[float]] = {p: [] for p in PROBS}
+    replicated: dict[int, list[float]] = {x: [] for x in LOADS}
+    sizes: list[tuple[int, int]] = []
+    for w in range(args.workloads):
+        print(f"workload {w + 1}/{args.workloads}", file=sys.stderr, flush=True)
+        rng = random.Random(args.seed * 1000 + w)
+        g = workload(rng)
+        sizes.append((len(g), len(g.outputs)))
+        assignment = spread(g, args.hosts)
+        for p in PROBS:
+            base[p].append(crash_availability(g, assignment, {}, p))
+
+        def plan_for(
+            load_rem: float,
+            selection: str,
+            strategy: str,
+            p: float,
+            w: int = w,
+            g: TaskGraph = g,
+            assignment: dict[str, str] = assignment,
+        ) -> ReplicationPlan:
+            spare = spare_for(g, assignment, args.hosts, load_rem)
+            plan = select_replicas(
+                g,
+                assignment,
+                spare,
+                budget=load_rem,
+                strategy=strategy,
+                selection=selection,
+                seed=w,
+                host_failure_prob=p,
+            )
+            problems = check_replication(g, assignment, spare, plan, budget=load_rem)
+            if problems:
+                raise SystemExit(f"{selection}/{strategy} produced an invalid plan: {problems}")
+            return plan
+
+        for label, selection, strategy in FIG4:
+            if selection == "best":
+                for p in PROBS:  # best rates by p: one plan per p
+                    plan = plan_for(args.load_rem, selection, strategy, p)
+                    fig4[label][p].append(plan.crash_availability or 0.0)
+                    if p == 0.02:
+                        share4[label].append(len(plan.replicas) / len(g))
+                continue
+            plan = plan_for(args.load_rem, selection, strategy, PROBS[0])
+            share4[label].append(len(plan.replicas) / len(g))
+            for p in PROBS:
+                fig4[label][p].append(crash_availability(g, assignment, plan.replicas, p))
+        for x in LOADS:
+            plan = plan_for(float(x), "sort-fill", "qod-lu", PROBS[0])
+            replicated[x].append(len(plan.replicas) / len(g))
+            for p in PROBS:
+                fig5[x][p].append(crash_availability(g, assignment, plan.replicas, p))
+    secs = time.perf_counter() - t0
+
+    def pct(xs: list[float]) -> str:
+        return f"{100 * statistics.mean(xs):.2f}"
+
+    ops = statistics.mean(s[0] for s in sizes)
+    qs = statistics.mean(s[1] for s in sizes)
+    head = "| selection | operators replicated | " + " | ".join(f"p = {p:g}" for p in PROBS) + " |"
+    rule = "|---|---:|" + "---:|" * len(PROBS)
+    lines = [
+        HEADING,
+        "",
+        f"`python bench/bench_replication.py --workloads {args.workloads} --seed {args.seed}`"
+        f" ({secs:.0f} s) — the seed's Section 3.4 setup: {args.workloads} workloads of "
+        f"{qs:.0f} queries on average ({ops:.0f} operators after reuse) from six templates,"
+        f" system load 100 on {args.hosts} hosts, spare capacity = load_rem spread over the "
+        "hosts, at most one replica per operator. Cells: expected % of queries still running "
+        "after a day in which each host crashes independently with probability p (the seed's "
+        "model, lines 73–75; computed exactly, not sampled).",
+        "",
+        f"### Fig. 4: selection heuristics at load_rem = {args.load_rem:g}",
+        "",
+        head,
+        rule,
+        "| no replicas | 0 % | " + " | ".join(pct(base[p]) for p in PROBS) + " |",
+    ]
+    for label, _, _ in FIG4:
+        lines.append(
+            f"| {label} | {pct(share4[label])} % | "
+            + " | ".join(pct(fig4[label][p]) for p in PROBS)
+            + " |"
+        )
+    lines += [
+        "",
+        "### Fig. 5: QOD·LU (seed's sort-and-fill) against spare resources",
+        "",
+        "| load_rem (% of load) | operators replicated | "
+        + " | ".join(f"p = {p:g}" for p in PROBS)
+        + " |",
+        "|---:|---:|" + "---:|" * len(PROBS),
+    ]
+    for x in LOADS:
+        lines.append(
+            f"| {x} | {pct(replicated[x])} % | " + " | ".join(pct(fig5[x][p]) for p in PROBS) + " |"
+        )
+
+    def m(label: str, p: float) -> float:
+        return 100 * statistics.mean(fig4[label][p])
+
+    p2 = 0.02
+    rnd, qod, lu, ql = (
+        m(x, p2) for x in ("random (seed)", "QOD (seed)", "LU (seed)", "QOD·LU (seed)")
+    )
+    full = {p: 100 * statistics.mean(fig5[100][p]) for p in PROBS}
+    half = {p: 100 * statistics.mean(fig5[50][p]) for p in PROBS}
+    lines += [
+        "",
+        "### The seed's numbers beside ours (p = 0.02, load_rem = 50 unless noted)",
+        "",
+        "| claim | seed | ours |",
+        "|---|---:|---:|",
+        f"| QOD·LU: queries still running | 99.2 % | {ql:.2f} % |",
+        f"| QOD over random | ≈ +1.7 points | {qod - rnd:+.2f} |",
+        f"| LU over random | ≈ +1.7 points | {lu - rnd:+.2f} |",
+        f"| QOD·LU over the better of QOD, LU | +0.4 points | {ql - max(qod, lu):+.2f} |",
+        f"| full replication (load_rem = 100) over load_rem = 50, p = 0.03 | ≈ +1 point | "
+        f"{full[0.03] - half[0.03]:+.2f} |",
+        f"| operators replicated at load_rem = 50 | 80 % | {pct(replicated[50])} % |",
+        "",
+        "The shape of Figs. 4/5 holds: at every p, QOD·LU ≥ QOD and LU > random, and "
+        "QOD·LU at load_rem = 50 is within about one point of full replication. The "
+        "differences in size: (1) the seed does not publish its templates, operator costs or "
+        "primary placement, so absolute levels depend on our generator (log-normal source "
+        "rates, six templates, reuse by type, predicate and inputs); (2) the seed's "
+        "1000-run average is replaced by the exact expectation; (3) in our workloads the "
+        "most reused operators (sources, joins of hot streams) are also among the heaviest, "
+        "so QOD alone replicates fewer operators than LU and gains less over random than the "
+        "seed's +1.7, and QOD·LU orders almost as LU does (hence +0.0x rather than +0.4); "
+        "(4) *full replication* (load_rem = 100) replicates slightly under 100 % of the "
+        "operators: a few operators are larger than any host's spare capacity once the spare "
+        "is spread evenly, so its lead over load_rem = 50 is a little smaller than the seed's. "
+        "Our exact knapsack gains little over the seed's sort-and-fill (the QOD·LU product is "
+        "already a good profit-per-weight order, as the seed argues, lines 148–152); *best* "
+        "(every selection rated by the crash model, kept as the operator's choice) gains most "
+        "at high p.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workloads", type=int, default=20, help="generated workloads (default 20)")
+    p.add_argument("--hosts", type=int, default=100, help="hosts (seed: 100)")
+    p.add_argument("--load-rem", type=float, default=50.0, help="spare for Fig. 4 (seed: 50)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, help="also write the section into this markdown file")
+    args = p.parse_args(argv)
+    section = run(args)
+    sys.stdout.write(section)
+    if args.out:
+        write_section(args.out, HEADING, section)
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

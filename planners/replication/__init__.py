@@ -1,0 +1,56 @@
+"""Selective active replication on spare CPU (seed ``adaptive-selective-replication.txt``).
+
+Why this package exists: upstream backups bound how long recovery takes, but a
+query still goes dark while its failed tasks restart. An active replica of a
+task takes over at once, so where the cluster has spare CPU we can spend it on
+replicas, and the question is which tasks are worth it. The seed rates tasks by
+an importance heuristic (QOD: how many queries depend on the task; LU: how cheap
+it is; their product QOD·LU; or a random order as its baseline), selects them
+in that order until the spare resources are used up, and places the replicas by
+colored bin packing so that few replicas share a host.
+
+Modules: ``model`` (plans, importance, the single-node availability and the
+validator), ``crash`` (the seed's availability model: independent host crashes
+with probability ``p``, exact where small, seeded Monte Carlo where large) and
+``select`` (the seed's sort-and-fill selection, Backstop's exact knapsack and
+``best``, registered in :data:`SELECTIONS`). Every name is re-exported here.
+"""
+
+from __future__ import annotations
+
+from planners.replication.crash import crash_availability, query_survival
+from planners.replication.model import (
+    STRATEGIES,
+    ReplicationPlan,
+    availability,
+    check_replication,
+    importance,
+)
+from planners.replication.select import (
+    HOST_ORDERS,
+    SELECTIONS,
+    ReplicationAlgorithm,
+    _knapsack,
+    replicate_best,
+    replicate_knapsack,
+    replicate_sort_fill,
+    select_replicas,
+)
+
+__all__ = [
+    "HOST_ORDERS",
+    "SELECTIONS",
+    "STRATEGIES",
+    "ReplicationAlgorithm",
+    "ReplicationPlan",
+    "_knapsack",
+    "availability",
+    "check_replication",
+    "crash_availability",
+    "importance",
+    "query_survival",
+    "replicate_best",
+    "replicate_knapsack",
+    "replicate_sort_fill",
+    "select_replicas",
+]
