@@ -22,7 +22,13 @@ blocking recovery.
 
 from __future__ import annotations
 
-from planners.recovery.best_density import recover_best_density
+from planners.recovery.best_density import (
+    PRUNED_PAIR_POOL,
+    approximation_bound,
+    recover_best_density,
+    recover_best_density_pruned,
+    recover_best_density_strong,
+)
 from planners.recovery.exact import recover_auto, recover_exact
 from planners.recovery.heuristics import recover_dp, recover_operator_centric
 from planners.recovery.model import (
@@ -50,6 +56,7 @@ from planners.recovery.timeline import TimedStep, Timeline, fill_leftover, simul
 __all__ = [
     "DEFAULT_UTILIZATION",
     "MODES",
+    "PRUNED_PAIR_POOL",
     "RECOVERY_ALGORITHMS",
     "Event",
     "InvalidEvent",
@@ -62,6 +69,7 @@ __all__ = [
     "RecoveryStep",
     "TimedStep",
     "Timeline",
+    "approximation_bound",
     "check_recovery",
     "failed_queries",
     "fill_leftover",
@@ -69,6 +77,8 @@ __all__ = [
     "node_load",
     "recover_auto",
     "recover_best_density",
+    "recover_best_density_pruned",
+    "recover_best_density_strong",
     "recover_dp",
     "recover_exact",
     "recover_operator_centric",

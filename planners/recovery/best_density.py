@@ -1,4 +1,29 @@
-"""The seed's BestDensity (Algorithm 3)."""
+"""The seed's BestDensity (Algorithm 3), as written and pruned, and its Theorem 5.1 bound.
+
+Why a module of its own: BestDensity is the seed's main heuristic, and three
+readings of it are compared in ``bench/bench_recovery.py``: as the seed writes
+it (the densest single query plus every pair, lines 290–301), with the pairs
+pruned to the 48 densest queries (bounded time for hundreds of queries), and
+the strongest seeding (every single too) that ``auto`` uses. Theorem 5.1's
+ratio (:func:`approximation_bound`) is checked against the optimum on every
+benchmark instance.
+
+Deviations from the seed that remain, in all readings (``incremental-recovery.txt``):
+
+- line 295 (``Cost(CP_i) + C_m^i ≤ R``): a query fits only if its new tasks
+  also pack node by node (largest first, best fit, falling back to the seed's
+  most-free-node rule of line 339); the seed checks the pooled ``R`` and
+  assigns afterwards. On one node (the seed's Fig. 16 setting) the two agree.
+- line 325 ("the failed query that has the largest profit density"): ties go
+  to the higher priority, then the lower cost, then the first query; the seed
+  keeps the last of equal densities (``PD ≥ maxDens``).
+- line 301 ("return the candidate plan with the highest sum of priorities"):
+  ties go to more recovered queries, then the lower cost.
+- failed tasks that belong to no failed query are recovered where capacity is
+  left (they earn nothing and cost no query anything); the seed has no such tasks.
+- a work budget (``time_limit``) stops starting new candidates; with the
+  default the seed's 18-query instances always finish.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +40,71 @@ from planners.recovery.model import (
     _place,
     _Problem,
     _remaining_after,
+    failed_queries,
 )
+
+__all__ = [
+    "PRUNED_PAIR_POOL",
+    "approximation_bound",
+    "recover_best_density",
+    "recover_best_density_pruned",
+    "recover_best_density_strong",
+]
+
+PRUNED_PAIR_POOL = 48
+"""``best-density-pruned`` seeds pairs only among this many densest queries."""
+
+
+def approximation_bound(graph: TaskGraph, failed: Collection[str]) -> float:
+    """Theorem 5.1's ratio ``1 − e^(−1/d)``, ``d`` the most failed queries sharing a failed task.
+
+    Parameters
+    ----------
+    graph:
+        The task DAG.
+    failed:
+        Ids of the failed tasks.
+
+    Returns
+    -------
+    float
+        The ratio the seed claims BestDensity's recovered priority reaches
+        against the optimum; ``1.0`` when nothing failed.
+
+    Raises
+    ------
+    InvalidTopology
+        If ``failed`` names an unknown task.
+
+    Examples
+    --------
+    >>> g = TaskGraph.build(["s", "a", "b"], [("s", "a"), ("s", "b")],
+    ...                     latency={"s": 1, "a": 1, "b": 1})
+    >>> round(approximation_bound(g, ["s"]), 4)  # s is shared by 2 queries
+    0.3935
+    >>> round(approximation_bound(g, ["a"]), 4)
+    0.6321
+
+    Notes
+    -----
+    The proof (Appendix D.2, lines 586–668) starts from "the first 2 queries in
+    RP*", so it assumes the optimum recovers at least two queries. When it
+    recovers one, the seed's single candidate is the *densest* query, not the
+    most valuable one, and the ratio can fall to nearly 0 (see
+    ``tests/test_recovery_seed.py``); ``best-density-strong`` seeds every single
+    query and so recovers at least the best single one.
+
+    References
+    ----------
+    Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
+    Theorem 5.1 (line 329); seed ``incremental-recovery.txt``.
+    """
+    share: dict[str, int] = {}
+    for tasks in failed_queries(graph, failed).values():
+        for t in tasks:
+            share[t] = share.get(t, 0) + 1
+    d = max(share.values(), default=0)
+    return 1.0 if d == 0 else 1.0 - math.exp(-1.0 / d)
 
 
 def recover_best_density(
@@ -25,17 +114,17 @@ def recover_best_density(
     *,
     time_limit: float = 5.0,
 ) -> RecoveryStep:
-    """The seed's BestDensity (Algorithm 3): grow seed plans by profit density.
+    """The seed's BestDensity (Algorithm 3) as written: the densest single plus every pair.
 
     The profit density of a failed query ``Q_i`` given the tasks already in a
     candidate plan is ``prt_i / Σ c_k / f_k`` over its failed tasks ``p_k`` not
     yet in the plan, where ``c_k`` is the CPU of ``p_k`` and ``f_k`` the number
-    of still-unrecovered failed queries sharing it. Candidate plans start as the
-    empty plan, every single query and every pair of queries that fit; each is
-    extended greedily with the densest query that still fits; the plan with the
-    highest recovered priority wins. Unlike the seed, a query "fits" only if its
-    new tasks can be packed on the nodes (largest first, best fit, falling back
-    to the seed's most-free-node rule), so the plan is feasible node by node.
+    of still-unrecovered failed queries sharing it (Definition 3, line 267).
+    The candidate plans are the densest single query that fits (lines 9–10)
+    and every pair of queries that fits (lines 11–19); each is extended
+    greedily with the densest query that still fits (lines 20–31); the plan
+    with the highest recovered priority wins (line 32). A query "fits" only if
+    its new tasks pack on the nodes (see the module's deviations).
 
     Parameters
     ----------
@@ -72,19 +161,141 @@ def recover_best_density(
 
     Notes
     -----
-    With M failed queries there are O(M²) candidate plans, each extended at
-    most M times over M queries: O(M⁴·F) in this direct form (the seed states
-    O(M³ log M) for its bookkeeping). For M > 48 only pairs among the 48
-    densest queries seed the candidates, to keep the time bounded. Against the
-    aggregate-capacity optimum the seed proves a ratio of ``1 − e^(−1/d)``,
-    ``d`` being the most queries sharing one task; per-node packing may lose
-    more, which :func:`recover_exact` and ``auto`` make up for.
+    With M failed queries there are up to ``M(M−1)/2 + 1`` candidates (line
+    325), each extended at most M times over M queries: O(M⁴·F) in this direct
+    form (the seed states O(M³ log M) for its bookkeeping). The seed proves
+    ``1 − e^(−1/d)`` of the pooled optimum (:func:`approximation_bound`), which
+    needs an optimum of two or more queries.
 
     References
     ----------
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
-    Section 5, Algorithm 3, Theorem 5.1; seed ``incremental-recovery.txt``.
+    Section 5, Algorithm 3, Theorem 5.1; seed ``incremental-recovery.txt``, lines 259–339.
     """
+    return _best_density(
+        graph,
+        failed,
+        capacity,
+        time_limit,
+        name="best-density",
+        pair_pool_size=None,
+        all_singles=False,
+    )
+
+
+def recover_best_density_pruned(
+    graph: TaskGraph,
+    failed: Collection[str],
+    capacity: Mapping[str, float],
+    *,
+    time_limit: float = 5.0,
+) -> RecoveryStep:
+    """BestDensity with its pairs drawn from the 48 densest queries only (bounded time).
+
+    As :func:`recover_best_density`, except that pairs (lines 11–19) are formed
+    only among the :data:`PRUNED_PAIR_POOL` densest queries that fit, which
+    bounds the candidates at 1 + 48·47/2 whatever ``M`` is. Identical to the
+    seed's for ``M ≤ 48``; the loss past that is measured in
+    ``bench/bench_recovery.py`` (docs/benchmarks.md).
+
+    Parameters
+    ----------
+    graph, failed, capacity, time_limit:
+        As for :func:`recover_best_density`.
+
+    Returns
+    -------
+    RecoveryStep
+
+    Examples
+    --------
+    >>> g = TaskGraph.build(["s-0", "a-0", "b-0"], [("s-0", "a-0"), ("s-0", "b-0")],
+    ...     latency={"s-0": 1, "a-0": 1, "b-0": 1}, weight={"s-0": 1, "a-0": 1, "b-0": 2},
+    ...     priority={"a-0": 1, "b-0": 5})
+    >>> recover_best_density_pruned(g, ["s-0", "a-0", "b-0"], {"n1": 3.0}).recovered_priority
+    5.0
+
+    Notes
+    -----
+    O(min(M, 48)² · M² · F).
+
+    References
+    ----------
+    ``incremental-recovery.txt`` lines 290–301 (the pairs); the pruning is Backstop's.
+    """
+    return _best_density(
+        graph,
+        failed,
+        capacity,
+        time_limit,
+        name="best-density-pruned",
+        pair_pool_size=PRUNED_PAIR_POOL,
+        all_singles=False,
+    )
+
+
+def recover_best_density_strong(
+    graph: TaskGraph,
+    failed: Collection[str],
+    capacity: Mapping[str, float],
+    *,
+    time_limit: float = 5.0,
+) -> RecoveryStep:
+    """BestDensity seeded with the empty plan, *every* single query and every pair.
+
+    The seed's single candidate is only the densest query (lines 9–10); seeding
+    every single one as well means the plan recovers at least the most valuable
+    query that fits, which the seed's reading can miss by any factor when the
+    optimum is one query (see :func:`approximation_bound`). ``auto`` starts here.
+
+    Parameters
+    ----------
+    graph, failed, capacity, time_limit:
+        As for :func:`recover_best_density`.
+
+    Returns
+    -------
+    RecoveryStep
+        Never below the best single query that packs.
+
+    Examples
+    --------
+    >>> g = TaskGraph.build(["a-0", "b-0"], [], latency={"a-0": 1, "b-0": 1},
+    ...     weight={"a-0": 0.1, "b-0": 1.0}, priority={"a-0": 1, "b-0": 5})
+    >>> recover_best_density(g, ["a-0", "b-0"], {"n": 1.0}).recovered_queries
+    ('a-0',)
+    >>> recover_best_density_strong(g, ["a-0", "b-0"], {"n": 1.0}).recovered_queries
+    ('b-0',)
+
+    Notes
+    -----
+    O(M²) candidates as :func:`recover_best_density` (M more singles).
+
+    References
+    ----------
+    ``incremental-recovery.txt`` Algorithm 3 (lines 290–301), with more seeds.
+    """
+    return _best_density(
+        graph,
+        failed,
+        capacity,
+        time_limit,
+        name="best-density-strong",
+        pair_pool_size=None,
+        all_singles=True,
+    )
+
+
+def _best_density(
+    graph: TaskGraph,
+    failed: Collection[str],
+    capacity: Mapping[str, float],
+    time_limit: float,
+    *,
+    name: str,
+    pair_pool_size: int | None,
+    all_singles: bool,
+) -> RecoveryStep:
     budget = WorkBudget(time_limit)
     prob = _Problem(graph, failed, capacity)
     nq = prob.nq
@@ -129,16 +340,16 @@ def recover_best_density(
             placement.update(got)
             plan |= new
 
-    # Seeds: empty, singles, pairs (the seed: best single + all pairs).
+    # Seeds (lines 1-19): the densest single query that fits, then every pair that fits
     share0 = [0] * len(prob.failed)
     for m in prob.qmask:
         for p in prob.bits(m):
             share0[p] += 1
     fits = [q for q in range(nq) if prob.cost(prob.qmask[q]) <= prob.total + _EPS]
     by_density = sorted(fits, key=lambda q: (-density(0, q, share0)[0], q))
-    pair_pool = sorted(by_density[:48])
-    seeds: list[tuple[int, ...]] = [()]
-    seeds += [(q,) for q in by_density]
+    pair_pool = sorted(by_density if pair_pool_size is None else by_density[:pair_pool_size])
+    seeds: list[tuple[int, ...]] = [()] if all_singles else []
+    seeds += [(q,) for q in (by_density if all_singles else by_density[:1])]
     seeds += [
         (a, b)
         for i, a in enumerate(pair_pool)
@@ -170,7 +381,7 @@ def recover_best_density(
         if pr >= sum(prob.qprio) - _EPS:
             break  # every failed query recovered: nothing can do better
     _fill_orphans(prob, best_place, _remaining_after(prob, best_place))
-    step = prob.step("best-density", best_place, None)
+    step = prob.step(name, best_place, None)
     if step.recovered_priority >= step.failed_priority - _EPS:
         step = replace(step, optimal=True, upper_bound=step.failed_priority)
     return step

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from planners.budget import deterministic_cp_sat
 from planners.graph import TaskGraph
-from planners.recovery.best_density import recover_best_density
+from planners.recovery.best_density import recover_best_density_strong
 from planners.recovery.heuristics import recover_dp
 from planners.recovery.model import (
     _EPS,
@@ -175,7 +175,8 @@ def recover_auto(
     Returns
     -------
     RecoveryStep
-        Never a lower recovered priority than :func:`recover_best_density`.
+        Never a lower recovered priority than :func:`recover_best_density_strong`
+        (and so than the seed's :func:`recover_best_density`, whose candidates it includes).
         ``optimal`` is ``True`` when proven.
 
     Raises
@@ -207,7 +208,7 @@ def recover_auto(
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
     Section 5; seed ``incremental-recovery.txt``.
     """
-    bd = recover_best_density(graph, failed, capacity, time_limit=time_limit / 3)
+    bd = recover_best_density_strong(graph, failed, capacity, time_limit=time_limit / 3)
     if bd.optimal:
         return replace(bd, algorithm="auto")
     best, bound = bd, bd.failed_priority

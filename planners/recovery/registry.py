@@ -6,7 +6,11 @@ from collections.abc import Collection, Mapping
 
 from planners.errors import UnknownAlgorithm
 from planners.graph import TaskGraph
-from planners.recovery.best_density import recover_best_density
+from planners.recovery.best_density import (
+    recover_best_density,
+    recover_best_density_pruned,
+    recover_best_density_strong,
+)
 from planners.recovery.exact import recover_auto, recover_exact
 from planners.recovery.heuristics import recover_dp, recover_operator_centric
 from planners.recovery.model import RecoveryAlgorithm, RecoveryStep
@@ -14,6 +18,8 @@ from planners.recovery.model import RecoveryAlgorithm, RecoveryStep
 RECOVERY_ALGORITHMS: dict[str, RecoveryAlgorithm] = {
     "operator-centric": recover_operator_centric,
     "best-density": recover_best_density,
+    "best-density-pruned": recover_best_density_pruned,
+    "best-density-strong": recover_best_density_strong,
     "dp": recover_dp,
     "exact": recover_exact,
     "auto": recover_auto,
