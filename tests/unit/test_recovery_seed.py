@@ -28,7 +28,7 @@ from planners.recovery import (
     recover_exact,
     schedule_recovery,
 )
-from tests.strategies import task_dags
+from tests.support.strategies import task_dags
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

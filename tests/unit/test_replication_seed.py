@@ -32,7 +32,7 @@ from planners.replication import (
     replicate_sort_fill,
     select_replicas,
 )
-from tests.strategies import task_dags
+from tests.support.strategies import task_dags
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
