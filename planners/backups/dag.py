@@ -10,6 +10,15 @@ from planners.backups.common import EPS, BackupPlan, _finish, _forced, _require_
 from planners.backups.local import _State
 from planners.graph import TaskGraph
 
+Ranking = Literal["covered-share", "workload"]
+"""How a round ranks its candidates: ours, or by ``B`` first as Algorithm 4 reads."""
+
+Elimination = Literal["redundant", "b-covered", "none"]
+"""How ``dag`` ends (the seed's "remove tasks that have been b-covered … to
+eliminate redundant backups"): every redundant backup after the last round,
+only the backups a round's new backup b-covers, or nothing."""
+
+
 # --------------------------------------------------------------------------- DAG (seed)
 
 
@@ -30,7 +39,9 @@ def _bfs_levels(graph: TaskGraph) -> list[int]:
     return level
 
 
-def _choose_backup_dag(graph: TaskGraph, bound: float, v: int, flags: list[bool]) -> list[int]:
+def _choose_backup_dag(
+    graph: TaskGraph, bound: float, v: int, flags: list[bool], ranking: Ranking = "covered-share"
+) -> list[int]:
     """One round of the seed's ChooseBackup-DAG from search source ``v``.
 
     Returns the new backups; ``flags`` is updated in place (``v`` itself may
@@ -91,10 +102,13 @@ def _choose_backup_dag(graph: TaskGraph, bound: float, v: int, flags: list[bool]
         # Largest share of the source's stream it b-covers on the way beyond R
         # (F restricted to the flow that needs a backup), then highest B, then
         # longest distance, then earliest task.
-        best = max(
-            candidates,
-            key=lambda w: (round(f[w] * g[w], 9), round(b[w], 9), dist[w], -w),
-        )
+        if ranking == "workload":  # Algorithm 4 as written: highest B, then distance
+            best = max(candidates, key=lambda w: (round(b[w], 9), dist[w], -w))
+        else:
+            best = max(
+                candidates,
+                key=lambda w: (round(f[w] * g[w], 9), round(b[w], 9), dist[w], -w),
+            )
         flags[best] = True
         picks.append(best)
 
@@ -148,13 +162,12 @@ def _paths_fit_without(state: _State, u: int) -> bool:
     return True
 
 
-Elimination = Literal["redundant", "b-covered", "none"]
-"""How ``dag`` ends (the seed's "remove tasks that have been b-covered … to
-eliminate redundant backups"): every redundant backup after the last round,
-only the backups a round's new backup b-covers, or nothing."""
-
-
-def _ftc_dag(graph: TaskGraph, bound: float, elimination: Elimination = "none") -> list[bool]:
+def _ftc_dag(
+    graph: TaskGraph,
+    bound: float,
+    elimination: Elimination = "none",
+    ranking: Ranking = "covered-share",
+) -> list[bool]:
     """Algorithm FTC (seed Algorithm 1) with ChooseBackup-DAG (Algorithm 4).
 
     ``elimination`` picks the final step (:data:`Elimination`); a backup is
@@ -170,7 +183,7 @@ def _ftc_dag(graph: TaskGraph, bound: float, elimination: Elimination = "none") 
     while heap:
         _, _, v = heapq.heappop(heap)  # the pending search source of largest index I(v)
         was_backup = flags[v]
-        picks = _choose_backup_dag(graph, bound, v, flags)
+        picks = _choose_backup_dag(graph, bound, v, flags, ranking)
         for w in picks:
             if w not in queued:
                 queued.add(w)
@@ -201,6 +214,7 @@ def backups_dag(
     *,
     time_limit: float = 10.0,
     elimination: Elimination = "redundant",
+    ranking: Ranking = "covered-share",
 ) -> BackupPlan:
     """The seed's heuristic for general DAGs: Algorithm FTC with ChooseBackup-DAG.
 
@@ -220,6 +234,9 @@ def backups_dag(
         only the redundant backups that a new backup b-covers (Definition 2:
         no other backup between them); ``"none"`` skips the step
         (:func:`backups_dag_no_elim`).
+    ranking : {"covered-share", "workload"}
+        How a round picks its next backup: ours (default, see Notes) or
+        Algorithm 4 as written, highest backup workload ``B`` first.
 
     Returns
     -------
@@ -269,7 +286,10 @@ def backups_dag(
       and trees every candidate covers the whole stream, so this is the
       seed's order; on shuffle-heavy DAGs ranking by ``B`` first picks many
       parallel tasks where one upstream task covers them all (on Twitter
-      Sentiment, ranking by ``B`` alone was up to 15x the optimum).
+      Sentiment, ranking by ``B`` alone was up to 15x the optimum; with the
+      elimination step below it is still 149 % above the optimum on average,
+      122 % over the sweep, against 8.1 % and 5.8 % with our ranking). The
+      seed's ranking is kept as ``ranking="workload"``.
     - Elimination (line 302, "Finally, we remove tasks that have been
       b-covered from the new backup task to eliminate redundant backups"):
       the seed does not say when a b-covered backup is redundant nor which
@@ -287,9 +307,11 @@ def backups_dag(
     eqs. (7) and (8), Lemma 3, Theorem 1.
     """
     _require_feasible(graph, bound)
-    flags = _ftc_dag(graph, bound, elimination)
+    flags = _ftc_dag(graph, bound, elimination, ranking)
     lower = sum(_forced(graph, bound))
     name = {"redundant": "dag", "b-covered": "dag-b-covered", "none": "dag-no-elim"}[elimination]
+    if ranking == "workload":
+        name += "+workload"
     return _finish(graph, bound, name, flags, True if sum(flags) == lower else None)
 
 
