@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import kopf
 
+from backstop.controller import faults
 from backstop.domain.constants import EVENT_REASONS
 from backstop.k8s.cluster import api_client
 from backstop.k8s.kubeio import Kube
@@ -19,7 +20,7 @@ def kube() -> Kube:
     """The process-wide API client (created at startup, lazily in tests)."""
     global _kube
     if _kube is None:
-        _kube = Kube(api_client())
+        _kube = Kube(api_client(), fault=faults.hook())
     return _kube
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from backstop.controller import faults
 from backstop.controller import memo as topology_memo
 from backstop.controller import settings as config
 from backstop.controller.context import kube, post_event
@@ -223,6 +224,7 @@ def _reconcile(
         # write-ahead: the plan is recorded before any pod is touched
         plan_patch = merge_patch(recorded, plan_status)
         _record(k, namespace, name, generation, {"plan": plan_patch, "problem": None}, status)
+        faults.point("after-status")
         post_event(
             body,
             "Planned",

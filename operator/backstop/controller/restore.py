@@ -29,6 +29,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from backstop.controller import faults
 from backstop.controller.supervisor import Tick, planned_pods, pods_match
 from backstop.domain.conditions import merge_patch
 from backstop.domain.incidents import epoch_rfc3339
@@ -236,11 +237,13 @@ def _write(
     t: Tick, old_plan: Mapping[str, Any], new_plan: Mapping[str, Any], rst: Mapping[str, Any]
 ) -> dict[str, Any]:
     old = t.status.get("restore") or {}
-    return t.kube.patch_status_returning(
+    obj = t.kube.patch_status_returning(
         t.owner.namespace,
         t.owner.name,
         {"plan": merge_patch(old_plan, new_plan), "restore": merge_patch(old, rst)},
     )
+    faults.point("after-replan")
+    return obj
 
 
 def _attempt(
@@ -358,6 +361,7 @@ def _issue(t: Tick, plan: Mapping[str, Any], rst: dict[str, Any]) -> dict[str, A
     record["spec"]["worstBefore"] = plan.get("worstRecoveryLatency")
     record["spec"]["worstAfter"] = step["worst"]
     t.kube.put_recoveryplan(record, "Issued")
+    faults.point("after-recoveryplan")
     t.emit(
         "RestoreStep",
         f"restore step {number}/{len(rst['steps'])}: "
@@ -373,6 +377,7 @@ def _set_phase(t: Tick, rst: Mapping[str, Any], number: int, phase: str) -> None
     t.kube.set_recoveryplan_phase(
         t.owner.namespace, recoveryplan_name(t.owner.name, rst["id"], number), phase
     )
+    faults.point("after-recoveryplan")
 
 
 def _finish(t: Tick, plan: Mapping[str, Any], rst: dict[str, Any], now: float) -> dict[str, Any]:

@@ -14,6 +14,10 @@ Examples
 Traceback (most recent call last):
 ...
 ValueError: BACKSTOP_REOPT_TIMEOUT: expected a number, got 'soon'
+>>> Settings.from_env({"BACKSTOP_FAULT_POINT": "after-lunch"})  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+ValueError: BACKSTOP_FAULT_POINT: Input should be 'after-status', ..., got 'after-lunch'
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 #: field name → environment variable
 ENV_VARS: dict[str, str] = {
@@ -32,7 +37,16 @@ ENV_VARS: dict[str, str] = {
     "reopt_timeout_seconds": "BACKSTOP_REOPT_TIMEOUT",
     "reopt_time_limit": "BACKSTOP_REOPT_TIME_LIMIT",
     "reopt_tick_seconds": "BACKSTOP_REOPT_TICK",
+    "fault_point": "BACKSTOP_FAULT_POINT",
+    "fault_after": "BACKSTOP_FAULT_AFTER",
 }
+TEXT = frozenset({"spark_master", "fault_point"})
+"""Settings read as text; the others are numbers."""
+
+FaultPoint = Literal[
+    "after-status", "after-recoveryplan", "after-configmap", "mid-pod-batch", "after-replan"
+]
+"""The write points where :func:`backstop.controller.faults.point` can stop the operator."""
 
 
 class Settings(BaseModel):
@@ -52,6 +66,10 @@ class Settings(BaseModel):
     """Planner seconds per plan in a re-optimization run."""
     reopt_tick_seconds: float = 5.0
     """Seconds between the re-optimization daemon's checks."""
+    fault_point: FaultPoint | None = None
+    """Test tool: the write point at which the operator kills itself (issue 12)."""
+    fault_after: int = Field(1, ge=1)
+    """... at the N-th time it reaches that point."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -61,14 +79,19 @@ class Settings(BaseModel):
             raw = env.get(var)
             if not raw:
                 continue
-            if name == "spark_master":
+            if name in TEXT:
                 values[name] = raw
                 continue
             try:
                 values[name] = float(raw)
             except ValueError:
                 raise ValueError(f"{var}: expected a number, got {raw!r}") from None
-        return cls.model_validate(values)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as err:
+            first = err.errors()[0]
+            var = ENV_VARS.get(str(first["loc"][0]), str(first["loc"][0]))
+            raise ValueError(f"{var}: {first['msg']}, got {first.get('input')!r}") from None
 
 
 @functools.cache

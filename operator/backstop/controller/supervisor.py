@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from backstop.controller import faults
 from backstop.controller.memo import TopologyMemo
 from backstop.domain.conditions import merge_patch
 from backstop.domain.constants import ANN_HASH
@@ -202,6 +203,7 @@ def recovery_tick(t: Tick, now: float | None = None) -> dict[str, Any] | None:
         "conditions": conditions_patch(t.generation, new_status, []),
     }
     obj = t.kube.patch_status_returning(t.owner.namespace, t.owner.name, write)
+    faults.point("after-status")
     if issued is not None:
         t.kube.put_recoveryplan(
             build_recoveryplan(
@@ -214,6 +216,7 @@ def recovery_tick(t: Tick, now: float | None = None) -> dict[str, Any] | None:
             ),
             "Issued",
         )
+        faults.point("after-recoveryplan")
         queries = issued["recoveredQueries"]
         t.emit(
             "RecoveryPlanIssued",
@@ -226,6 +229,7 @@ def recovery_tick(t: Tick, now: float | None = None) -> dict[str, Any] | None:
             t.emit("TaskRecovered", f"task {task} restarts on {node}", False)
     backups = list(plan.get("backups") or [])
     t.kube.put_configmap(build_session_configmap(t.owner, t.graph, backups, rec))
+    faults.point("after-configmap")
     if not failed and completed and rec.get("session"):
         t.emit("Recovered", rec["message"], False)
         if not new_plan.get("boundSatisfied", True):
@@ -301,9 +305,11 @@ def mark_applied(t: Tick, indexed: list[Mapping[str, Any]]) -> bool:
         return False
     name = recoveryplan_name(t.owner.name, rec["session"], last["step"])
     t.kube.set_recoveryplan_phase(t.owner.namespace, name, "Applied")
+    faults.point("after-recoveryplan")
     t.kube.patch_status(
         t.owner.namespace, t.owner.name, {"recovery": {"appliedStep": last["step"]}}
     )
+    faults.point("after-status")
     return True
 
 
@@ -406,6 +412,7 @@ def drain_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> dict[str, Any] | No
             "drain": {"nodes": sorted(cordoned), "moved": len(moved), "remaining": len(left)},
         },
     )
+    faults.point("after-status")
     t.emit(
         "NodeDraining",
         f"cordoned {', '.join(sorted(cordoned))}: moving "

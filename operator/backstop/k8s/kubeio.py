@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -26,6 +26,9 @@ DONE_PHASES = ("Succeeded", "Failed")
 API_CONCURRENCY = 8
 """Pod creations/deletions in flight at once (bounded by the client's connection pool)."""
 T = TypeVar("T")
+FaultHook = Callable[[Literal["mid-pod-batch"]], None]
+"""Called between the two halves of a pod batch when fault injection is armed
+(:mod:`backstop.controller.faults`; this layer may not import the controller)."""
 
 
 @dataclass
@@ -65,8 +68,9 @@ def _pod_stub(pod: Any) -> dict[str, Any]:
 class Kube:
     """Thin wrapper over the API groups the operator uses."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, *, fault: FaultHook | None = None) -> None:
         self.api = api
+        self.fault = fault
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         pool_size = int(getattr(api.configuration, "connection_pool_maxsize", 1) or 1)
@@ -133,7 +137,7 @@ class Kube:
                 return 0
             return 1
 
-        deleted += sum(self._each(delete, diff.delete))
+        todo_delete = list(diff.delete)
         blocked = set(diff.delete) | set(diff.terminating)
 
         def create(manifest: dict[str, Any]) -> int:
@@ -146,7 +150,21 @@ class Kube:
             return 1
 
         todo = [m for m in diff.create if m["metadata"]["name"] not in blocked]
-        return deleted, sum(self._each(create, todo))
+        midway = None  # which phase an armed fault injection interrupts
+        if self.fault is not None:
+            midway = "create" if len(todo) >= 2 else "delete" if len(todo_delete) >= 2 else None
+        deleted += self._batch(delete, todo_delete, stop_midway=midway == "delete")
+        return deleted, self._batch(create, todo, stop_midway=midway == "create")
+
+    def _batch(self, call: Callable[[T], int], items: Sequence[T], *, stop_midway: bool) -> int:
+        """:meth:`_each`, summed; with ``stop_midway``, the ``mid-pod-batch`` fault point
+        is reached after the first half (only when fault injection is armed)."""
+        if not stop_midway or self.fault is None:
+            return sum(self._each(call, items))
+        cut = len(items) // 2
+        done = sum(self._each(call, items[:cut]))
+        self.fault("mid-pod-batch")
+        return done + sum(self._each(call, items[cut:]))
 
     def _each(self, call: Callable[[T], int], items: Sequence[T]) -> list[int]:
         """``call`` on every item, at most :data:`API_CONCURRENCY` at a time process-wide.
