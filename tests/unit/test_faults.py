@@ -90,7 +90,7 @@ class Stop(Exception):
 def kube_with(fault: Any) -> tuple[Kube, FakeCore]:
     k = Kube(client.ApiClient(), fault=fault)
     core = FakeCore()
-    k.core = core  # type: ignore[assignment]
+    k.core = core
     return k, core
 
 
