@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from backstop.cli import backups, nodes, operator, place, recover, reoptimize
+from backstop.cli import backups, nodes, operator, place, recover, reoptimize, replicate
 from backstop.cli._output import EXIT_INFEASIBLE, EXIT_INVALID, fail, guarded, print_json
 
 __all__ = ["EXIT_INFEASIBLE", "EXIT_INVALID", "app", "fail", "guarded", "print_json"]
@@ -25,7 +25,7 @@ app = typer.Typer(
 )
 
 # one register() per command module; keep them alphabetical
-for _module in (backups, nodes, operator, place, recover, reoptimize):
+for _module in (backups, nodes, operator, place, recover, reoptimize, replicate):
     _module.register(app)
 
 

@@ -215,6 +215,9 @@ def _reconcile(
                 spare,
                 budget=cpu_cores(model.replication.spare_cpu),
                 strategy=model.replication.strategy,
+                # with a crash probability, pick the selection its availability model rates best
+                selection="knapsack" if model.replication.host_failure_prob is None else "best",
+                host_failure_prob=model.replication.host_failure_prob,
             )
             replicas, availability = dict(rep.replicas), rep.availability
         plan_status = build_plan_status(

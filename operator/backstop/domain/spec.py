@@ -154,6 +154,15 @@ class ReplicationPolicy(_Model):
         return Resources._quantity(value)
 
     strategy: str = Field("qod-lu", description="Importance: qod, lu, qod-lu, or random.")
+    host_failure_prob: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Probability that a node crashes within a day (the replication seed's p). "
+        "When set, every selection (exact knapsack, the seed's sort-and-fill) with every "
+        "heuristic is tried and the replicas that keep the most queries running under "
+        "independent node crashes are chosen.",
+    )
 
 
 class ApplyMode(StrEnum):
