@@ -184,7 +184,9 @@ def plan_joint(
     Raises
     ------
     Infeasible
-        As :func:`place` raises it for every task keeping backups.
+        As :func:`place` raises it for every task keeping backups, or when
+        a ``*-2sp`` algorithm's first step breaks the bound
+        (:func:`planners.placement.require_valid`).
     UnknownAlgorithm
         For a name not in the registry.
 

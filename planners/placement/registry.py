@@ -112,6 +112,8 @@ def place(
     Returns
     -------
     Placement
+        Checked by the failure-effect evaluator; only the ``*-2sp`` baselines
+        can return a plan over the bound, and say so in ``violations``.
 
     Raises
     ------
