@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from backstop.controller import faults
 from backstop.controller import memo as topology_memo
 from backstop.controller import settings as config
+from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve
 from backstop.controller.context import kube, post_event
 from backstop.controller.restore import restore_tick
 from backstop.controller.supervisor import (
@@ -35,21 +36,21 @@ from backstop.controller.supervisor import (
 from backstop.domain.conditions import conditions_changed, merge_patch
 from backstop.domain.constants import ANN_APPLIED, GROUP, LABEL_TOPOLOGY, PLURAL, VERSION
 from backstop.domain.incidents import NodeInfo, node_info
-from backstop.domain.planning import current_assignment, diff_pods, plan_topology
+from backstop.domain.planning import current_assignment, diff_pods, plan_replicas, plan_topology
 from backstop.domain.spec import (
     StreamTopologySpec,
-    cpu_cores,
     expand,
     parse_spec,
     spec_hash,
     with_operator_defaults,
 )
 from backstop.domain.status import build_plan_status, conditions_patch, pod_state
-from backstop.k8s.kubeio import Kube
+from backstop.k8s.kubeio import ClusterView, Kube
+from backstop.k8s.ledger import CapacityLedger, Overcommitted, manifest_holds
 from backstop.k8s.manifests import Owner, desired_pods
 from backstop.k8s.nodes import node_is_ready
+from backstop.k8s.podfeed import PodFeed
 from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
-from planners.replication import select_replicas
 
 log = logging.getLogger("backstop.operator")
 
@@ -83,16 +84,13 @@ executor = ExecutorSizer()
 """The one sizer of this process's Kopf executor."""
 
 
-_placing = threading.Lock()
-"""Reconciles place one topology at a time, from the view to the last pod created, so the
-next one's view already holds those pods (see :func:`backstop.k8s.kubeio.pod_node`) and two
-topologies never plan onto the same free CPU. Planning is CPU-bound under the GIL, so
-this costs little throughput."""
-
-
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    """Keep Kopf's bookkeeping under our own domain and post its logs as Events."""
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Keep Kopf's bookkeeping under our own domain and post its logs as Events.
+
+    Also starts the process's one capacity ledger (:mod:`backstop.k8s.ledger`),
+    shared through ``memo`` by the planners of every topology.
+    """
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -107,7 +105,15 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         config.settings()
     except ValueError as err:
         raise kopf.PermanentError(str(err)) from None
-    kube()
+    memo.ledger = CapacityLedger()
+    memo.pod_feed = PodFeed(kube().api, memo.ledger).start()
+
+
+@kopf.on.cleanup()
+def stop_feed(memo: kopf.Memo, **_: Any) -> None:
+    """Stop the ledger's pod watch with the operator."""
+    if memo.get("pod_feed") is not None:
+        memo.pod_feed.stop()
 
 
 def _problem(body: kopf.Body, generation: int, reason: str, message: str) -> dict[str, Any]:
@@ -128,7 +134,7 @@ def reconcile(
     patch: kopf.Patch,
     logger: logging.Logger | logging.LoggerAdapter[Any],
     memo: kopf.Memo,
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
     """Plan backups and placement, then make the task pods match the plan."""
     assert namespace is not None  # the CRD is namespaced
@@ -147,12 +153,18 @@ def reconcile(
     if recovering and recorded.get("generation") == generation:
         logger.info("a recovery session is running; the supervisor drives the pods")
         return
-    with topology_memo.of(memo).lock, _placing:
-        _reconcile(k, body, model, graph, owner, generation, recorded, status, patch, logger)
+    placing = Placing(k, memo.ledger, _nodes(kwargs["node_index"]))
+    with topology_memo.of(memo).lock:
+        _reconcile(placing, body, model, graph, owner, generation, recorded, status, patch, logger)
+
+
+def _nodes(index: Any) -> dict[str, NodeInfo]:
+    """A snapshot of Kopf's node index (``{name: NodeInfo}``)."""
+    return {n: info for n, infos in list(index.items()) for info in infos}
 
 
 def _reconcile(
-    k: Kube,
+    p: Placing,
     body: kopf.Body,
     model: StreamTopologySpec,
     graph: TaskGraph,
@@ -163,7 +175,7 @@ def _reconcile(
     patch: kopf.Patch,
     logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> None:
-    namespace, name = owner.namespace, owner.name
+    k, namespace, name = p.kube, owner.namespace, owner.name
     view = k.view(namespace, name, model.topology_key, model.node_selector)
     this_spec = spec_hash(dict(body["spec"]))
     same_spec = recorded.get("generation") == generation or recorded.get("specHash") == this_spec
@@ -175,78 +187,29 @@ def _reconcile(
     )
     if reuse:  # resume the recorded plan (write-ahead log) instead of planning anew
         plan_status = recorded
+        p.ledger.hold(
+            owner_key(owner), manifest_holds(_desired(owner, model, graph, recorded), namespace)
+        )
         if recorded.get("generation") != generation:  # only spec.reoptimization changed
             plan_status = {**recorded, "generation": generation}
             _record(k, namespace, name, generation, {"plan": {"generation": generation}}, status)
     else:
-        try:
-            kept = (
-                (recorded["assignment"], recorded.get("backups") or [])
-                if recorded.get("assignment")
-                else None
-            )
-            plan = plan_topology(
-                model,
-                graph,
-                view.nodes,
-                current=current_assignment(view.own_pods),
-                recorded=kept,
-            )
-        except Infeasible as err:
-            problem = _problem(body, generation, "Infeasible", f"infeasible: {err}")
-            _record(k, namespace, name, generation, {"problem": problem}, status)
-            if err.smallest_bound is not None or not view.nodes:
-                return  # the bound itself is impossible: no retry can help
-            raise kopf.TemporaryError(f"infeasible on the current nodes: {err}", delay=15) from None
-        except PlannerError as err:
-            problem = _problem(body, generation, "Infeasible", str(err))
-            _record(k, namespace, name, generation, {"problem": problem}, status)
+        planned = _plan(p, body, model, graph, owner, generation, recorded, status, view)
+        if planned is None:
             return
-        replicas: dict[str, tuple[str, ...]] | None = None
-        availability = None
-        if model.replication is not None:
-            used: dict[str, float] = {}
-            for t, n in plan.placement.assignment.items():
-                used[n] = used.get(n, 0.0) + graph.weight[graph.index(t)]
-            spare = {n.name: max(0.0, n.cpu - used.get(n.name, 0.0)) for n in view.nodes}
-            rep = select_replicas(
-                graph,
-                plan.placement.assignment,
-                spare,
-                budget=cpu_cores(model.replication.spare_cpu),
-                strategy=model.replication.strategy,
-                # with a crash probability, pick the selection its availability model rates best
-                selection="knapsack" if model.replication.host_failure_prob is None else "best",
-                host_failure_prob=model.replication.host_failure_prob,
-            )
-            replicas, availability = dict(rep.replicas), rep.availability
-        plan_status = build_plan_status(
-            generation, graph, plan, replicas=replicas, availability=availability
-        )
-        plan_status["specHash"] = this_spec
-        # write-ahead: the plan is recorded before any pod is touched
-        plan_patch = merge_patch(recorded, plan_status)
-        _record(k, namespace, name, generation, {"plan": plan_patch, "problem": None}, status)
-        faults.point("after-status")
+        plan_status, moved = planned
         post_event(
             body,
             "Planned",
             (
                 f"{plan_status['backupCount']} backups, {plan_status['nodesUsed']} nodes, "
                 f"worst recovery {plan_status['worstRecoveryLatency']:g}s "
-                f"(bound {plan_status['bound']:g}s), {plan.moved} pods move"
+                f"(bound {plan_status['bound']:g}s), {moved} pods move"
             ),
         )
         if not plan_status["boundSatisfied"]:
             post_event(body, "BoundViolated", "the plan does not keep the bound", warning=True)
-    desired = desired_pods(
-        owner,
-        model,
-        graph,
-        frozenset(plan_status["backups"]),
-        plan_status["assignment"],
-        plan_status.get("replicas"),
-    )
+    desired = _desired(owner, model, graph, plan_status)
     dead = {n for n, obj in view.node_objects.items() if not node_is_ready(obj)}
     diff = diff_pods(desired, view.own_pods, dead)
     try:
@@ -261,6 +224,78 @@ def _reconcile(
     )
     if diff.waiting:
         raise kopf.TemporaryError(f"waiting for {diff.waiting} pods to terminate", delay=1)
+
+
+def _desired(
+    owner: Owner, model: StreamTopologySpec, graph: TaskGraph, plan: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    return desired_pods(
+        owner,
+        model,
+        graph,
+        frozenset(plan["backups"]),
+        plan["assignment"],
+        plan.get("replicas"),
+    )
+
+
+def _plan(
+    p: Placing,
+    body: kopf.Body,
+    model: StreamTopologySpec,
+    graph: TaskGraph,
+    owner: Owner,
+    generation: int,
+    recorded: dict[str, Any],
+    status: kopf.Status,
+    view: ClusterView,
+) -> tuple[dict[str, Any], int] | None:
+    """Plan on the ledger's free capacity, reserve the new pods, then record the plan.
+
+    Returns ``(plan status, pods moved)``, or ``None`` after recording a permanent problem.
+    """
+    namespace, name, k = owner.namespace, owner.name, p.kube
+    kept = (
+        (recorded["assignment"], recorded.get("backups") or [])
+        if recorded.get("assignment")
+        else None
+    )
+    with p.ledger.booking() as booking:
+        nodes = plan_nodes(booking, p.nodes, view.nodes, model, owner)
+        try:
+            plan = plan_topology(
+                model, graph, nodes, current=current_assignment(view.own_pods), recorded=kept
+            )
+        except Infeasible as err:
+            problem = _problem(body, generation, "Infeasible", f"infeasible: {err}")
+            _record(k, namespace, name, generation, {"problem": problem}, status)
+            if err.smallest_bound is not None or not view.nodes:
+                return None  # the bound itself is impossible: no retry can help
+            raise kopf.TemporaryError(f"infeasible on the current nodes: {err}", delay=15) from None
+        except PlannerError as err:
+            problem = _problem(body, generation, "Infeasible", str(err))
+            _record(k, namespace, name, generation, {"problem": problem}, status)
+            return None
+        replicas, availability = plan_replicas(model, graph, plan.placement.assignment, nodes)
+        plan_status = build_plan_status(
+            generation, graph, plan, replicas=replicas, availability=availability
+        )
+        plan_status["specHash"] = spec_hash(dict(body["spec"]))
+        try:
+            reserve(
+                booking, owner, _desired(owner, model, graph, plan_status), p.nodes, exclusive=True
+            )
+        except Overcommitted as err:
+            raise kopf.TemporaryError(f"capacity changed while planning: {err}", delay=2) from None
+    # write-ahead: the plan is recorded before any pod is touched
+    plan_patch = merge_patch(recorded, plan_status)
+    try:
+        _record(k, namespace, name, generation, {"plan": plan_patch, "problem": None}, status)
+    except kopf.TemporaryError:
+        p.ledger.release(owner_key(owner))
+        raise
+    faults.point("after-status")
+    return plan_status, plan.moved
 
 
 def _record(
@@ -379,7 +414,7 @@ def _supervise(
         try:
             if parsed is not None:
                 model, graph = parsed
-                nodes = {n: info for n, infos in nodes_index.items() for info in infos}
+                nodes = _nodes(nodes_index)
                 tick = Tick(
                     kube=k,
                     owner=Owner(name=name, namespace=namespace, uid=meta["uid"]),
@@ -389,6 +424,7 @@ def _supervise(
                     status=current,
                     nodes=nodes,
                     emit=emit,
+                    ledger=kwargs["memo"].ledger,
                     memory=mem,
                 )
                 with mem.lock:
@@ -421,6 +457,7 @@ def _supervise(
                 k.patch_status(namespace, name, {"conditions": merged})
         except ApiException as err:
             if err.status == 404 and k.topology_gone(namespace, name):
+                kwargs["memo"].ledger.release(f"{namespace}/{name}")
                 return
             logger.warning(
                 "supervision of %s/%s: %s %s %s",

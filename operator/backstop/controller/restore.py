@@ -30,11 +30,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from backstop.controller import faults
-from backstop.controller.supervisor import Tick, planned_pods, pods_match
+from backstop.controller.capacity import plan_nodes
+from backstop.controller.supervisor import Tick, planned_pods, pods_match, reserve_tasks
 from backstop.domain.conditions import merge_patch
 from backstop.domain.incidents import epoch_rfc3339
 from backstop.domain.planning import per_node_worst
 from backstop.domain.spec import ApplyMode
+from backstop.k8s.ledger import Booking
 from backstop.k8s.manifests import build_recoveryplan, recoveryplan_name
 from planners import Infeasible, TaskGraph
 from planners.consolidate import plan_consolidation
@@ -226,11 +228,12 @@ def restore_tick(
         return _write(t, plan, plan, rst)
     if action == "none" or not _landed(t, plan, indexed):
         return None
-    if action == "issue":
-        return _issue(t, plan, rst)
     if action == "finish":
         return _finish(t, plan, rst, now)
-    return _attempt(t, plan, rst, now, RESTORE if action == "plan" else CONSOLIDATE)
+    with t.ledger.booking() as booking:  # plan and reserve before the status write
+        if action == "issue":
+            return _issue(t, booking, plan, rst)
+        return _attempt(t, booking, plan, rst, now, RESTORE if action == "plan" else CONSOLIDATE)
 
 
 def _write(
@@ -247,7 +250,12 @@ def _write(
 
 
 def _attempt(
-    t: Tick, plan: Mapping[str, Any], rst: dict[str, Any], now: float, purpose: str
+    t: Tick,
+    booking: Booking,
+    plan: Mapping[str, Any],
+    rst: dict[str, Any],
+    now: float,
+    purpose: str,
 ) -> dict[str, Any] | None:
     """Re-plan if usable capacity changed since the last attempt; start moving if it can."""
     nkey = node_key(t)
@@ -256,7 +264,8 @@ def _attempt(
         return None
     t.memory.restore_looked = (nkey, now)
     view = t.kube.view(t.owner.namespace, t.owner.name, t.model.topology_key, t.model.node_selector)
-    key = capacity_key(view.nodes)
+    nodes = plan_nodes(booking, t.nodes, view.nodes, t.model, t.owner)
+    key = capacity_key(nodes)
     # the same capacity gives the same answer (the planners are deterministic)
     if key == (rst.get("capacityKey") if purpose == RESTORE else t.memory.restore_no_gain):
         return None
@@ -267,7 +276,7 @@ def _attempt(
     if purpose == CONSOLIDATE:
         rp = plan_consolidation(
             t.graph,
-            view.nodes,
+            nodes,
             plan["assignment"],
             bound=bound,
             backups=backups,
@@ -281,7 +290,7 @@ def _attempt(
         try:
             rp = plan_restore(
                 t.graph,
-                view.nodes,
+                nodes,
                 plan["assignment"],
                 bound=bound,
                 backups=backups,
@@ -289,9 +298,9 @@ def _attempt(
                 batch=RESTORE_BATCH,
             )
         except Infeasible as err:
-            return _wait(t, plan, attempts, key, str(err), len(view.nodes))
+            return _wait(t, plan, attempts, key, str(err), len(nodes))
         if not rp.steps:  # nothing to move can restore it (the bound check disagrees): wait
-            return _wait(t, plan, attempts, key, "no move restores the bound", len(view.nodes))
+            return _wait(t, plan, attempts, key, "no move restores the bound", len(nodes))
     record = restore_record(
         rp,
         graph=t.graph,
@@ -308,7 +317,7 @@ def _attempt(
         + ("" if rp.proven else " (fewest moves not proven within the budget)"),
         False,
     )
-    return _issue(t, plan, record)
+    return _issue(t, booking, plan, record)
 
 
 def _wait(
@@ -333,13 +342,16 @@ def _wait(
     return obj
 
 
-def _issue(t: Tick, plan: Mapping[str, Any], rst: dict[str, Any]) -> dict[str, Any]:
+def _issue(
+    t: Tick, booking: Booking, plan: Mapping[str, Any], rst: dict[str, Any]
+) -> dict[str, Any]:
     """Record the next step (plan and restore state), then write its RecoveryPlan and Event."""
     number = int(rst.get("issued", 0)) + 1
     step = rst["steps"][number - 1]
     if number > 1:
         _set_phase(t, rst, number - 1, "Applied")
     new_plan = apply_step(t.graph, plan, step["moves"], t.model.recovery_latency_bound)
+    reserve_tasks(booking, t, plan, new_plan["assignment"], step["moves"])
     rst = {**rst, "issued": number}
     obj = _write(t, plan, new_plan, rst)
     pending = [task for s in rst["steps"][number:] for task in s["moves"]]

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from backstop.controller import faults
+from backstop.controller.capacity import owner_key, reserve, step_capacity
 from backstop.controller.memo import TopologyMemo
 from backstop.domain.conditions import merge_patch
-from backstop.domain.constants import ANN_HASH
+from backstop.domain.constants import ANN_HASH, LABEL_TASK
 from backstop.domain.incidents import (
     NodeInfo,
     detect_lost,
@@ -34,6 +35,7 @@ from backstop.domain.planning import diff_pods, per_node_worst
 from backstop.domain.spec import StreamTopologySpec
 from backstop.domain.status import PodState, conditions_patch, pod_failure
 from backstop.k8s.kubeio import Kube
+from backstop.k8s.ledger import Booking, CapacityLedger, manifest_holds
 from backstop.k8s.manifests import (
     Owner,
     build_recoveryplan,
@@ -42,7 +44,7 @@ from backstop.k8s.manifests import (
     recoveryplan_name,
 )
 from planners import TaskGraph
-from planners.recovery import fill_leftover, free_capacity, schedule_recovery
+from planners.recovery import fill_leftover, schedule_recovery
 
 RETRY_SECONDS = 10.0
 """While tasks stay failed, re-plan at least this often (capacity may free up)."""
@@ -65,6 +67,8 @@ class Tick:
     status: dict[str, Any]
     nodes: dict[str, NodeInfo]
     emit: Emit
+    ledger: CapacityLedger
+    """The process's capacity ledger: every step plans on it and reserves before writing."""
     memory: TopologyMemo = field(default_factory=TopologyMemo)
     """The topology's memory between ticks (Kopf's per-object memo)."""
 
@@ -142,18 +146,22 @@ def recovery_tick(t: Tick, now: float | None = None) -> dict[str, Any] | None:
     mode = session_mode(policy, rec.get("lostHistory") or {})
     issued: dict[str, Any] | None = None
     if failed:
-        alloc = {n: t.nodes[n].cpu for n in ready if n not in lost}
-        capacity = free_capacity(alloc, t.kube.used_cpu(), policy.utilization_cap)
-        step = schedule_recovery(
-            t.graph,
-            _ordered(t.graph, failed),
-            capacity,
-            algorithm=policy.algorithm,
-            time_limit=RECOVERY_TIME_LIMIT,
-        )
-        if mode != "blocking":
-            step = fill_leftover(t.graph, _ordered(t.graph, failed), capacity, step)
-        if step.recover and not (mode == "blocking" and step.pending):
+        with t.ledger.booking() as booking:
+            usable = [n for n in ready if n not in lost]
+            capacity = step_capacity(booking, t.nodes, usable, t.model, cap=policy.utilization_cap)
+            step = schedule_recovery(
+                t.graph,
+                _ordered(t.graph, failed),
+                capacity,
+                algorithm=policy.algorithm,
+                time_limit=RECOVERY_TIME_LIMIT,
+            )
+            if mode != "blocking":
+                step = fill_leftover(t.graph, _ordered(t.graph, failed), capacity, step)
+            go = bool(step.recover) and not (mode == "blocking" and step.pending)
+            if go:  # held before the status write, so no other plan takes this room
+                reserve_tasks(booking, t, plan, {**assignment, **step.recover}, step.recover)
+        if go:
             rec["step"] = int(rec.get("step", 0)) + 1
             assignment.update(step.recover)
             failed -= set(step.recover)
@@ -279,6 +287,8 @@ def converge(
     if plan.get("generation") != t.generation or "assignment" not in plan:
         return 0, 0, 0
     desired = planned_pods(t, plan)
+    # the recorded plan's pods count as soon as it is recorded, also after a restart
+    t.ledger.hold(owner_key(t.owner), manifest_holds(desired, t.owner.namespace))
     if pods_match(desired, indexed):
         return 0, 0, 0
     diff = diff_pods(desired, t.kube.own_pods(t.owner.namespace, t.owner.name), force_nodes)
@@ -337,6 +347,49 @@ DRAIN_BATCH = 3
 """Tasks moved off a cordoned node per step: a few at a time, never all at once."""
 
 
+def _drain_moves(
+    t: Tick,
+    plan: Mapping[str, Any],
+    assignment: dict[str, str],
+    movable: list[str],
+    ready: list[str],
+) -> dict[str, str]:
+    """Up to :data:`DRAIN_BATCH` moves that keep the bound, reserved on the ledger."""
+    backups = list(plan.get("backups") or [])
+    bound = t.model.recovery_latency_bound
+    moved: dict[str, str] = {}
+    with t.ledger.booking() as booking:
+        cap = t.model.recovery.utilization_cap
+        capacity = step_capacity(booking, t.nodes, ready, t.model, cap=cap)
+        step = schedule_recovery(
+            t.graph, movable, capacity, algorithm=t.model.recovery.algorithm, time_limit=1.0
+        )
+        step = fill_leftover(t.graph, movable, capacity, step)
+        for task in sorted(step.recover, key=lambda x: movable.index(x)):
+            trial = {**assignment, **moved, task: step.recover[task]}
+            worst = max(per_node_worst(t.graph, backups, trial).values(), default=0.0)
+            if worst <= bound + 1e-9:
+                moved[task] = step.recover[task]
+            if len(moved) == DRAIN_BATCH:
+                break
+        if moved:
+            reserve_tasks(booking, t, plan, {**assignment, **moved}, moved)
+    return moved
+
+
+def reserve_tasks(
+    booking: Booking,
+    t: Tick,
+    plan: Mapping[str, Any],
+    assignment: Mapping[str, str],
+    tasks: Collection[str],
+) -> None:
+    """Reserve the pods of ``tasks`` where ``assignment`` puts them (before the status write)."""
+    pods = planned_pods(t, {**plan, "assignment": dict(assignment)})
+    mine = {n: m for n, m in pods.items() if m["metadata"]["labels"].get(LABEL_TASK) in tasks}
+    reserve(booking, t.owner, mine, t.nodes)
+
+
 def drain_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Move tasks off cordoned nodes before anything fails (planned maintenance).
 
@@ -373,23 +426,9 @@ def drain_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> dict[str, Any] | No
         for n, info in t.nodes.items()
         if info.schedulable and info.matches(t.model.node_selector) and n not in cordoned
     ]
-    capacity = free_capacity(
-        {n: t.nodes[n].cpu for n in ready}, t.kube.used_cpu(), t.model.recovery.utilization_cap
-    )
-    step = schedule_recovery(
-        t.graph, movable, capacity, algorithm=t.model.recovery.algorithm, time_limit=1.0
-    )
-    step = fill_leftover(t.graph, movable, capacity, step)
     backups = list(plan.get("backups") or [])
     bound = t.model.recovery_latency_bound
-    moved: dict[str, str] = {}
-    for task in sorted(step.recover, key=lambda x: movable.index(x)):
-        trial = {**assignment, **moved, task: step.recover[task]}
-        worst = max(per_node_worst(t.graph, backups, trial).values(), default=0.0)
-        if worst <= bound + 1e-9:
-            moved[task] = step.recover[task]
-        if len(moved) == DRAIN_BATCH:
-            break
+    moved = _drain_moves(t, plan, assignment, movable, ready)
     if not moved:
         return None
     assignment.update(moved)

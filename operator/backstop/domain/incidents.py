@@ -34,6 +34,10 @@ class NodeInfo:
     """Not cordoned and without NoSchedule/NoExecute taints."""
     cordoned: bool
     labels: tuple[tuple[str, str], ...] = ()
+    memory: float = 0.0
+    """Allocatable memory in bytes."""
+    pods: int = 0
+    """Allocatable pod slots (the kubelet's ``maxPods``)."""
 
     def matches(self, selector: Mapping[str, str]) -> bool:
         """Whether the node carries every label of ``selector``."""
@@ -57,7 +61,8 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         if c.get("type") == "Ready":
             ready = c.get("status") == "True"
             since = _epoch(c.get("lastTransitionTime"))
-    cpu_raw = (status.get("allocatable") or {}).get("cpu") or "0"
+    allocatable = status.get("allocatable") or {}
+    cpu_raw = allocatable.get("cpu") or "0"
     tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
     cordoned = bool(spec.get("unschedulable"))
     return NodeInfo(
@@ -68,6 +73,8 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         schedulable=ready and not cordoned and not tainted,
         cordoned=cordoned,
         labels=tuple(sorted((meta.get("labels") or {}).items())),
+        memory=cpu_cores(allocatable.get("memory") or "0"),
+        pods=int(cpu_cores(allocatable.get("pods") or "0")),
     )
 
 

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from backstop.domain.constants import ANN_HASH, ANN_NODE, LABEL_ROLE, LABEL_TASK
-from backstop.domain.spec import BackupMode, StreamTopologySpec
+from backstop.domain.spec import BackupMode, StreamTopologySpec, cpu_cores
 from planners import TaskGraph
 from planners.evaluate import check_plan, node_failure_latency, tasks_by_node
 from planners.migration import place_min_migration
 from planners.placement import Node, NodePool, Placement
+from planners.replication import select_replicas
 
 DEFAULT_TIME_LIMIT = 3.0
 
@@ -109,6 +110,29 @@ def plan_topology(
     flags = frozenset(graph.tasks) if backups is None else frozenset(backups)
     moved = sum(1 for t, n in assignment.items() if current and t in current and current[t] != n)
     return TopologyPlan(plan, flags, per_node_worst(graph, backups, assignment), moved)
+
+
+def plan_replicas(
+    model: StreamTopologySpec, graph: TaskGraph, assignment: Mapping[str, str], nodes: list[Node]
+) -> tuple[dict[str, tuple[str, ...]] | None, Any]:
+    """Active replicas in the CPU the primaries leave (``spec.replication``), if asked for."""
+    if model.replication is None:
+        return None, None
+    used: dict[str, float] = {}
+    for t, n in assignment.items():
+        used[n] = used.get(n, 0.0) + graph.weight[graph.index(t)]
+    spare = {n.name: max(0.0, n.cpu - used.get(n.name, 0.0)) for n in nodes}
+    rep = select_replicas(
+        graph,
+        assignment,
+        spare,
+        budget=cpu_cores(model.replication.spare_cpu),
+        strategy=model.replication.strategy,
+        # with a crash probability, pick the selection its availability model rates best
+        selection="knapsack" if model.replication.host_failure_prob is None else "best",
+        host_failure_prob=model.replication.host_failure_prob,
+    )
+    return dict(rep.replicas), rep.availability
 
 
 def per_node_worst(

@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import ANN_NODE, GROUP, LABEL_TOPOLOGY, VERSION
 from backstop.domain.planning import PodDiff
-from backstop.k8s.nodes import nodes_from_manifests, pod_cpu_request
+from backstop.k8s.nodes import nodes_from_manifests
 from planners.placement import Node
 
 DONE_PHASES = ("Succeeded", "Failed")
@@ -213,15 +213,6 @@ class Kube:
             return 1
 
         self._each(remove, list(names))
-
-    def used_cpu(self) -> dict[str, float]:
-        """CPU requested per node by every pod bound (or pinned) there and not finished."""
-        used: dict[str, float] = {}
-        for pod in self.core.list_pod_for_all_namespaces().items:
-            node = pod_node(pod)
-            if node and (pod.status is None or pod.status.phase not in DONE_PHASES):
-                used[node] = used.get(node, 0.0) + pod_cpu_request(_pod_stub(pod))
-        return used
 
     def put_recoveryplan(self, manifest: Mapping[str, Any], phase: str) -> None:
         """Create the RecoveryPlan (or, if a crashed attempt left one, replace its spec)."""

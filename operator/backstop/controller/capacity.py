@@ -1,0 +1,107 @@
+"""The controller's side of the capacity ledger: what a topology's planners may use.
+
+Every planner of the controller (reconcile, recovery step, drain, restore) reads
+its capacity here, inside :meth:`backstop.k8s.ledger.CapacityLedger.booking`, and
+reserves the pods its new plan asks for before the plan is written to the status
+(see :mod:`backstop.k8s.ledger` for why). The functions are small adapters from
+the node index and the topology's model to the ledger's units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from kubernetes.utils.quantity import parse_quantity
+
+from backstop.domain.incidents import NodeInfo
+from backstop.domain.spec import StreamTopologySpec
+from backstop.k8s.kubeio import Kube
+from backstop.k8s.ledger import (
+    Booking,
+    CapacityLedger,
+    Resources,
+    manifest_holds,
+    planner_cpu,
+)
+from backstop.k8s.manifests import Owner
+from planners.placement import Node
+
+
+@dataclass
+class Placing:
+    """What a reconcile places with: the API gateway, the shared ledger, the node index."""
+
+    kube: Kube
+    ledger: CapacityLedger
+    nodes: dict[str, NodeInfo]
+
+
+def owner_key(owner: Owner) -> str:
+    """The ledger's name of a topology: ``namespace/name`` (as its pods' label gives it)."""
+    return f"{owner.namespace}/{owner.name}"
+
+
+def allocatable(nodes: Mapping[str, NodeInfo], names: Iterable[str]) -> dict[str, Resources]:
+    """Allocatable CPU, memory and pods of the named nodes, from the node index."""
+    return {n: Resources(nodes[n].cpu, nodes[n].memory, nodes[n].pods) for n in names if n in nodes}
+
+
+def task_profile(model: StreamTopologySpec) -> tuple[float, float]:
+    """``(smallest task CPU, largest task memory)`` of a topology, for :func:`planner_cpu`."""
+    cpu = min(op.resources.cpu_cores for op in model.operators)
+    memory = max(float(parse_quantity(op.resources.memory)) for op in model.operators)
+    return cpu, memory
+
+
+def step_capacity(
+    booking: Booking,
+    nodes: Mapping[str, NodeInfo],
+    usable: Iterable[str],
+    model: StreamTopologySpec,
+    *,
+    cap: float,
+) -> dict[str, float]:
+    """CPU a recovery or drain step may fill per usable node (every pod counted, own too)."""
+    alloc = allocatable(nodes, usable)
+    cpu, memory = task_profile(model)
+    free = booking.free(alloc)
+    return planner_cpu(alloc, free, task_cpu=cpu, task_memory=memory, cap=cap)
+
+
+def plan_nodes(
+    booking: Booking,
+    nodes: Mapping[str, NodeInfo],
+    candidates: Sequence[Node],
+    model: StreamTopologySpec,
+    owner: Owner,
+) -> list[Node]:
+    """``candidates`` (the reconcile's or restore's view) capped by the ledger.
+
+    The topology's own pods do not count (a new plan may move them); every other
+    pod and every other plan's hold does.
+    """
+    alloc = allocatable(nodes, (n.name for n in candidates))
+    cpu, memory = task_profile(model)
+    free = booking.free(alloc, exclude=owner_key(owner))
+    room = planner_cpu(alloc, free, task_cpu=cpu, task_memory=memory)
+    out = []
+    for n in candidates:
+        c = min(n.cpu, room.get(n.name, 0.0))
+        if c > 0:
+            out.append(replace(n, cpu=c))
+    return out
+
+
+def reserve(
+    booking: Booking,
+    owner: Owner,
+    manifests: Mapping[str, Mapping[str, object]],
+    nodes: Mapping[str, NodeInfo],
+    *,
+    exclusive: bool = False,
+) -> None:
+    """Reserve the pods of ``manifests`` on their planned nodes (see :meth:`Booking.reserve`)."""
+    pods = manifest_holds(manifests, owner.namespace)
+    alloc = allocatable(nodes, {node for node, _ in pods.values()})
+    booking.reserve(owner_key(owner), pods, alloc, exclusive=exclusive)

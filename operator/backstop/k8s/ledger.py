@@ -1,0 +1,343 @@
+"""One capacity ledger per operator process: CPU, memory and pod slots per node.
+
+Why: before issue 12 every planner read free CPU on its own (the reconcile with
+a LIST under a reconcile-only lock, each recovery tick with another LIST), so a
+recovery of topology A, a recovery of B and a reconcile of C could all plan onto
+the same free core in the same second, and memory and the node's pod limit were
+never counted; the scheduler then left the surplus pods ``Unschedulable``.
+
+The ledger is the one place that answers "what is still free on node N": the
+node's allocatable resources minus the requests of every pod bound or pinned
+there (any namespace, any workload, from a watch, see :class:`PodFeed`), minus
+the *holds* of pods a recorded plan asks for but that do not exist yet. Planning
+happens inside :meth:`CapacityLedger.booking`, which serializes planners of all
+topologies: read the free capacity, plan, :meth:`Booking.reserve` the new pods
+(refused if they do not fit), and only then write the plan to the status. A
+hold ends when its pod shows up on its node (the pod's own requests count from
+then on), when the plan that made it is superseded (:meth:`CapacityLedger.release`
+or an exclusive reserve), or after :data:`HOLD_SECONDS` as a safety net.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+from backstop.domain.constants import ANN_NODE, LABEL_TOPOLOGY
+from backstop.k8s.nodes import pod_cpu_request
+from planners import PlannerError
+
+log = logging.getLogger("backstop.ledger")
+
+HOLD_SECONDS = 180.0
+"""A hold whose pod never showed up is dropped after this long (its plan was abandoned)."""
+SYNC_TIMEOUT = 30.0
+"""How long a booking waits for the pod feed's first complete listing."""
+_EPS = 1e-9
+_DONE = frozenset({"Succeeded", "Failed"})
+
+PodKey = tuple[str, str]
+"""``(namespace, name)`` of a pod."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Requests (or what is free): cores, bytes of memory, pod slots.
+
+    Examples
+    --------
+    >>> Resources(2, 1024, 3) - Resources(0.5, 24, 1)
+    Resources(cpu=1.5, memory=1000, pods=2)
+    >>> Resources(1, 10, 1).fits_in(Resources(1, 10, 0))
+    False
+    """
+
+    cpu: float = 0.0
+    memory: float = 0.0
+    pods: int = 0
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(self.cpu + other.cpu, self.memory + other.memory, self.pods + other.pods)
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(self.cpu - other.cpu, self.memory - other.memory, self.pods - other.pods)
+
+    def fits_in(self, free: Resources) -> bool:
+        """Whether these requests fit into ``free`` (every dimension)."""
+        return (
+            self.cpu <= free.cpu + _EPS
+            and self.memory <= free.memory + _EPS
+            and self.pods <= free.pods
+        )
+
+
+class Overcommitted(PlannerError):
+    """A reservation does not fit the free capacity of a node (the message names it)."""
+
+
+def _quantity(value: Any) -> float:
+    try:
+        return float(parse_quantity(str(value)))
+    except (ValueError, TypeError):
+        return 0.0
+
+
+def pod_requests(pod: Mapping[str, Any]) -> Resources:
+    """A pod's requests as the scheduler counts them (containers, init containers, overhead).
+
+    Examples
+    --------
+    >>> pod_requests({"spec": {"containers": [{"resources": {"requests":
+    ...     {"cpu": "250m", "memory": "64Mi"}}}]}})
+    Resources(cpu=0.25, memory=67108864.0, pods=1)
+    """
+    spec = pod.get("spec") or {}
+
+    def mem(c: Mapping[str, Any]) -> float:
+        raw = ((c.get("resources") or {}).get("requests") or {}).get("memory")
+        return 0.0 if raw is None else _quantity(raw)
+
+    main = sum(mem(c) for c in spec.get("containers") or [])
+    init = max((mem(c) for c in spec.get("initContainers") or []), default=0.0)
+    overhead = _quantity((spec.get("overhead") or {}).get("memory") or 0)
+    return Resources(pod_cpu_request(pod), max(main, init) + overhead, 1)
+
+
+def pod_place(pod: Mapping[str, Any]) -> str | None:
+    """The node whose resources a pod holds: where it is bound, else where it is pinned.
+
+    A finished pod holds nothing. A task pod waits a moment for the scheduler, but
+    its required node affinity allows only its planned node (annotation
+    ``ANN_NODE``), so it counts there at once.
+    """
+    if ((pod.get("status") or {}).get("phase")) in _DONE:
+        return None
+    meta = pod.get("metadata") or {}
+    node = (pod.get("spec") or {}).get("nodeName") or (meta.get("annotations") or {}).get(ANN_NODE)
+    return str(node) if node else None
+
+
+def pod_owner(pod: Mapping[str, Any]) -> str | None:
+    """``namespace/topology`` of a task pod, ``None`` for any other workload."""
+    meta = pod.get("metadata") or {}
+    topology = (meta.get("labels") or {}).get(LABEL_TOPOLOGY)
+    return f"{meta.get('namespace')}/{topology}" if topology else None
+
+
+@dataclass(frozen=True)
+class _Entry:
+    node: str
+    requests: Resources
+    owner: str | None
+    at: float = 0.0
+
+
+class CapacityLedger:
+    """Free resources per node for every planner of this process (see the module docstring)."""
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self._lock = threading.RLock()
+        self._pods: dict[PodKey, _Entry] = {}
+        self._holds: dict[PodKey, _Entry] = {}
+        self._clock = clock
+        self.synced = threading.Event()
+
+    # ------------------------------------------------------------- the pod feed
+    def observe(self, pod: Mapping[str, Any]) -> None:
+        """A pod was added or changed (from the watch)."""
+        meta = pod.get("metadata") or {}
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        node = pod_place(pod)
+        with self._lock:
+            if node is None:
+                self._pods.pop(key, None)
+                return
+            self._pods[key] = _Entry(node, pod_requests(pod), pod_owner(pod))
+            hold = self._holds.get(key)
+            if hold is not None and hold.node == node:
+                del self._holds[key]  # the pod itself counts from now on
+
+    def forget(self, key: PodKey) -> None:
+        """A pod was deleted."""
+        with self._lock:
+            self._pods.pop(key, None)
+
+    def replace_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
+        """A complete listing (start, or after the watch lost its place)."""
+        with self._lock:
+            self._pods.clear()
+            for pod in pods:
+                self.observe(pod)
+            self.synced.set()
+
+    # ----------------------------------------------------------------- reading
+    def free(
+        self, allocatable: Mapping[str, Resources], *, exclude: str | None = None
+    ) -> dict[str, Resources]:
+        """``allocatable`` minus pods and holds, per node; ``exclude`` a topology's own.
+
+        A reconcile or restore may move the topology's own pods, so it passes
+        ``exclude="namespace/name"``; a recovery step adds to the pods that run.
+        """
+        with self._lock:
+            self._expire()
+            used: dict[str, Resources] = {}
+            for entry in [*self._pods.values(), *self._holds.values()]:
+                if exclude is None or entry.owner != exclude:
+                    used[entry.node] = used.get(entry.node, Resources()) + entry.requests
+            return {n: a - used.get(n, Resources()) for n, a in allocatable.items()}
+
+    def holds(self, owner: str | None = None) -> dict[PodKey, tuple[str, Resources]]:
+        """Current holds (of one owner): ``{pod: (node, requests)}``."""
+        with self._lock:
+            self._expire()
+            return {
+                k: (e.node, e.requests)
+                for k, e in self._holds.items()
+                if owner is None or e.owner == owner
+            }
+
+    # ----------------------------------------------------------------- writing
+    @contextmanager
+    def booking(self, timeout: float = SYNC_TIMEOUT) -> Iterator[Booking]:
+        """Serialize planners: free capacity read inside stays theirs until they reserve."""
+        if not self.synced.wait(timeout):
+            raise Overcommitted("the capacity ledger has not listed the pods yet")
+        with self._lock:
+            yield Booking(self)
+
+    def hold(self, owner: str, pods: Mapping[PodKey, tuple[str, Resources]]) -> None:
+        """Count pods a *recorded* plan asks for until they show up (no capacity check).
+
+        Used for plans already in the status (a resumed reconcile, converge after
+        a restart), so their capacity is never handed out twice.
+        """
+        with self._lock:
+            now = self._clock()
+            for key, (node, req) in pods.items():
+                shown = self._pods.get(key)
+                if shown is not None and shown.node == node:
+                    self._holds.pop(key, None)
+                    continue
+                old = self._holds.get(key)
+                at = old.at if old is not None and old.node == node else now
+                self._holds[key] = _Entry(node, req, owner, at)
+
+    def release(self, owner: str, keep: frozenset[PodKey] = frozenset()) -> None:
+        """Drop an owner's holds (its plan was superseded or the topology deleted)."""
+        with self._lock:
+            for key in [k for k, e in self._holds.items() if e.owner == owner and k not in keep]:
+                del self._holds[key]
+
+    def _expire(self) -> None:
+        limit = self._clock() - HOLD_SECONDS
+        for key in [k for k, e in self._holds.items() if e.at < limit]:
+            log.warning("capacity hold of pod %s/%s expired: its pod never showed up", *key)
+            del self._holds[key]
+
+
+class Booking:
+    """What a planner may do while it holds the ledger (:meth:`CapacityLedger.booking`)."""
+
+    def __init__(self, ledger: CapacityLedger) -> None:
+        self.ledger = ledger
+
+    def free(
+        self, allocatable: Mapping[str, Resources], *, exclude: str | None = None
+    ) -> dict[str, Resources]:
+        """See :meth:`CapacityLedger.free`."""
+        return self.ledger.free(allocatable, exclude=exclude)
+
+    def reserve(
+        self,
+        owner: str,
+        pods: Mapping[PodKey, tuple[str, Resources]],
+        allocatable: Mapping[str, Resources],
+        *,
+        exclusive: bool = False,
+    ) -> None:
+        """Hold ``pods`` for ``owner`` if every node can take them, else change nothing.
+
+        With ``exclusive`` (a whole new plan) the owner's other holds go, and its
+        running pods do not count against the new plan (it replaces them).
+
+        Raises
+        ------
+        Overcommitted
+            Some node lacks CPU, memory or pod slots; the message names it.
+        """
+        free = self.ledger.free(allocatable, exclude=owner if exclusive else None)
+        if not exclusive:  # holds being replaced (same pod, new node) give their room back
+            for key in pods:
+                old = self.ledger._holds.get(key)
+                if old is not None and old.node in free:
+                    free[old.node] = free[old.node] + old.requests
+        need: dict[str, Resources] = {}
+        for node, req in pods.values():
+            need[node] = need.get(node, Resources()) + req
+        for node, req in sorted(need.items()):
+            have = free.get(node)
+            if have is None or not req.fits_in(have):
+                raise Overcommitted(
+                    f"node {node}: need cpu {req.cpu:g}, memory {req.memory:g}, "
+                    f"{req.pods} pods; free {have or 'none (not usable)'}"
+                )
+        if exclusive:
+            self.ledger.release(owner, keep=frozenset(pods))
+        self.ledger.hold(owner, pods)
+
+
+def planner_cpu(
+    allocatable: Mapping[str, Resources],
+    free: Mapping[str, Resources],
+    *,
+    task_cpu: float,
+    task_memory: float,
+    cap: float = 1.0,
+) -> dict[str, float]:
+    """The CPU per node to give a planner that counts CPU only, memory and pods included.
+
+    The planners pack task CPU (their weights). So that whatever they pack also
+    fits memory and the node's pod limit, a node offers at most ``k`` times the
+    smallest task's CPU, where ``k`` is how many of the largest-memory tasks fit
+    its free memory and pod slots: any set of more than ``k`` tasks needs more
+    CPU than that. ``cap`` keeps ``(1 - cap) × allocatable CPU`` unused (the
+    recovery utilization cap).
+
+    Examples
+    --------
+    >>> alloc = {"a": Resources(4, 1000, 110), "b": Resources(4, 250, 110)}
+    >>> planner_cpu(alloc, alloc, task_cpu=1, task_memory=100)
+    {'a': 4.0, 'b': 2.0}
+    >>> planner_cpu(alloc, {"a": Resources(4, 1000, 1), "b": Resources(1, 250, 9)},
+    ...             task_cpu=0.5, task_memory=100, cap=0.8)
+    {'a': 0.5, 'b': 0.2}
+    """
+    out: dict[str, float] = {}
+    for node, a in allocatable.items():
+        f = free.get(node, Resources())
+        count = max(f.pods, 0)
+        if task_memory > 0:
+            count = min(count, int(max(f.memory, 0.0) // task_memory))
+        cpu = min(f.cpu - a.cpu * (1.0 - cap), count * task_cpu)
+        out[node] = round(max(float(cpu), 0.0), 6)
+    return out
+
+
+def manifest_holds(
+    manifests: Mapping[str, Mapping[str, Any]], namespace: str
+) -> dict[PodKey, tuple[str, Resources]]:
+    """``{pod: (planned node, requests)}`` of pod manifests, for :meth:`Booking.reserve`."""
+    out: dict[PodKey, tuple[str, Resources]] = {}
+    for name, manifest in manifests.items():
+        node = pod_place(manifest)
+        if node is not None:
+            out[(namespace, name)] = (node, pod_requests(manifest))
+    return out

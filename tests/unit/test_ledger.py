@@ -1,0 +1,197 @@
+"""The capacity ledger (issue 12, item 6): one account of CPU, memory and pods per node.
+
+The reference is plain arithmetic over what the test itself put in: every pod and
+every granted reservation is summed per node and compared with the allocatable
+resources the test chose. Reservations race from several threads, each reading
+the free capacity, "planning" greedily on it and reserving, as the controller's
+planners do inside a booking.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from backstop.k8s.ledger import (
+    HOLD_SECONDS,
+    CapacityLedger,
+    Overcommitted,
+    Resources,
+    planner_cpu,
+)
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+GI = 2**30
+
+
+def pod(ns: str, name: str, node: str, cpu: str, memory: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": ns, "name": name, **extra},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+nodes_st = st.dictionaries(
+    st.sampled_from(["a", "b", "c"]),
+    st.builds(
+        Resources,
+        st.integers(1, 8).map(float),
+        st.integers(1, 8).map(lambda g: float(g * GI)),
+        st.integers(1, 6),
+    ),
+    min_size=1,
+)
+request_st = st.lists(
+    st.tuples(
+        st.sampled_from([0.25, 0.5, 1.0, 2.0]),  # cpu
+        st.sampled_from([0.25, 0.5, 1.0, 2.0]),  # memory, GiB
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@SETTINGS
+@given(alloc=nodes_st, owners=st.lists(request_st, min_size=2, max_size=5), taken=st.integers(0, 3))
+def test_fault06_concurrent_reservations_never_exceed_capacity(
+    alloc: dict[str, Resources], owners: list[list[tuple[float, float]]], taken: int
+) -> None:
+    ledger = CapacityLedger()
+    other = [pod("kube-system", f"d{i}", n, "500m", "256Mi") for i, n in enumerate(alloc)][:taken]
+    ledger.replace_pods(other)
+    start = threading.Barrier(len(owners))
+
+    def place(i: int, tasks: list[tuple[float, float]]) -> None:
+        start.wait()
+        for _ in range(3):  # a planner that lost a race plans again on what is left
+            with ledger.booking() as booking:
+                free = booking.free(alloc)
+                plan: dict[tuple[str, str], tuple[str, Resources]] = {}
+                for j, (cpu, mem) in enumerate(tasks):
+                    need = Resources(cpu, mem * GI, 1)
+                    node = next((n for n, f in sorted(free.items()) if need.fits_in(f)), None)
+                    if node is not None:
+                        plan[(f"ns{i}", f"t{i}-{j}")] = (node, need)
+                        free[node] = free[node] - need
+                try:
+                    booking.reserve(f"ns{i}/top", plan, alloc)
+                    return
+                except Overcommitted:
+                    continue
+
+    threads = [threading.Thread(target=place, args=(i, t)) for i, t in enumerate(owners)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    used = {n: Resources() for n in alloc}
+    for p in other:
+        used[p["spec"]["nodeName"]] += Resources(0.5, 256 * 2**20, 1)
+    for node, req in ledger.holds().values():
+        used[node] += req
+    for n, a in alloc.items():
+        assert used[n].fits_in(a), (n, used[n], a)
+
+
+def test_fault06_reserve_refuses_what_another_topology_holds() -> None:
+    alloc = {"a": Resources(2, 4 * GI, 10)}
+    ledger = CapacityLedger()
+    ledger.replace_pods([])
+    with ledger.booking() as b:
+        b.reserve("ns/one", {("ns", "one-0"): ("a", Resources(1.5, GI, 1))}, alloc)
+    with ledger.booking() as b:
+        assert b.free(alloc)["a"].cpu == pytest.approx(0.5)
+        with pytest.raises(Overcommitted, match="node a"):
+            b.reserve("ns/two", {("ns", "two-0"): ("a", Resources(1, GI, 1))}, alloc)
+    assert set(ledger.holds()) == {("ns", "one-0")}
+
+
+def test_fault06_memory_and_pod_slots_count() -> None:
+    alloc = {"a": Resources(8, 1 * GI, 2)}
+    ledger = CapacityLedger()
+    ledger.replace_pods([pod("other", "db", "a", "100m", "768Mi")])
+    with ledger.booking() as b:
+        with pytest.raises(Overcommitted):  # CPU is plenty, memory is not
+            b.reserve("ns/t", {("ns", "t-0"): ("a", Resources(1, 512 * 2**20, 1))}, alloc)
+        with pytest.raises(Overcommitted):  # one pod slot left, two pods asked
+            b.reserve(
+                "ns/t",
+                {
+                    ("ns", "t-0"): ("a", Resources(1, 1, 1)),
+                    ("ns", "t-1"): ("a", Resources(1, 1, 1)),
+                },
+                alloc,
+            )
+
+
+def test_fault06_hold_ends_when_the_pod_shows_up_or_the_plan_is_superseded() -> None:
+    alloc = {"a": Resources(4, 4 * GI, 10), "b": Resources(4, 4 * GI, 10)}
+    clock = [0.0]
+    ledger = CapacityLedger(clock=lambda: clock[0])
+    ledger.replace_pods([])
+    with ledger.booking() as b:
+        b.reserve("ns/t", {("ns", "t-0"): ("a", Resources(1, GI, 1))}, alloc)
+    # the pod shows up where it was planned: counted once, as a pod
+    ledger.observe(pod("ns", "t-0", "a", "1", "1Gi"))
+    assert ledger.holds() == {}
+    assert ledger.free(alloc)["a"] == Resources(3, 3 * GI, 9)
+    # a new plan of the same topology supersedes its older holds
+    with ledger.booking() as b:
+        b.reserve("ns/t", {("ns", "t-1"): ("b", Resources(1, GI, 1))}, alloc)
+        b.reserve("ns/t", {("ns", "t-2"): ("b", Resources(2, GI, 1))}, alloc, exclusive=True)
+    assert set(ledger.holds()) == {("ns", "t-2")}
+    # a hold whose pod never comes is dropped after HOLD_SECONDS
+    clock[0] += HOLD_SECONDS + 1
+    assert ledger.holds() == {}
+
+
+def test_fault06_finished_and_deleted_pods_free_their_node() -> None:
+    alloc = {"a": Resources(2, 2 * GI, 4)}
+    ledger = CapacityLedger()
+    ledger.replace_pods([pod("x", "job", "a", "2", "1Gi")])
+    assert ledger.free(alloc)["a"].cpu == 0
+    done = pod("x", "job", "a", "2", "1Gi")
+    done["status"]["phase"] = "Succeeded"
+    ledger.observe(done)
+    assert ledger.free(alloc)["a"] == alloc["a"]
+    ledger.observe(pod("x", "web", "a", "1", "1Gi"))
+    ledger.forget(("x", "web"))
+    assert ledger.free(alloc)["a"] == alloc["a"]
+
+
+@SETTINGS
+@given(
+    free_cpu=st.integers(0, 16),
+    free_gib=st.integers(0, 8),
+    slots=st.integers(0, 8),
+    tasks=st.lists(
+        st.tuples(st.sampled_from([0.25, 0.5, 1.0]), st.sampled_from([0.5, 1.0, 2.0])),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_fault06_what_fits_the_planner_cpu_fits_memory_and_pods(
+    free_cpu: int, free_gib: int, slots: int, tasks: list[tuple[float, float]]
+) -> None:
+    """Any set of tasks within the CPU a planner is offered also fits memory and pod slots."""
+    alloc = {"n": Resources(16, 8 * GI, 8)}
+    free = {"n": Resources(free_cpu, free_gib * GI, slots)}
+    offered = planner_cpu(
+        alloc,
+        free,
+        task_cpu=min(c for c, _ in tasks),
+        task_memory=max(m for _, m in tasks) * GI,
+    )["n"]
+    packed = Resources()
+    for cpu, mem in sorted(tasks):  # the most tasks the offer admits: smallest first
+        if packed.cpu + cpu <= offered + 1e-9:
+            packed += Resources(cpu, mem * GI, 1)
+    assert packed.fits_in(free["n"])
