@@ -139,10 +139,13 @@ def table4_at_r1() -> dict[str, dict[str, int]]:
     for case in table4():
         g = case.build()
         out[case.name] = {}
-        for name in ("nfdh-2sp", "ffdh-2sp", "bfdh-2sp", "rtap-bf"):
+        for name in ("nfdh-2sp", "ffdh-2sp", "bfdh-2sp", "rtap-bf", "rtap-bf-literal"):
             plan = place(g, pool, bound=1.0, algorithm=name)
             assert plan.violations == ()
             out[case.name][name] = plan.nodes_used
+        order, single = _wud_order(g), list(g.latency)
+        out[case.name]["groups"] = len(_rtap_groups(g, order, single, 1.0))
+        out[case.name]["groups-literal"] = len(_rtap_groups(g, order, single, 1.0, literal=True))
     assert len(out) == 8
     return out
 
@@ -161,3 +164,14 @@ def test_nfdh_is_the_worst_and_bfdh_the_best_2sp_baseline(
     """Section 5.3.1: "A^NFDH performs the worst while A^BFDH has the best result"."""
     for name, used in table4_at_r1.items():
         assert used["nfdh-2sp"] >= used["ffdh-2sp"] >= used["bfdh-2sp"], (name, used)
+
+
+def test_more_groups_more_bins(table4_at_r1: dict[str, dict[str, int]]) -> None:
+    """Section 5.3.3 / Fig. 7: "the packing results are worse when items are partitioned
+    into more groups" — the line-387 rule never makes fewer groups, nor RTAP-BF fewer bins."""
+    for name, used in table4_at_r1.items():
+        assert used["groups-literal"] >= used["groups"], (name, used)
+        if used["groups-literal"] > used["groups"]:
+            assert used["rtap-bf-literal"] > used["rtap-bf"], (name, used)
+        else:
+            assert used["rtap-bf-literal"] == used["rtap-bf"], (name, used)
