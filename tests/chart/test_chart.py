@@ -64,7 +64,7 @@ NAMESPACED_RULES: Rules = {
 # What it may do cluster-wide when it watches only some namespaces: read-only.
 CLUSTER_RULES_NAMESPACED_MODE: Rules = {
     ("", "nodes"): {"get", "list", "watch"},
-    ("", "pods"): {"list"},  # capacity accounting: other workloads' requests per node
+    ("", "pods"): {"list", "watch"},  # the capacity ledger: other workloads' requests per node
 }
 
 
