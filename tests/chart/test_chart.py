@@ -60,6 +60,7 @@ NAMESPACED_RULES: Rules = {
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
     ("", "configmaps"): {"get", "create", "patch", "update"},
     ("", "events"): {"create"},
+    ("policy", "poddisruptionbudgets"): {"get", "create", "patch"},
 }
 # What it may do cluster-wide when it watches only some namespaces: read-only.
 CLUSTER_RULES_NAMESPACED_MODE: Rules = {

@@ -74,6 +74,10 @@ on core/v1 events (kopf.info/warn and its per-object logs); the pods index needs
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete"]
+# One PodDisruptionBudget per topology: evictions (kubectl drain) wait for the operator's moves.
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "create", "patch"]
 # The recovery session ConfigMap that task pods mount.
 - apiGroups: [""]
   resources: ["configmaps"]

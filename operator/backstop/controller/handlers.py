@@ -24,6 +24,7 @@ from backstop.controller import memo as topology_memo
 from backstop.controller import settings as config
 from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve
 from backstop.controller.context import kube, post_event
+from backstop.controller.lostpods import lost_tick
 from backstop.controller.restore import restore_tick
 from backstop.controller.supervisor import (
     Tick,
@@ -47,7 +48,7 @@ from backstop.domain.spec import (
 from backstop.domain.status import build_plan_status, conditions_patch, pod_state
 from backstop.k8s.kubeio import ClusterView, Kube
 from backstop.k8s.ledger import CapacityLedger, Overcommitted, manifest_holds
-from backstop.k8s.manifests import Owner, desired_pods
+from backstop.k8s.manifests import Owner, build_pdb, desired_pods
 from backstop.k8s.nodes import node_is_ready
 from backstop.k8s.podfeed import PodFeed
 from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
@@ -213,6 +214,7 @@ def _reconcile(
     dead = {n for n, obj in view.node_objects.items() if not node_is_ready(obj)}
     diff = diff_pods(desired, view.own_pods, dead)
     try:
+        k.put_pdb(build_pdb(owner, len(desired)))  # evictions wait for the operator's drain
         deleted, created = k.apply_pod_diff(namespace, diff)
     except ApiException as err:
         raise kopf.TemporaryError(f"API error while applying pods: {err.reason}", delay=2) from err
@@ -431,6 +433,7 @@ def _supervise(
                     indexed = list(pods_index.get((namespace, name), []))
                     obj = (
                         recovery_tick(tick)
+                        or lost_tick(tick, indexed)
                         or drain_tick(tick, indexed)
                         or restore_tick(tick, indexed)
                     )

@@ -32,6 +32,7 @@ from backstop.domain.incidents import (
     step_record,
 )
 from backstop.domain.planning import diff_pods, per_node_worst
+from backstop.domain.podfaults import is_terminal
 from backstop.domain.spec import StreamTopologySpec
 from backstop.domain.status import PodState, conditions_patch, pod_failure
 from backstop.k8s.kubeio import Kube
@@ -267,11 +268,12 @@ def planned_pods(t: Tick, plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def pods_match(desired: Mapping[str, Mapping[str, Any]], bodies: list[Mapping[str, Any]]) -> bool:
-    """Whether the indexed pods are exactly the desired ones (same hash, none deleting)."""
+    """Whether the indexed pods are exactly the desired ones (same hash, none deleting
+    and none ended: a Failed or evicted pod is replaced)."""
     have: dict[str, str | None] = {}
     for b in bodies:
         meta = b.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
+        if meta.get("deletionTimestamp") or is_terminal(b):
             return False
         have[meta["name"]] = (meta.get("annotations") or {}).get(ANN_HASH)
     if set(have) != set(desired):
@@ -292,6 +294,8 @@ def converge(
     if pods_match(desired, indexed):
         return 0, 0, 0
     diff = diff_pods(desired, t.kube.own_pods(t.owner.namespace, t.owner.name), force_nodes)
+    held = drain_held(t.status.get("drain") or {}, time.time())
+    diff.create = [m for m in diff.create if m["metadata"]["labels"].get(LABEL_TASK) not in held]
     deleted, created = t.kube.apply_pod_diff(t.owner.namespace, diff)
     return deleted, created, diff.waiting
 
@@ -345,6 +349,25 @@ def pod_states(bodies: list[Mapping[str, Any]]) -> list[PodState]:
 
 DRAIN_BATCH = 3
 """Tasks moved off a cordoned node per step: a few at a time, never all at once."""
+DRAIN_HOLD_SECONDS = 7.0
+"""A task moved off a cordoned node is recreated (under the same pod name) only this
+long after its old pod was deleted. ``kubectl drain`` retries a refused eviction every
+5 s and then evicts *by name*: the pause makes its next attempt find the old pod gone
+or terminating (done) instead of the new copy on another node (which the topology's
+PodDisruptionBudget would protect forever, or which it would evict while Pending)."""
+
+
+def drain_held(drain: Mapping[str, Any], now: float) -> set[str]:
+    """Tasks moved by the last drain step whose new pod must not be created yet.
+
+    >>> sorted(drain_held({"moving": ["a-0", "b-1"], "holdUntil": 10.0}, now=3.0))
+    ['a-0', 'b-1']
+    >>> drain_held({"moving": ["a-0"], "holdUntil": 10.0}, now=10.5)
+    set()
+    """
+    if now >= float(drain.get("holdUntil") or 0.0):
+        return set()
+    return set(drain.get("moving") or [])
 
 
 def _drain_moves(
@@ -418,8 +441,13 @@ def drain_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> dict[str, Any] | No
         return None
     if not pods_match(planned_pods(t, plan), indexed):
         return None  # the previous batch is still moving
-    if any((b.get("status") or {}).get("phase") != "Running" for b in indexed):
-        return None  # ... or still starting
+    if any(
+        (b.get("status") or {}).get("phase") != "Running"
+        and assignment.get((b.get("metadata") or {}).get("labels", {}).get(LABEL_TASK, ""))
+        not in cordoned
+        for b in indexed
+    ):
+        return None  # ... or still starting (a pod evicted onto its cordoned node waits)
     movable = _ordered(t.graph, {task for task, n in assignment.items() if n in cordoned})
     ready = [
         n
@@ -448,7 +476,13 @@ def drain_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> dict[str, Any] | No
         t.owner.name,
         {
             "plan": merge_patch(plan, new_plan),
-            "drain": {"nodes": sorted(cordoned), "moved": len(moved), "remaining": len(left)},
+            "drain": {
+                "nodes": sorted(cordoned),
+                "moved": len(moved),
+                "remaining": len(left),
+                "moving": sorted(moved),
+                "holdUntil": round(time.time() + DRAIN_HOLD_SECONDS, 3),
+            },
         },
     )
     faults.point("after-status")

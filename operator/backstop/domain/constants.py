@@ -45,6 +45,7 @@ EVENT_REASONS = frozenset(
         "NodeDraining",
         "RecoveryPlanIssued",
         "TaskRecovered",
+        "TaskLost",
         "Recovered",
         "BoundViolated",
         "RestorePlanned",

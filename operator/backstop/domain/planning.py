@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from backstop.domain.constants import ANN_HASH, ANN_NODE, LABEL_ROLE, LABEL_TASK
+from backstop.domain.podfaults import TERMINAL_PHASES
 from backstop.domain.spec import BackupMode, StreamTopologySpec, cpu_cores
 from planners import TaskGraph
 from planners.evaluate import check_plan, node_failure_latency, tasks_by_node
@@ -170,10 +171,12 @@ def diff_pods(
 ) -> PodDiff:
     """Compare desired manifests with existing pods (kubernetes client objects).
 
-    A pod is kept only if its ``spec-hash`` matches (same node and role); pods
-    being deleted are reported so the caller waits before recreating them. Pods
-    to delete on ``dead_nodes`` (lost nodes) are force-removed instead, as no
-    kubelet will ever confirm their termination.
+    A pod is kept only if its ``spec-hash`` matches (same node and role) and it has
+    not ended (a ``Failed`` pod, evicted say, is replaced: Kubernetes never restarts a
+    bare pod that reached a terminal phase); pods being deleted are reported so the
+    caller waits before recreating them. Pods to delete on ``dead_nodes`` (lost nodes)
+    and pods that have ended (nothing of them runs) are force-removed instead, as no
+    kubelet will ever confirm the termination or none is needed.
     """
     diff = PodDiff()
     seen: set[str] = set()
@@ -184,9 +187,10 @@ def diff_pods(
         want = desired.get(name)
         have = (pod.metadata.annotations or {}).get(ANN_HASH)
         keep = want is not None and want["metadata"]["annotations"][ANN_HASH] == have
-        if pod.metadata.deletion_timestamp is None and keep:
+        ended = pod.status is not None and pod.status.phase in TERMINAL_PHASES
+        if pod.metadata.deletion_timestamp is None and keep and not ended:
             diff.unchanged += 1
-        elif pod.spec.node_name in dead:
+        elif pod.spec.node_name in dead or ended:
             diff.force.append(name)
         elif pod.metadata.deletion_timestamp is not None:
             diff.terminating.append(name)

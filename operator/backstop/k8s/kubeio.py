@@ -247,6 +247,34 @@ class Kube:
                 raise
             self.core.create_namespaced_config_map(ns, dict(manifest))
 
+    def put_pdb(self, manifest: Mapping[str, Any]) -> str:
+        """Create or update a PodDisruptionBudget; returns the ``policy`` version used.
+
+        ``policy/v1`` where the API server has it (1.21+), else ``policy/v1beta1`` (the
+        local control plane is 1.20).
+        """
+        ns = manifest["metadata"]["namespace"]
+        name = manifest["metadata"]["name"]
+        for version in ("v1", "v1beta1"):
+            try:
+                self.custom.patch_namespaced_custom_object(
+                    "policy", version, ns, "poddisruptionbudgets", name, {"spec": manifest["spec"]}
+                )
+                return version
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+            body = {**manifest, "apiVersion": f"policy/{version}"}
+            try:
+                self.custom.create_namespaced_custom_object(
+                    "policy", version, ns, "poddisruptionbudgets", body
+                )
+                return version
+            except ApiException as err:
+                if err.status != 404:  # 404: no policy/<version> on this server
+                    raise
+        raise ApiException(status=404, reason="the API server serves no PodDisruptionBudgets")
+
     def patch_status_returning(
         self, namespace: str, name: str, status: Mapping[str, Any]
     ) -> dict[str, Any]:

@@ -339,3 +339,32 @@ def build_session_configmap(
         },
         "data": {"session.json": json.dumps(doc, indent=2, sort_keys=True)},
     }
+
+
+def build_pdb(owner: Owner, pods: int) -> dict[str, Any]:
+    """The topology's PodDisruptionBudget: no voluntary eviction of a running task pod.
+
+    ``minAvailable`` is every task pod, so the eviction API (``kubectl drain``, a
+    cluster autoscaler) refuses to evict a Running one; the operator moves the tasks
+    off a cordoned node itself, a few at a time with the bound kept
+    (:func:`backstop.controller.supervisor.drain_tick`), and the drain completes as
+    their old pods go. Pending, terminating and ended pods are evictable anyway (the
+    API server ignores budgets for them). An integer ``minAvailable`` needs no scale
+    subresource on the owner. The ``apiVersion`` is chosen by
+    :meth:`backstop.k8s.kubeio.Kube.put_pdb` (``policy/v1``, else ``v1beta1``).
+
+    >>> pdb = build_pdb(Owner("t", "ns", "u1"), 9)
+    >>> pdb["spec"]
+    {'minAvailable': 9, 'selector': {'matchLabels': {'streams.backstop.dev/topology': 't'}}}
+    """
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": owner.name,
+            "namespace": owner.namespace,
+            "labels": {LABEL_TOPOLOGY: owner.name},
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {"minAvailable": pods, "selector": {"matchLabels": {LABEL_TOPOLOGY: owner.name}}},
+    }

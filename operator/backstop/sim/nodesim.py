@@ -46,6 +46,7 @@ READY_AT = "sim.backstop.dev/ready-at"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 RACK_LABEL = "topology.backstop.dev/rack"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+PRESSURE_TAINT = "node.kubernetes.io/memory-pressure"
 LEASE_NS = "kube-node-lease"
 LEASE_SECONDS = 40
 
@@ -228,6 +229,31 @@ class Simulator:
     def delete(self, name: str) -> None:
         self.core.delete_node(name)
 
+    def pressure(self, name: str) -> None:
+        """Put the node under memory pressure, as a kubelet reports it: the condition and
+        the ``NoSchedule`` taint the node-lifecycle controller derives from it."""
+        now = now_rfc3339(datetime.now(UTC))
+        cond = {
+            "type": "MemoryPressure",
+            "status": "True",
+            "reason": "KubeletHasInsufficientMemory",
+            "message": "simulated by backstop nodesim",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        self.core.patch_node_status(name, {"status": {"conditions": [cond]}})
+        taints = self.core.read_node(name).spec.taints or []
+        serialize = self.core.api_client.sanitize_for_serialization
+        kept = [serialize(t) for t in taints if t.key != PRESSURE_TAINT]
+        taint = {"key": PRESSURE_TAINT, "effect": "NoSchedule"}
+        self.core.patch_node(name, {"spec": {"taints": [*kept, taint]}})
+
+    def evict(self, namespace: str, pod: str, message: str) -> None:
+        """End a pod as a kubelet's eviction does: phase ``Failed``, reason ``Evicted``
+        (the pod object stays; nothing of it runs)."""
+        status = {"phase": "Failed", "reason": "Evicted", "message": message}
+        self.core.patch_namespaced_pod_status(pod, namespace, {"status": status})
+
     # ---------------------------------------------------------------- the loop
     def _shape_of(self, node: Any) -> NodeShape:
         raw = (node.metadata.annotations or {}).get("sim.backstop.dev/shape")
@@ -292,7 +318,7 @@ class Simulator:
             try:
                 if pod.metadata.deletion_timestamp is not None:
                     self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
-                elif pod.status.phase != "Running":
+                elif pod.status.phase not in ("Running", "Failed", "Succeeded"):
                     containers = [c.name for c in pod.spec.containers]
                     self.core.patch_namespaced_pod_status(
                         name, ns, build_running_status(name, containers, now)
