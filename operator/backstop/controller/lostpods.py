@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from backstop.controller import faults
 from backstop.controller.capacity import step_capacity
 from backstop.controller.supervisor import RECOVERY_TIME_LIMIT, Tick, reserve_tasks
 from backstop.domain.conditions import merge_patch
@@ -82,6 +83,7 @@ def lost_tick(
     obj = t.kube.patch_status_returning(
         t.owner.namespace, t.owner.name, {"plan": merge_patch(plan, new_plan)}
     )
+    faults.point("after-status")
     for task, node in step.recover.items():
         t.emit("TaskLost", f"task {task} lost ({lost[task]}): restarts on {node}", True)
     return obj
