@@ -92,8 +92,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_operator(kubeconfig: str, namespace: str, log: Path) -> subprocess.Popen[bytes]:
-    """Start ``backstop operator`` for one namespace, logging to ``log``."""
+def start_operator(
+    kubeconfig: str, namespace: str, log: Path, extra: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
+    """Start ``backstop operator`` for one namespace (``extra`` arguments), logging to ``log``."""
     port = free_port()
     env = {**os.environ, "KUBECONFIG": kubeconfig}
     with log.open("ab") as out:
@@ -109,6 +111,7 @@ def start_operator(kubeconfig: str, namespace: str, log: Path) -> subprocess.Pop
                 f"http://127.0.0.1:{port}/healthz",
                 "--log-format",
                 "plain",
+                *extra,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

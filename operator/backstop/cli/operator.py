@@ -9,7 +9,9 @@ from typing import Annotated
 
 import typer
 
+from backstop.k8s.cluster import ClusterUnavailable, api_client
 from backstop.k8s.crd import CRDS, render
+from backstop.k8s.leader import Election, run_elected
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -59,6 +61,35 @@ def operator(
             ),
         ),
     ] = True,
+    leader_elect: Annotated[
+        bool,
+        typer.Option(
+            envvar="BACKSTOP_LEADER_ELECT",
+            help=(
+                "Run as one of several replicas: act only while holding a coordination.k8s.io"
+                " Lease, wait as a standby otherwise, exit when the Lease is lost."
+            ),
+        ),
+    ] = False,
+    leader_elect_namespace: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BACKSTOP_OPERATOR_NAMESPACE",
+            help="Namespace of the Lease (default: the first --namespace, else 'default').",
+        ),
+    ] = None,
+    leader_elect_name: Annotated[
+        str, typer.Option(help="Name of the Lease (one per operator installation).")
+    ] = "backstop-operator",
+    lease_duration: Annotated[
+        int, typer.Option(min=2, help="Seconds a standby waits for a silent leader.")
+    ] = 15,
+    renew_deadline: Annotated[
+        int, typer.Option(min=2, help="Seconds a leader retries renewing before it exits.")
+    ] = 10,
+    retry_period: Annotated[
+        int, typer.Option(min=1, help="Seconds between renewals and between standby attempts.")
+    ] = 2,
 ) -> None:
     """Run the Backstop operator (Kopf) until interrupted.
 
@@ -95,13 +126,36 @@ def operator(
     logging.getLogger().setLevel(log_level.upper())
     settings = kopf.OperatorSettings()
     settings.scanning.disabled = not cluster_scanning
-    kopf.run(
-        settings=settings,
-        standalone=True,
-        clusterwide=all_namespaces,
-        namespaces=[] if all_namespaces else list(namespace or []),
-        liveness_endpoint=liveness or None,
+
+    def run() -> None:
+        kopf.run(
+            settings=settings,
+            standalone=True,
+            clusterwide=all_namespaces,
+            namespaces=[] if all_namespaces else list(namespace or []),
+            liveness_endpoint=liveness or None,
+        )
+
+    if not leader_elect:
+        run()
+        return
+    election = Election(
+        namespace=leader_elect_namespace or (namespace or ["default"])[0],
+        name=leader_elect_name,
+        lease_duration=lease_duration,
+        renew_deadline=renew_deadline,
+        retry_period=retry_period,
     )
+    problem = election.problem()
+    if problem is not None:
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2)
+    try:
+        api = api_client()
+    except ClusterUnavailable as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    run_elected(api, election, run, health=liveness or None)
 
 
 def crd(
