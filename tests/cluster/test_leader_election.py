@@ -120,6 +120,7 @@ def test_fault07_standby_takes_over_and_recovers_within_grace_plus_15s(
     procs = [elected(cluster, ns, logs[0]), elected(cluster, ns, logs[1])]
     ha["procs"] = procs
     who = wait_for(lambda: holder(coord, ns), 60, "a Lease holder")
+    assert who is not None
     leader = next(i for i, p in enumerate(procs) if f"-{p.pid}-" in who)
     standby = 1 - leader
 
@@ -135,6 +136,7 @@ def test_fault07_standby_takes_over_and_recovers_within_grace_plus_15s(
         return obj if any(c["type"] == "Ready" and c["status"] == "True" for c in conds) else None
 
     obj = wait_for(ready, 90, "the topology Ready")
+    assert obj is not None
     # only one acts: the standby has not started Kopf, let alone a handler
     standby_log = logs[standby].read_text()
     assert "waits for Lease" in standby_log
@@ -163,6 +165,7 @@ def test_fault07_standby_takes_over_and_recovers_within_grace_plus_15s(
 
     down = wait_for(not_ready_since, 60, f"{victim} NotReady")
     planned = wait_for(recovery_plan, GRACE + 60, "a RecoveryPlan from the new leader")
+    assert down is not None and planned is not None
     assert procs[standby].poll() is None, logs[standby].read_text()[-3000:]
     assert f"-{procs[standby].pid}-" in (holder(coord, ns) or "")
     assert "leads" in logs[standby].read_text()
