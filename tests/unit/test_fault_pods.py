@@ -92,3 +92,27 @@ def test_fault04_pdb_keeps_every_task_pod_of_its_topology() -> None:
     assert pdb["spec"]["minAvailable"] == 7
     assert pdb["spec"]["selector"] == {"matchLabels": {"streams.backstop.dev/topology": "wc"}}
     assert pdb["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def _spec(image: str, op: str) -> dict[str, Any]:
+    return {
+        "image": image,
+        "recoveryLatencyBound": 5,
+        "operators": [{"name": op, "reprocessingLatency": 0.5}],
+    }
+
+
+def test_fault01_parsed_spec_lives_in_the_objects_memo_and_only_for_its_generation() -> None:
+    """Kopf keys ``memo`` by the object's uid: a re-created topology (generation 1 again)
+    gets a fresh memo, so the deleted object's spec can never be served to it."""
+    from backstop.controller import memo as topology_memo
+    from backstop.controller.handlers import _model
+
+    old, new = topology_memo.TopologyMemo(), topology_memo.TopologyMemo()
+    parsed_old = _model(old, 1, _spec("old:1", "a"))
+    parsed_new = _model(new, 1, _spec("new:2", "b"))
+    assert parsed_old is not None and parsed_new is not None
+    assert parsed_new[0].image == "new:2" and list(parsed_new[1].tasks) == ["b-0"]
+    again = _model(new, 2, _spec("new:3", "c"))
+    assert again is not None and again[0].image == "new:3"
+    assert list(new.parsed) == [2], "older generations are evicted"

@@ -352,6 +352,7 @@ def _model(
             grace_period_seconds=cfg.grace_period_seconds,
             utilization_cap=cfg.utilization_cap,
         )
+        mem.parsed.clear()  # only the current generation is ever asked for again
         mem.parsed[generation] = (model, expand(model))
     return mem.parsed[generation]
 
