@@ -140,7 +140,15 @@ def streamtopology_md() -> str:
         "This page is generated from the pydantic models in "
         "`operator/backstop/domain/spec.py`, the",
         "same models the CRD's OpenAPI schema (`crds/streamtopology.yaml`) is generated from.",
-        "Unknown fields are rejected. A complete example: "
+        "The API server checks the schema at admission: `metadata.name` (a DNS label of at",
+        "most 63 characters), every algorithm name (an enum of the planners' registries),",
+        "operator names (unique: `operators` is a map keyed by `name`; no `--`, which",
+        "separates the topology from the task in pod names `<topology>--<operator>-<index>`).",
+        "Unknown fields: `kubectl apply` refuses them (its client-side validation against",
+        "the published schema); with `--validate=false` or another client the API server",
+        "drops them silently (a structural schema prunes), and the operator names the fields",
+        "it finds in the `kubectl.kubernetes.io/last-applied-configuration` annotation in a",
+        "Warning Event `UnknownFields`. A complete example: "
         "[`examples/twitter-sentiment.yaml`](../examples/twitter-sentiment.yaml).",
         "",
         "## spec",

@@ -71,7 +71,7 @@ def _verify_against_evaluator(env: Env, obj: dict[str, Any]) -> None:
     assert plan["tasks"] == len(graph) and plan["backupCount"] == len(backups)
     pods = [p for p in env.pods(obj["metadata"]["name"]) if p.metadata.deletion_timestamp is None]
     assert sorted(p.metadata.name for p in pods) == sorted(
-        f"{obj['metadata']['name']}-{t}" for t in graph.tasks
+        f"{obj['metadata']['name']}--{t}" for t in graph.tasks
     )
     for pod in pods:
         task = pod.metadata.labels[f"{GROUP}/task"]
@@ -250,7 +250,7 @@ def test_selective_replication_runs_replicas_off_their_primarys_node(env: Env) -
     pods = {p.metadata.name: p for p in env.pods("replicated")}
     for task, nodes in replicas.items():
         primary = pods[f"replicated-{task}"]
-        copies = [pods[f"replicated-{task}-replica-{k}"] for k in range(len(nodes))]
+        copies = [pods[f"replicated--{task}--r{k}"] for k in range(len(nodes))]
         where = [primary.spec.node_name] + [c.spec.node_name for c in copies]
         assert len(set(where)) == len(where), f"{task}: two copies on one node {where}"
         for c in copies:

@@ -31,7 +31,7 @@ def role(node: str, backup: bool = False) -> TaskRole:
 
 def test_task_pod_is_pinned_owned_labelled_and_told_its_role() -> None:
     pod = build_task_pod(OWNER, SPEC, role("n1", backup=True))
-    assert pod["metadata"]["name"] == "topo-src-0"
+    assert pod["metadata"]["name"] == "topo--src-0"
     term = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["nodeSelectorTerms"][0]["matchExpressions"][0] == {
         "key": "kubernetes.io/hostname",

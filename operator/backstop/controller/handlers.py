@@ -43,6 +43,7 @@ from backstop.domain.spec import (
     expand,
     parse_spec,
     spec_hash,
+    unknown_fields,
     with_operator_defaults,
 )
 from backstop.domain.status import build_plan_status, conditions_patch, pod_state
@@ -142,12 +143,13 @@ def reconcile(
     generation = int(meta.get("generation", 1))
     k = kube()
     try:
-        model = parse_spec(dict(spec))
+        model = parse_spec(dict(spec), name=name)
         graph = expand(model)
     except InvalidTopology as err:
         problem = _problem(body, generation, "InvalidSpec", str(err))
         _record(k, namespace, name, generation, {"problem": problem}, status)
         return
+    _warn_unknown_fields(body, meta)
     owner = Owner(name=name, namespace=namespace, uid=meta["uid"])
     recorded = dict(status.get("plan") or {})
     recovering = (status.get("recovery") or {}).get("active")
@@ -162,6 +164,14 @@ def reconcile(
 def _nodes(index: Any) -> dict[str, NodeInfo]:
     """A snapshot of Kopf's node index (``{name: NodeInfo}``)."""
     return {n: info for n, infos in list(index.items()) for info in infos}
+
+
+def _warn_unknown_fields(body: kopf.Body, meta: kopf.Meta) -> None:
+    """A Warning Event naming the fields of the last ``kubectl apply`` the API server pruned."""
+    dropped = unknown_fields(meta.get("annotations") or {})
+    if dropped:
+        message = "the API server dropped fields the schema does not know: " + ", ".join(dropped)
+        post_event(body, "UnknownFields", message, warning=True)
 
 
 def _reconcile(
@@ -342,7 +352,7 @@ def _model(
 ) -> tuple[StreamTopologySpec, TaskGraph] | None:
     if generation not in mem.parsed:
         try:
-            model = parse_spec(dict(spec))
+            model = parse_spec(dict(spec), name=name)
         except InvalidTopology:
             return None
         cfg = config.settings()

@@ -12,6 +12,14 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 PLURAL = "streamtopologies"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+#: An operator name: a DNS-1123 label without ``--``, which separates the topology's name
+#: from the task in pod names (``<topology>--<operator>-<index>``), so two topologies of one
+#: namespace can never derive the same pod name (``a`` + ``b-c`` vs ``a-b`` + ``c``).
+OPERATOR_NAME = r"^[a-z0-9]+(-[a-z0-9]+)*$"
+OPERATOR_NAME_MAX = 40
+#: A topology's name is a label value of every object it owns: at most 63 characters.
+TOPOLOGY_NAME_MAX = 63
+POD_NAME_SEPARATOR = "--"
 
 LABEL_TOPOLOGY = f"{GROUP}/topology"
 LABEL_OPERATOR = f"{GROUP}/operator"
@@ -23,6 +31,8 @@ ANN_NODE = f"{GROUP}/planned-node"
 #: Bumped after a plan is applied; outside GROUP's prefix, which Kopf's diff-base ignores.
 ANN_APPLIED = "reoptimization.backstop.dev/applied-at"
 HOSTNAME = "kubernetes.io/hostname"
+#: What ``kubectl apply`` (client-side) sent, before the API server pruned unknown fields.
+ANN_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 SESSION_CONFIGMAP_SUFFIX = "-recovery"
 SESSION_MOUNT = "/etc/backstop/recovery"
 STORE_MOUNT = "/var/lib/backstop"
@@ -53,5 +63,6 @@ EVENT_REASONS = frozenset(
         "BoundRestored",
         "Consolidated",
         "Reoptimized",
+        "UnknownFields",
     }
 )

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Collection, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -28,13 +29,42 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from backstop.domain.constants import DNS_LABEL
+from backstop.domain.constants import (
+    ANN_LAST_APPLIED,
+    DNS_LABEL,
+    OPERATOR_NAME,
+    OPERATOR_NAME_MAX,
+    TOPOLOGY_NAME_MAX,
+)
 from planners import InvalidTopology, TaskGraph
+from planners.placement import PLACEMENT_ALGORITHMS
+from planners.recovery import RECOVERY_ALGORITHMS
+from planners.replication import STRATEGIES
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+def _one_of(kind: str, names: Collection[str]) -> Callable[[str], str]:
+    """A validator that accepts only a registered algorithm name (the message lists them)."""
+
+    def check(value: str) -> str:
+        if value not in names:
+            raise ValueError(f"unknown {kind} {value!r}; choose one of: {', '.join(names)}")
+        return value
+
+    return check
+
+
+def _registered(default: str, names: Collection[str], description: str) -> Any:
+    """A string field restricted to a planner registry's names: an ``enum`` in the CRD."""
+    return Field(
+        default,
+        description=description,
+        json_schema_extra={"enum": list(names)},
     )
 
 
@@ -97,7 +127,12 @@ class Resources(_Model):
 class OperatorSpec(_Model):
     """One operator of the topology; it expands into ``parallelism`` tasks."""
 
-    name: str = Field(pattern=DNS_LABEL, max_length=40, description="DNS-1123 label.")
+    name: str = Field(
+        pattern=OPERATOR_NAME,
+        max_length=OPERATOR_NAME_MAX,
+        description="A DNS-1123 label without `--` (the separator of pod names "
+        "`<topology>--<operator>-<index>`).",
+    )
     parallelism: int = Field(1, ge=1, le=1000, description="Number of tasks.")
     image: str | None = Field(None, description="Task image; default spec.image.")
     resources: Resources = Field(default_factory=Resources)
@@ -132,12 +167,14 @@ class RecoveryPolicy(_Model):
     utilization_cap: float = Field(0.8, gt=0, le=1, description="Usable share of a node's CPU.")
     correlated_threshold: int = Field(2, ge=1, description="Lost nodes that make it correlated.")
     window_seconds: float = Field(60.0, ge=0, description="Losses within it join one session.")
-    algorithm: str = Field("auto", description="Recovery scheduling algorithm.")
+    algorithm: str = _registered("auto", RECOVERY_ALGORITHMS, "Recovery scheduling algorithm.")
     replan_on_violation: bool = Field(
         True,
         description="Whenever the bound is broken (after a recovery, say), restore it as soon "
         "as capacity allows: re-plan with the fewest moved pods and move a few at a time.",
     )
+
+    _algorithm = field_validator("algorithm")(_one_of("recovery algorithm", RECOVERY_ALGORITHMS))
 
 
 class ReplicationPolicy(_Model):
@@ -153,7 +190,7 @@ class ReplicationPolicy(_Model):
     def _quantity(cls, value: Any) -> str:
         return Resources._quantity(value)
 
-    strategy: str = Field("qod-lu", description="Importance: qod, lu, qod-lu, or random.")
+    strategy: str = _registered("qod-lu", STRATEGIES, "Importance: qod, lu, qod-lu, or random.")
     host_failure_prob: float | None = Field(
         None,
         ge=0,
@@ -163,6 +200,8 @@ class ReplicationPolicy(_Model):
         "heuristic is tried and the replicas that keep the most queries running under "
         "independent node crashes are chosen.",
     )
+
+    _strategy = field_validator("strategy")(_one_of("replication strategy", STRATEGIES))
 
 
 class ApplyMode(StrEnum):
@@ -199,9 +238,13 @@ class StreamTopologySpec(_Model):
 
     image: str = Field(description="Default task image.")
     recovery_latency_bound: float = Field(gt=0, description="Seconds (R of the seeds).")
-    operators: list[OperatorSpec] = Field(min_length=1)
+    operators: list[OperatorSpec] = Field(
+        min_length=1,
+        description="Keyed by name: the API server refuses two operators of one name.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
     backups: BackupMode = Field(BackupMode.planned, description="all: every task keeps backups.")
-    placement_algorithm: str = Field("auto", description="Placement planner name.")
+    placement_algorithm: str = _registered("auto", PLACEMENT_ALGORITHMS, "Placement planner name.")
     node_selector: dict[str, str] = Field(
         default_factory=dict,
         description="Labels a node must carry to run this topology's tasks (a node pool).",
@@ -221,6 +264,10 @@ class StreamTopologySpec(_Model):
     replication: ReplicationPolicy | None = None
     reoptimization: ReoptimizationPolicy | None = None
 
+    _placement = field_validator("placement_algorithm")(
+        _one_of("placement algorithm", PLACEMENT_ALGORITHMS)
+    )
+
     @model_validator(mode="after")
     def _unique_names(self) -> StreamTopologySpec:
         seen: set[str] = set()
@@ -233,7 +280,7 @@ class StreamTopologySpec(_Model):
 
 class Metadata(BaseModel):
     model_config = ConfigDict(extra="allow")
-    name: str = Field(pattern=DNS_LABEL, max_length=40)
+    name: str = Field(pattern=DNS_LABEL, max_length=TOPOLOGY_NAME_MAX)
     namespace: str | None = None
 
 
@@ -246,16 +293,53 @@ class StreamTopology(_Model):
     spec: StreamTopologySpec
 
 
+def _field_path(loc: tuple[int | str, ...], prefix: str) -> str:
+    path = prefix
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "<root>"
+
+
 def format_validation_error(err: ValidationError, prefix: str = "") -> str:
     """One line per problem, each naming the field path: ``spec.operators[1].name: ...``."""
     lines = []
     for e in err.errors():
-        path = prefix
-        for part in e["loc"]:
-            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
         msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"{path or '<root>'}: {msg}")
+        lines.append(f"{_field_path(e['loc'], prefix)}: {msg}")
     return "\n".join(lines)
+
+
+def unknown_fields(annotations: Mapping[str, str]) -> list[str]:
+    """Fields of the last ``kubectl apply`` (its annotation) that the spec does not know.
+
+    The CRD's schema is structural, so the API server silently prunes unknown fields
+    (``kubectl apply`` refuses them first, unless ``--validate=false``); the pruned
+    object is all the operator sees. The client-side apply annotation still holds what
+    the user wrote, so the operator can name the dropped fields in a Warning Event.
+
+    Examples
+    --------
+    >>> doc = {"spec": {"image": "x", "recoveryLatencyBound": 1, "placementAlgoritm": "auto",
+    ...     "operators": [{"name": "a", "reprocessingLatency": 1, "paralelism": 2}]}}
+    >>> unknown_fields({ANN_LAST_APPLIED: json.dumps(doc)})
+    ['spec.operators[0].paralelism', 'spec.placementAlgoritm']
+    >>> unknown_fields({})
+    []
+    """
+    try:
+        applied = json.loads(annotations.get(ANN_LAST_APPLIED) or "{}")
+    except ValueError:
+        return []
+    if not isinstance(applied, dict) or not isinstance(applied.get("spec"), dict):
+        return []
+    try:
+        StreamTopologySpec.model_validate(applied["spec"])
+    except ValidationError as err:
+        found = {
+            _field_path(e["loc"], "spec") for e in err.errors() if e["type"] == "extra_forbidden"
+        }
+        return sorted(found)
+    return []
 
 
 def parse_topology(doc: Any) -> StreamTopology:
@@ -276,8 +360,38 @@ def parse_topology(doc: Any) -> StreamTopology:
     return topo
 
 
-def parse_spec(spec: Any) -> StreamTopologySpec:
-    """Validate just a ``spec`` (what the operator receives) into a model."""
+def check_topology_name(name: str) -> None:
+    """Refuse a topology name its objects cannot carry (the CRD refuses it too).
+
+    The name is the value of the ``topology`` label of every pod, ConfigMap and
+    RecoveryPlan, so it is a DNS-1123 label of at most 63 characters. An object
+    created before the CRD said so gets an ``InvalidSpec`` condition naming the field
+    instead of a pod create that fails forever.
+
+    Examples
+    --------
+    >>> check_topology_name("senti")
+    >>> check_topology_name("x" * 64)
+    Traceback (most recent call last):
+    ...
+    planners.errors.InvalidTopology: metadata.name: at most 63 characters (a label value), got 64
+    """
+    if len(name) > TOPOLOGY_NAME_MAX:
+        raise InvalidTopology(
+            f"metadata.name: at most {TOPOLOGY_NAME_MAX} characters (a label value), "
+            f"got {len(name)}"
+        )
+    if not re.match(DNS_LABEL, name):
+        raise InvalidTopology(f"metadata.name: {name!r} is not a DNS-1123 label")
+
+
+def parse_spec(spec: Any, name: str | None = None) -> StreamTopologySpec:
+    """Validate just a ``spec`` (what the operator receives) into a model.
+
+    ``name``, when given, is the topology's ``metadata.name``, checked as well.
+    """
+    if name is not None:
+        check_topology_name(name)
     try:
         model = StreamTopologySpec.model_validate(spec)
     except ValidationError as err:

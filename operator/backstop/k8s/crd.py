@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from backstop.domain.constants import GROUP, VERSION
+from backstop.domain.constants import DNS_LABEL, GROUP, TOPOLOGY_NAME_MAX, VERSION
 from backstop.domain.spec import StreamTopologySpec
 
 _DROP = {"title", "$defs"}
@@ -101,6 +101,7 @@ def _crd(
     status: dict[str, Any],
     columns: list[dict[str, Any]],
     description: str,
+    metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -131,7 +132,7 @@ def _crd(
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
+                                "metadata": metadata or {"type": "object"},
                                 "spec": spec,
                                 "status": status,
                             },
@@ -145,6 +146,17 @@ def _crd(
 
 def _col(name: str, kind: str, path: str, description: str) -> dict[str, Any]:
     return {"name": name, "type": kind, "jsonPath": path, "description": description}
+
+
+def _topology_metadata_schema() -> dict[str, Any]:
+    """The API server checks ``metadata.name`` against this (v1.20 does): a topology's name
+    is the ``topology`` label value of every object it owns, so a DNS label of at most 63."""
+    return {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": TOPOLOGY_NAME_MAX, "pattern": DNS_LABEL}
+        },
+    }
 
 
 def build_streamtopology_crd() -> dict[str, Any]:
@@ -164,6 +176,7 @@ def build_streamtopology_crd() -> dict[str, Any]:
         short=["st"],
         spec=spec,
         status=status,
+        metadata=_topology_metadata_schema(),
         columns=[
             _col("Ready", "string", '.status.conditions[?(@.type=="Ready")].status', "All running"),
             _col(

@@ -24,6 +24,7 @@ from backstop.domain.constants import (
     LABEL_TASK,
     LABEL_TOPOLOGY,
     METRICS_PORT,
+    POD_NAME_SEPARATOR,
     SESSION_CONFIGMAP_SUFFIX,
     SESSION_MOUNT,
     STORE_MOUNT,
@@ -66,13 +67,30 @@ class TaskRole:
 
 
 def pod_name(topology: str, task: str) -> str:
-    """``<topology>-<operator>-<index>`` (the task id is ``<operator>-<index>``)."""
-    return f"{topology}-{task}"
+    """``<topology>--<operator>-<index>`` (the task id is ``<operator>-<index>``).
+
+    Operator names cannot contain ``--`` (the spec's pattern, enforced by the CRD), so
+    the last ``--`` is where the task begins: no two (topology, task) pairs of a
+    namespace share a pod name (with one ``-``, topology ``a`` + operator ``b-c`` and
+    topology ``a-b`` + operator ``c`` both made ``a-b-c-0``).
+
+    Examples
+    --------
+    >>> pod_name("a", "b-c-0"), pod_name("a-b", "c-0")
+    ('a--b-c-0', 'a-b--c-0')
+    """
+    return f"{topology}{POD_NAME_SEPARATOR}{task}"
 
 
 def replica_name(topology: str, task: str, k: int) -> str:
-    """``<pod>-replica-<k>``."""
-    return f"{pod_name(topology, task)}-replica-{k}"
+    """``<pod>--r<k>``: an operator name cannot end in ``--r<k>``, nor a task id in ``r<k>``.
+
+    Examples
+    --------
+    >>> replica_name("a", "b-0", 1)
+    'a--b-0--r1'
+    """
+    return f"{pod_name(topology, task)}{POD_NAME_SEPARATOR}r{k}"
 
 
 def _hash(obj: Any) -> str:
