@@ -123,7 +123,7 @@ def test_spec_change_moves_only_pods_whose_node_or_role_changes(env: Env) -> Non
     assert after_obj["status"]["plan"]["generation"] == 2
     _verify_against_evaluator(env, after_obj)
     after = {p.metadata.name: p for p in env.pods(name)}
-    assert f"{name}-sink-1" in after
+    assert f"{name}--sink-1" in after
     recreated_without_reason = []
     for pod_name, old in before.items():
         new = after[pod_name]
@@ -249,7 +249,7 @@ def test_selective_replication_runs_replicas_off_their_primarys_node(env: Env) -
     assert cpu <= 2 + 1e-9, "the replicas stay within the spare-CPU budget"
     pods = {p.metadata.name: p for p in env.pods("replicated")}
     for task, nodes in replicas.items():
-        primary = pods[f"replicated-{task}"]
+        primary = pods[f"replicated--{task}"]
         copies = [pods[f"replicated--{task}--r{k}"] for k in range(len(nodes))]
         where = [primary.spec.node_name] + [c.spec.node_name for c in copies]
         assert len(set(where)) == len(where), f"{task}: two copies on one node {where}"

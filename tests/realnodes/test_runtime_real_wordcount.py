@@ -300,7 +300,7 @@ def test_a_task_config_error_shows_in_the_topology_status(env: Env) -> None:
     ready = wait_for(reported, 120, f"{name}: Ready=False, reason TaskFailing")
     assert ready is not None and ready["status"] == "False"
     message = ready["message"]
-    assert f"{name}-sink-0: " in message, message
+    assert f"{name}--sink-0: " in message, message
     assert "config.path is required but missing" in message, message
     assert "1 failing" in message, message
     env.delete(name)

@@ -146,7 +146,7 @@ def _key(p: PodState) -> str:
     """The :func:`expected_pods` key of a pod: ``primary/<task>`` or ``replica-<k>/<task>``."""
     if p.role == "primary":
         return f"primary/{p.task}"
-    return f"replica-{p.name.rsplit('-', 1)[1]}/{p.task}"
+    return f"replica-{p.name.rsplit('-', 1)[1].removeprefix('r')}/{p.task}"  # <pod>--r<k>
 
 
 def derive_conditions(
