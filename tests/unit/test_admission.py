@@ -68,9 +68,9 @@ def _splits(topology: str, operator: str) -> list[tuple[str, str]]:
     out = []
     for i, ch in enumerate(joined):
         t, o = joined[:i], joined[i + 1 :]
-        if ch == "-" and (t, o) != (topology, operator):
-            if re.fullmatch(DNS_LABEL, t) and re.fullmatch(DNS_LABEL, o) and "--" not in o:
-                out.append((t, o))
+        admitted = re.fullmatch(DNS_LABEL, t) and re.fullmatch(DNS_LABEL, o) and "--" not in o
+        if ch == "-" and (t, o) != (topology, operator) and admitted:
+            out.append((t, o))
     return out
 
 

@@ -352,7 +352,7 @@ def _model(
 ) -> tuple[StreamTopologySpec, TaskGraph] | None:
     if generation not in mem.parsed:
         try:
-            model = parse_spec(dict(spec), name=name)
+            model = parse_spec(dict(spec))
         except InvalidTopology:
             return None
         cfg = config.settings()

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +35,7 @@ from backstop.domain.constants import (
     OPERATOR_NAME_MAX,
     TOPOLOGY_NAME_MAX,
 )
+from backstop.domain.names import check_topology_name, field_path, one_of, registered
 from planners import InvalidTopology, TaskGraph
 from planners.placement import PLACEMENT_ALGORITHMS
 from planners.recovery import RECOVERY_ALGORITHMS
@@ -45,26 +45,6 @@ from planners.replication import STRATEGIES
 class _Model(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
-    )
-
-
-def _one_of(kind: str, names: Collection[str]) -> Callable[[str], str]:
-    """A validator that accepts only a registered algorithm name (the message lists them)."""
-
-    def check(value: str) -> str:
-        if value not in names:
-            raise ValueError(f"unknown {kind} {value!r}; choose one of: {', '.join(names)}")
-        return value
-
-    return check
-
-
-def _registered(default: str, names: Collection[str], description: str) -> Any:
-    """A string field restricted to a planner registry's names: an ``enum`` in the CRD."""
-    return Field(
-        default,
-        description=description,
-        json_schema_extra={"enum": list(names)},
     )
 
 
@@ -167,14 +147,14 @@ class RecoveryPolicy(_Model):
     utilization_cap: float = Field(0.8, gt=0, le=1, description="Usable share of a node's CPU.")
     correlated_threshold: int = Field(2, ge=1, description="Lost nodes that make it correlated.")
     window_seconds: float = Field(60.0, ge=0, description="Losses within it join one session.")
-    algorithm: str = _registered("auto", RECOVERY_ALGORITHMS, "Recovery scheduling algorithm.")
+    algorithm: str = registered("auto", RECOVERY_ALGORITHMS, "Recovery scheduling algorithm.")
     replan_on_violation: bool = Field(
         True,
         description="Whenever the bound is broken (after a recovery, say), restore it as soon "
         "as capacity allows: re-plan with the fewest moved pods and move a few at a time.",
     )
 
-    _algorithm = field_validator("algorithm")(_one_of("recovery algorithm", RECOVERY_ALGORITHMS))
+    _algorithm = field_validator("algorithm")(one_of("recovery algorithm", RECOVERY_ALGORITHMS))
 
 
 class ReplicationPolicy(_Model):
@@ -190,7 +170,7 @@ class ReplicationPolicy(_Model):
     def _quantity(cls, value: Any) -> str:
         return Resources._quantity(value)
 
-    strategy: str = _registered("qod-lu", STRATEGIES, "Importance: qod, lu, qod-lu, or random.")
+    strategy: str = registered("qod-lu", STRATEGIES, "Importance: qod, lu, qod-lu, or random.")
     host_failure_prob: float | None = Field(
         None,
         ge=0,
@@ -201,7 +181,7 @@ class ReplicationPolicy(_Model):
         "independent node crashes are chosen.",
     )
 
-    _strategy = field_validator("strategy")(_one_of("replication strategy", STRATEGIES))
+    _strategy = field_validator("strategy")(one_of("replication strategy", STRATEGIES))
 
 
 class ApplyMode(StrEnum):
@@ -244,7 +224,7 @@ class StreamTopologySpec(_Model):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     backups: BackupMode = Field(BackupMode.planned, description="all: every task keeps backups.")
-    placement_algorithm: str = _registered("auto", PLACEMENT_ALGORITHMS, "Placement planner name.")
+    placement_algorithm: str = registered("auto", PLACEMENT_ALGORITHMS, "Placement planner name.")
     node_selector: dict[str, str] = Field(
         default_factory=dict,
         description="Labels a node must carry to run this topology's tasks (a node pool).",
@@ -265,7 +245,7 @@ class StreamTopologySpec(_Model):
     reoptimization: ReoptimizationPolicy | None = None
 
     _placement = field_validator("placement_algorithm")(
-        _one_of("placement algorithm", PLACEMENT_ALGORITHMS)
+        one_of("placement algorithm", PLACEMENT_ALGORITHMS)
     )
 
     @model_validator(mode="after")
@@ -293,19 +273,12 @@ class StreamTopology(_Model):
     spec: StreamTopologySpec
 
 
-def _field_path(loc: tuple[int | str, ...], prefix: str) -> str:
-    path = prefix
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path or "<root>"
-
-
 def format_validation_error(err: ValidationError, prefix: str = "") -> str:
     """One line per problem, each naming the field path: ``spec.operators[1].name: ...``."""
     lines = []
     for e in err.errors():
         msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"{_field_path(e['loc'], prefix)}: {msg}")
+        lines.append(f"{field_path(e['loc'], prefix)}: {msg}")
     return "\n".join(lines)
 
 
@@ -336,7 +309,7 @@ def unknown_fields(annotations: Mapping[str, str]) -> list[str]:
         StreamTopologySpec.model_validate(applied["spec"])
     except ValidationError as err:
         found = {
-            _field_path(e["loc"], "spec") for e in err.errors() if e["type"] == "extra_forbidden"
+            field_path(e["loc"], "spec") for e in err.errors() if e["type"] == "extra_forbidden"
         }
         return sorted(found)
     return []
@@ -358,31 +331,6 @@ def parse_topology(doc: Any) -> StreamTopology:
         raise InvalidTopology(format_validation_error(err)) from None
     expand(topo.spec)  # cross-field checks (unknown inputs, cycles, forward parallelism)
     return topo
-
-
-def check_topology_name(name: str) -> None:
-    """Refuse a topology name its objects cannot carry (the CRD refuses it too).
-
-    The name is the value of the ``topology`` label of every pod, ConfigMap and
-    RecoveryPlan, so it is a DNS-1123 label of at most 63 characters. An object
-    created before the CRD said so gets an ``InvalidSpec`` condition naming the field
-    instead of a pod create that fails forever.
-
-    Examples
-    --------
-    >>> check_topology_name("senti")
-    >>> check_topology_name("x" * 64)
-    Traceback (most recent call last):
-    ...
-    planners.errors.InvalidTopology: metadata.name: at most 63 characters (a label value), got 64
-    """
-    if len(name) > TOPOLOGY_NAME_MAX:
-        raise InvalidTopology(
-            f"metadata.name: at most {TOPOLOGY_NAME_MAX} characters (a label value), "
-            f"got {len(name)}"
-        )
-    if not re.match(DNS_LABEL, name):
-        raise InvalidTopology(f"metadata.name: {name!r} is not a DNS-1123 label")
 
 
 def parse_spec(spec: Any, name: str | None = None) -> StreamTopologySpec:
