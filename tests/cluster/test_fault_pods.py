@@ -119,7 +119,7 @@ def test_fault01_recreated_topology_runs_the_new_spec(env: Env) -> None:
 
 
 def pod_of(env: Env, name: str, task: str) -> Any:
-    return env.core.read_namespaced_pod(f"{name}-{task}", env.namespace)
+    return env.core.read_namespaced_pod(f"{name}--{task}", env.namespace)
 
 
 def test_fault04_evicted_pod_is_recreated_or_replaced_when_its_node_is_the_cause(
