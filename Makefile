@@ -77,6 +77,8 @@ bench: $(STAMP) ## planner + Spark benchmarks; each rewrites its section of docs
 	$(BIN)/python bench/bench_placement.py --docs docs/benchmarks.md
 	$(BIN)/python bench/bench_rtap_seed.py --docs docs/benchmarks.md
 	$(BIN)/python bench/bench_recovery.py --out docs/benchmarks.md
+	$(BIN)/python bench/bench_recovery_seed.py --out docs/benchmarks.md
+	$(BIN)/python bench/bench_replication.py --out docs/benchmarks.md
 	$(BIN)/python bench/bench_reoptimize.py --out docs/benchmarks.md
 	$(BIN)/python bench/bench_restore.py --out docs/benchmarks.md
 

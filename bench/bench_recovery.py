@@ -44,7 +44,15 @@ from planners.recovery import (
 )
 
 HEADING = "## Recovery scheduling"
-ALGORITHMS = ["operator-centric", "best-density", "dp", "exact", "auto"]
+ALGORITHMS = [
+    "operator-centric",
+    "best-density",
+    "best-density-pruned",
+    "best-density-strong",
+    "dp",
+    "exact",
+    "auto",
+]
 
 
 def synthetic_topology(rng: random.Random, queries: int, sharing: float) -> TaskGraph:
