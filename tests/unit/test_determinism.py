@@ -47,7 +47,7 @@ from planners.placement import (
     plan_joint,
 )
 from planners.recovery import RECOVERY_ALGORITHMS, check_recovery, schedule_recovery
-from planners.replication import STRATEGIES, check_replication, select_replicas
+from planners.replication import SELECTIONS, STRATEGIES, check_replication, select_replicas
 from planners.restore import plan_restore
 
 BUDGET = 0.3
@@ -220,16 +220,26 @@ def run_all(case: Case, nodes_order: list[int] | None = None) -> dict[str, Any]:
         used[n] = used.get(n, 0.0) + graph.weight[graph.index(t)]
     spare = {n.name: max(0.0, n.cpu - used.get(n.name, 0.0)) for n in nodes}
     for strategy in STRATEGIES:
+        for selection in SELECTIONS:
 
-        def replicate(strategy: str = strategy) -> Any:
-            plan = select_replicas(
-                graph, placement, spare, budget=case["spare_budget"], strategy=strategy
-            )
-            problems = check_replication(graph, placement, spare, plan, budget=case["spare_budget"])
-            assert not problems, (strategy, problems)
-            return plan
+            def replicate(strategy: str = strategy, selection: str = selection) -> Any:
+                # with a crash probability: the seed's model (seeded where it samples) rates it
+                plan = select_replicas(
+                    graph,
+                    placement,
+                    spare,
+                    budget=case["spare_budget"],
+                    strategy=strategy,
+                    selection=selection,
+                    host_failure_prob=0.02,
+                )
+                problems = check_replication(
+                    graph, placement, spare, plan, budget=case["spare_budget"]
+                )
+                assert not problems, (strategy, selection, problems)
+                return plan
 
-        out[f"replicate/{strategy}"] = _attempt(replicate)
+            out[f"replicate/{selection}/{strategy}"] = _attempt(replicate)
     return out
 
 
