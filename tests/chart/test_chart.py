@@ -268,7 +268,9 @@ def test_helm_lint_strict(helm: str, tmp_path: Path, values: Doc | None) -> None
 
 
 @pytest.mark.helm
-def test_default_render_is_hardened_and_watches_all_namespaces(helm: str, tmp_path: Path) -> None:
+def test_fault09_default_render_is_hardened_and_watches_only_the_release_namespace(
+    helm: str, tmp_path: Path
+) -> None:
     docs = render(helm, tmp_path)
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     dep = one(docs, "Deployment")
@@ -302,29 +304,36 @@ def test_default_render_is_hardened_and_watches_all_namespaces(helm: str, tmp_pa
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert probe["path"] == "/healthz" and ports[probe["port"]] == 8080
     assert f"--liveness=http://0.0.0.0:{ports['health']}/healthz" in c["args"]
-    assert c["args"][0] == "operator" and "--all-namespaces" in c["args"]
+    assert c["args"][0] == "operator" and "--all-namespaces" not in c["args"]
     # no cluster-wide Namespace/CRD observation, so the RBAC needs no access to them
     assert "--no-cluster-scanning" in c["args"]
-    assert not any(a.startswith("--namespace") for a in c["args"])
+    assert [a for a in c["args"] if a.startswith("--namespace")] == ["--namespace=ops"]
     assert "--grace-period-seconds=30" in c["args"] and "--utilization-cap=0.8" in c["args"]
     env = env_of(c)
     assert env["BACKSTOP_REOPTIMIZE"] == "true" and env["BACKSTOP_SPARK_MASTER"] == "local[*]"
     assert env["BACKSTOP_SPARK_IMAGE"] == c["image"]
     assert "BACKSTOP_SPARK_SERVICE_ACCOUNT" not in env and "BACKSTOP_METRICS_PORT" not in env
-    # RBAC: all namespaces -> the namespaced rules in a ClusterRole, plus nodes read
-    assert of_kind(docs, "Role") == [] and of_kind(docs, "RoleBinding") == []
-    assert rules_of(one(docs, "ClusterRole", "rel-backstop")) == NAMESPACED_RULES
-    assert rules_of(one(docs, "ClusterRole", "rel-backstop-cluster")) == {
-        ("", "nodes"): {"get", "list", "watch"}
+    # RBAC: pod create/delete and ConfigMap patch in the release namespace only (a Role);
+    # cluster-wide nothing but reads (Nodes, and Pods for the capacity ledger)
+    (role,) = of_kind(docs, "Role")
+    assert (role["metadata"]["namespace"], role["metadata"]["name"]) == ("ops", "rel-backstop")
+    assert rules_of(role) == NAMESPACED_RULES
+    (binding,) = of_kind(docs, "RoleBinding")
+    assert binding["metadata"]["namespace"] == "ops"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "rel-backstop",
     }
-    for binding in of_kind(docs, "ClusterRoleBinding"):
-        assert binding["subjects"] == [
-            {"kind": "ServiceAccount", "name": "rel-backstop", "namespace": "ops"}
-        ]
-    assert {b["roleRef"]["name"] for b in of_kind(docs, "ClusterRoleBinding")} == {
-        "rel-backstop",
-        "rel-backstop-cluster",
-    }
+    (cluster_role,) = of_kind(docs, "ClusterRole")
+    assert rules_of(cluster_role) == CLUSTER_RULES_NAMESPACED_MODE
+    for verbs in rules_of(cluster_role).values():
+        assert verbs <= {"get", "list", "watch"}, "cluster-wide: read-only"
+    (crb,) = of_kind(docs, "ClusterRoleBinding")
+    assert crb["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    assert crb["subjects"] == [
+        {"kind": "ServiceAccount", "name": "rel-backstop", "namespace": "ops"}
+    ]
     assert of_kind(docs, "Service") == [], "no metrics Service unless metrics.enabled"
 
 
@@ -338,6 +347,7 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
     assert c["resources"] == NON_DEFAULT["resources"]
     args = c["args"]
     assert [a for a in args if a.startswith("--namespace")] == [
+        "--namespace=backstop-system",
         "--namespace=team-a",
         "--namespace=team-b",
     ]
@@ -363,12 +373,13 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
     # namespaced mode: a Role + RoleBinding in each watched namespace, exactly the rules
     roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in of_kind(docs, "Role")}
     assert set(roles) == {
+        ("backstop-system", "rel-backstop"),
         ("team-a", "rel-backstop"),
         ("team-b", "rel-backstop"),
         ("backstop-system", "rel-backstop-reoptimize"),
         ("backstop-system", "rel-backstop-spark"),
     }
-    for ns in ("team-a", "team-b"):
+    for ns in ("backstop-system", "team-a", "team-b"):
         assert rules_of(roles[(ns, "rel-backstop")]) == NAMESPACED_RULES
     bindings = {
         (b["metadata"]["namespace"], b["roleRef"]["name"]): b for b in of_kind(docs, "RoleBinding")
@@ -402,14 +413,38 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
 
 
 @pytest.mark.helm
+def test_fault09_cluster_wide_only_when_asked_for_by_name(helm: str, tmp_path: Path) -> None:
+    docs = render(helm, tmp_path, {"watchAllNamespaces": True})
+    args = container(docs)["args"]
+    assert "--all-namespaces" in args and not any(a.startswith("--namespace") for a in args)
+    assert of_kind(docs, "Role") == [] and of_kind(docs, "RoleBinding") == []
+    assert rules_of(one(docs, "ClusterRole", "rel-backstop")) == NAMESPACED_RULES
+    assert rules_of(one(docs, "ClusterRole", "rel-backstop-cluster")) == {
+        ("", "nodes"): {"get", "list", "watch"}
+    }
+    # both at once is a contradiction the chart refuses
+    proc = run_helm(
+        helm,
+        "template",
+        "rel",
+        str(CHART),
+        "-f",
+        str(values_file(tmp_path, {"watchAllNamespaces": True, "watchNamespaces": ["a"]})),
+        check=False,
+    )
+    assert proc.returncode != 0 and "leave watchNamespaces empty" in proc.stderr
+
+
+@pytest.mark.helm
 def test_spark_rbac_only_when_enabled(helm: str, tmp_path: Path) -> None:
     local_job = render(helm, tmp_path, {"reoptimization": {"mode": "job"}})
-    assert [r["metadata"]["name"] for r in of_kind(local_job, "Role")] == [
-        "rel-backstop-reoptimize"
+    assert sorted(r["metadata"]["name"] for r in of_kind(local_job, "Role")) == [
+        "rel-backstop",
+        "rel-backstop-reoptimize",
     ]
     assert len(of_kind(local_job, "ServiceAccount")) == 1, "no driver SA with a local master"
     off = render(helm, tmp_path, {"reoptimization": {"enabled": False, "mode": "job"}})
-    assert of_kind(off, "Role") == []
+    assert [r["metadata"]["name"] for r in of_kind(off, "Role")] == ["rel-backstop"]
     env = env_of(container(off))
     assert env["BACKSTOP_REOPTIMIZE"] == "false" and "BACKSTOP_SPARK_MASTER" not in env
 
@@ -628,7 +663,7 @@ def test_install_then_operator_runs_on_the_chart_service_account_alone(
         assert forbidden(lambda: sa_core.list_namespaced_secret(release_ns))
         assert forbidden(
             lambda: sa_core.create_namespaced_pod(
-                release_ns,
+                "kube-system",
                 {
                     "metadata": {"name": "intruder"},
                     "spec": {"containers": [{"name": "c", "image": "busybox"}]},
@@ -637,9 +672,14 @@ def test_install_then_operator_runs_on_the_chart_service_account_alone(
         ), "creating pods outside the watched namespaces"
         assert forbidden(
             lambda: sa_custom.list_namespaced_custom_object(
-                GROUP, VERSION, release_ns, "streamtopologies"
+                GROUP, VERSION, "default", "streamtopologies"
             )
         ), "topologies outside the watched namespaces"
+        assert forbidden(
+            lambda: sa_core.patch_namespaced_config_map(
+                "extension-apiserver-authentication", "kube-system", {"data": {}}
+            )
+        ), "ConfigMaps of kube-system"
         assert forbidden(lambda: sa_core.patch_node(nodes[0], {"metadata": {"labels": {"x": "y"}}}))
         assert core.read_node(nodes[0]).metadata.name == nodes[0]
 

@@ -87,3 +87,15 @@ on core/v1 events (kopf.info/warn and its per-object logs); the pods index needs
   resources: ["events"]
   verbs: ["create"]
 {{- end -}}
+
+{{/*
+The namespaces the operator watches, as a JSON list: the release namespace, then the listed
+watchNamespaces (each once). Empty when watchAllNamespaces is true (every namespace).
+*/}}
+{{- define "backstop.watchedNamespaces" -}}
+{{- if .Values.watchAllNamespaces -}}
+[]
+{{- else -}}
+{{- prepend .Values.watchNamespaces .Release.Namespace | uniq | toJson -}}
+{{- end -}}
+{{- end -}}

@@ -86,10 +86,32 @@ class Resources(_Model):
         description="Memory request per task (Kubernetes quantity).",
         json_schema_extra={"x-kubernetes-int-or-string": True},
     )
+    cpu_limit: str | None = Field(
+        None,
+        description="CPU limit per task (Kubernetes quantity, at least `cpu`); unset: none.",
+        json_schema_extra={"x-kubernetes-int-or-string": True},
+    )
+    memory_limit: str | None = Field(
+        None,
+        description="Memory limit per task (Kubernetes quantity, at least `memory`); unset: none.",
+        json_schema_extra={"x-kubernetes-int-or-string": True},
+    )
 
-    @field_validator("cpu", "memory", mode="before")
+    @model_validator(mode="after")
+    def _limits_cover_requests(self) -> Resources:
+        for kind, request, limit in (
+            ("cpu", self.cpu, self.cpu_limit),
+            ("memory", self.memory, self.memory_limit),
+        ):
+            if limit is not None and parse_quantity(limit) < parse_quantity(request):
+                raise ValueError(f"{kind}Limit {limit} is below the {kind} request {request}")
+        return self
+
+    @field_validator("cpu", "memory", "cpu_limit", "memory_limit", mode="before")
     @classmethod
-    def _quantity(cls, value: Any) -> str:
+    def _quantity(cls, value: Any) -> str | None:
+        if value is None:
+            return None
         text = str(value)
         try:
             q = parse_quantity(text)
@@ -168,7 +190,9 @@ class ReplicationPolicy(_Model):
     @field_validator("spare_cpu", mode="before")
     @classmethod
     def _quantity(cls, value: Any) -> str:
-        return Resources._quantity(value)
+        text = Resources._quantity(value)
+        assert text is not None  # a required field: pydantic refuses None first
+        return text
 
     strategy: str = registered("qod-lu", STRATEGIES, "Importance: qod, lu, qod-lu, or random.")
     host_failure_prob: float | None = Field(
@@ -239,6 +263,14 @@ class StreamTopologySpec(_Model):
         "/var/lib/backstop: the shared checkpoint store, peer registry and source logs; "
         "empty: each task's own ephemeral /var/lib/backstop (no recovery across pods).",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    service_account_name: str | None = Field(
+        None, max_length=253, description="ServiceAccount of the task pods; unset: `default`."
+    )
+    automount_service_account_token: bool = Field(
+        False,
+        description="Mount the ServiceAccount's API token in the task pods (only if the tasks "
+        "call the Kubernetes API).",
     )
     recovery: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
     replication: ReplicationPolicy | None = None

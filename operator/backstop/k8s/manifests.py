@@ -101,6 +101,37 @@ def _operator(spec: StreamTopologySpec, name: str) -> OperatorSpec:
     return next(op for op in spec.operators if op.name == name)
 
 
+POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+"""The pod-level part of the ``restricted`` Pod Security Standard: the image must name a
+numeric non-root USER (the task runtime's image runs as 65532) or the kubelet refuses it."""
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def task_resources(op: OperatorSpec) -> dict[str, Any]:
+    """Requests (the planners' weights) and the limits the spec sets, if any.
+
+    Examples
+    --------
+    >>> op = OperatorSpec.model_validate({"name": "a", "reprocessingLatency": 1,
+    ...     "resources": {"cpu": "250m", "memoryLimit": "256Mi"}})
+    >>> task_resources(op)
+    {'requests': {'cpu': '250m', 'memory': '128Mi'}, 'limits': {'memory': '256Mi'}}
+    """
+    r = op.resources
+    out: dict[str, Any] = {"requests": {"cpu": r.cpu, "memory": r.memory}}
+    limits = {k: v for k, v in (("cpu", r.cpu_limit), ("memory", r.memory_limit)) if v}
+    if limits:
+        out["limits"] = limits
+    return out
+
+
 def runtime_env(spec: StreamTopologySpec, op: OperatorSpec) -> list[dict[str, Any]]:
     """What the task runtime needs beyond its identity: its config, consumers, store.
 
@@ -164,6 +195,10 @@ def build_task_pod(
         "restartPolicy": "Always",
         "nodeSelector": dict(spec.node_selector),
         "enableServiceLinks": False,
+        # the tasks talk to their peers and the store, not to the API server
+        "automountServiceAccountToken": spec.automount_service_account_token,
+        **({"serviceAccountName": spec.service_account_name} if spec.service_account_name else {}),
+        "securityContext": POD_SECURITY,
         "affinity": {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -182,9 +217,8 @@ def build_task_pod(
                 "name": "task",
                 "image": op.image or spec.image,
                 "env": env,
-                "resources": {
-                    "requests": {"cpu": op.resources.cpu, "memory": op.resources.memory},
-                },
+                "resources": task_resources(op),
+                "securityContext": CONTAINER_SECURITY,
                 "ports": [
                     {"name": "data", "containerPort": DATA_PORT},
                     {"name": "metrics", "containerPort": METRICS_PORT},
