@@ -11,7 +11,8 @@ colored bin packing so that few replicas share a host.
 
 Modules: ``model`` (plans, importance, the single-node availability and the
 validator), ``crash`` (the seed's availability model: independent host crashes
-with probability ``p``, exact where small, seeded Monte Carlo where large) and
+with probability ``p``, exact where small, seeded Monte Carlo where large),
+``placement`` (the placement step every selection shares, and the knapsack) and
 ``select`` (the seed's sort-and-fill selection, Backstop's exact knapsack and
 ``best``, registered in :data:`SELECTIONS`). Every name is re-exported here.
 """
@@ -26,11 +27,10 @@ from planners.replication.model import (
     check_replication,
     importance,
 )
+from planners.replication.placement import HOST_ORDERS, _knapsack
 from planners.replication.select import (
-    HOST_ORDERS,
     SELECTIONS,
     ReplicationAlgorithm,
-    _knapsack,
     replicate_best,
     replicate_knapsack,
     replicate_sort_fill,
