@@ -51,6 +51,15 @@ def operator(
             help="Default spec.recovery.utilizationCap for topologies that omit it.",
         ),
     ] = None,
+    recoveryplan_history: Annotated[
+        int | None,
+        typer.Option(
+            min=2,
+            envvar="BACKSTOP_RECOVERYPLAN_HISTORY",
+            help="RecoveryPlans kept per topology (the newest; older ones are deleted)."
+            "  [default: 20]",
+        ),
+    ] = None,
     cluster_scanning: Annotated[
         bool,
         typer.Option(
@@ -115,6 +124,8 @@ def operator(
             typer.echo("error: --utilization-cap must be in (0, 1]", err=True)
             raise typer.Exit(2)
         os.environ["BACKSTOP_UTILIZATION_CAP"] = str(utilization_cap)
+    if recoveryplan_history is not None:
+        os.environ["BACKSTOP_RECOVERYPLAN_HISTORY"] = str(recoveryplan_history)
     import kopf
 
     import backstop.controller.handlers  # noqa: F401  (registers the handlers)

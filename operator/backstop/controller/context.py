@@ -6,26 +6,47 @@ import this module (and not each other's internals), so there is no import cycle
 
 from __future__ import annotations
 
+import time
+
 import kopf
 
 from backstop.controller import faults
+from backstop.controller import settings as config
 from backstop.domain.constants import EVENT_REASONS
+from backstop.domain.events import EventFilter
 from backstop.k8s.cluster import api_client
 from backstop.k8s.kubeio import Kube
 
 _kube: Kube | None = None
+_events = EventFilter()
+"""Process-wide like the API client; keyed by the object's uid, so nothing leaks from one
+topology to another or to a re-created one of the same name."""
 
 
 def kube() -> Kube:
     """The process-wide API client (created at startup, lazily in tests)."""
     global _kube
     if _kube is None:
-        _kube = Kube(api_client(), fault=faults.hook())
+        _kube = Kube(
+            api_client(),
+            fault=faults.hook(),
+            recoveryplan_history=config.settings().recoveryplan_history,
+        )
     return _kube
 
 
 def post_event(body: kopf.Body, reason: str, message: str, *, warning: bool = False) -> None:
-    """Post an Event on the topology; reasons come from the fixed set ``EVENT_REASONS``."""
+    """Post an Event on the topology; reasons come from the fixed set ``EVENT_REASONS``.
+
+    The same reason and message on one object is posted once per
+    :data:`~backstop.domain.events.EVENT_WINDOW_SECONDS`; repeats are counted and the
+    count is added to the next one posted (:class:`~backstop.domain.events.EventFilter`).
+    These are the only Events the operator posts: Kopf's log lines are not Events
+    (``settings.posting.loggers`` is off).
+    """
     if reason not in EVENT_REASONS:
         raise ValueError(f"event reason {reason!r} is not one of {sorted(EVENT_REASONS)}")
-    (kopf.warn if warning else kopf.info)(body, reason=reason, message=message)
+    uid = str((body.get("metadata") or {}).get("uid") or "")
+    text = _events.admit((uid, reason, message), time.monotonic())
+    if text is not None:
+        (kopf.warn if warning else kopf.info)(body, reason=reason, message=text)

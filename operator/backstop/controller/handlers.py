@@ -86,23 +86,29 @@ executor = ExecutorSizer()
 """The one sizer of this process's Kopf executor."""
 
 
-@kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """Keep Kopf's bookkeeping under our own domain and post its logs as Events.
-
-    Also starts the process's one capacity ledger (:mod:`backstop.k8s.ledger`),
-    shared through ``memo`` by the planners of every topology.
-    """
+def apply_kopf_settings(settings: kopf.OperatorSettings) -> None:
+    """Kopf's bookkeeping under our own domain; no log line becomes an Event (only
+    :func:`~backstop.controller.context.post_event`'s deliberate, deduplicated ones)."""
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
-    settings.posting.loggers = True  # Kopf's per-object logs become Events
+    settings.posting.loggers = False
     settings.posting.level = logging.INFO
-    executor.attach(settings)
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Keep Kopf's bookkeeping under our own domain; post no log lines as Events.
+
+    Also starts the process's one capacity ledger (:mod:`backstop.k8s.ledger`),
+    shared through ``memo`` by the planners of every topology.
+    """
+    apply_kopf_settings(settings)
+    executor.attach(settings)
     try:  # read the environment once, now: a bad value stops the operator at startup
         config.settings()
     except ValueError as err:

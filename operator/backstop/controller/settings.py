@@ -39,6 +39,7 @@ ENV_VARS: dict[str, str] = {
     "reopt_tick_seconds": "BACKSTOP_REOPT_TICK",
     "fault_point": "BACKSTOP_FAULT_POINT",
     "fault_after": "BACKSTOP_FAULT_AFTER",
+    "recoveryplan_history": "BACKSTOP_RECOVERYPLAN_HISTORY",
 }
 TEXT = frozenset({"spark_master", "fault_point"})
 """Settings read as text; the others are numbers."""
@@ -70,6 +71,8 @@ class Settings(BaseModel):
     """Test tool: the write point at which the operator kills itself (issue 12)."""
     fault_after: int = Field(1, ge=1)
     """... at the N-th time it reaches that point."""
+    recoveryplan_history: int = Field(20, ge=2)
+    """RecoveryPlans kept per topology, the newest (older ones are deleted)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

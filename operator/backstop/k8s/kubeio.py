@@ -24,6 +24,43 @@ from planners.placement import Node
 
 DONE_PHASES = ("Succeeded", "Failed")
 API_CONCURRENCY = 8
+RECOVERYPLAN_HISTORY = 20
+"""RecoveryPlans kept per topology (the newest); older ones are deleted as new ones come."""
+
+
+def plans_to_prune(plans: Sequence[Mapping[str, Any]], keep: int) -> list[str]:
+    """Names of all but the ``keep`` newest RecoveryPlans of one topology.
+
+    Newest by creation time, then session number (``s<epoch>``, ``r<epoch>``, ...), then
+    step: the creation timestamps have one-second granularity.
+
+    Examples
+    --------
+    >>> def plan(name, ts, session, step):
+    ...     return {"metadata": {"name": name, "creationTimestamp": ts},
+    ...             "spec": {"session": session, "step": step}}
+    >>> plans = [plan("t-s9-2", "T1", "s9", 2), plan("t-s9-1", "T1", "s9", 1),
+    ...          plan("t-s5-1", "T0", "s5", 1)]
+    >>> plans_to_prune(plans, keep=2), plans_to_prune(plans, keep=3)
+    (['t-s5-1'], [])
+    """
+
+    def age(p: Mapping[str, Any]) -> tuple[str, int, int, str]:
+        spec = p.get("spec") or {}
+        session = str(spec.get("session") or "")
+        number = int(session[1:]) if session[1:].isdigit() else 0
+        meta = p["metadata"]
+        return (
+            str(meta.get("creationTimestamp") or ""),
+            number,
+            int(spec.get("step") or 0),
+            str(meta["name"]),
+        )
+
+    ordered = sorted(plans, key=age)
+    return [str(p["metadata"]["name"]) for p in ordered[: max(0, len(ordered) - keep)]]
+
+
 """Pod creations/deletions in flight at once (bounded by the client's connection pool)."""
 T = TypeVar("T")
 FaultHook = Callable[[Literal["mid-pod-batch"]], None]
@@ -68,9 +105,16 @@ def _pod_stub(pod: Any) -> dict[str, Any]:
 class Kube:
     """Thin wrapper over the API groups the operator uses."""
 
-    def __init__(self, api: client.ApiClient, *, fault: FaultHook | None = None) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        fault: FaultHook | None = None,
+        recoveryplan_history: int = RECOVERYPLAN_HISTORY,
+    ) -> None:
         self.api = api
         self.fault = fault
+        self.recoveryplan_history = recoveryplan_history
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         pool_size = int(getattr(api.configuration, "connection_pool_maxsize", 1) or 1)
@@ -215,7 +259,11 @@ class Kube:
         self._each(remove, list(names))
 
     def put_recoveryplan(self, manifest: Mapping[str, Any], phase: str) -> None:
-        """Create the RecoveryPlan (or, if a crashed attempt left one, replace its spec)."""
+        """Create the RecoveryPlan (or, if a crashed attempt left one, replace its spec).
+
+        A new one pushes the oldest of its topology out beyond
+        :attr:`recoveryplan_history` (:meth:`prune_recoveryplans`).
+        """
         ns = manifest["metadata"]["namespace"]
         name = manifest["metadata"]["name"]
         try:
@@ -229,6 +277,31 @@ class Kube:
                 GROUP, VERSION, ns, "recoveryplans", name, {"spec": manifest["spec"]}
             )
         self.set_recoveryplan_phase(ns, name, phase)
+        self.prune_recoveryplans(ns, manifest["metadata"]["labels"][LABEL_TOPOLOGY])
+
+    def prune_recoveryplans(self, namespace: str, topology: str) -> int:
+        """Delete all but the newest :attr:`recoveryplan_history` RecoveryPlans of a topology."""
+        found = self.custom.list_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            "recoveryplans",
+            label_selector=f"{LABEL_TOPOLOGY}={topology}",
+        )
+        names = plans_to_prune(found.get("items") or [], self.recoveryplan_history)
+
+        def delete(name: str) -> int:
+            try:
+                self.custom.delete_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "recoveryplans", name
+                )
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                return 0
+            return 1
+
+        return sum(self._each(delete, names))
 
     def set_recoveryplan_phase(self, namespace: str, name: str, phase: str) -> None:
         """Set ``status.phase`` of a RecoveryPlan (Issued, Applied, ...)."""

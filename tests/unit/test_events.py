@@ -1,0 +1,58 @@
+"""Issue 12, item 10 (Events): only deliberate Events, each posted once per window per object.
+
+Before, Kopf posted every log line of a handler or daemon as an Event (the supervisor's
+loop: about one a second), and ``post_event`` posted every call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+import pytest
+
+from backstop.controller import context, handlers
+from backstop.domain.events import EventFilter
+
+
+def test_fault10_log_lines_do_not_become_events() -> None:
+    settings = kopf.OperatorSettings()
+    settings.posting.loggers = True  # what the operator used to set
+    handlers.apply_kopf_settings(settings)
+    assert settings.posting.loggers is False
+    assert settings.posting.enabled is True  # post_event's kopf.info/kopf.warn still post
+
+
+def test_fault10_a_repeated_event_is_posted_once_and_counted(monkeypatch: Any) -> None:
+    posted: list[tuple[str, str]] = []
+
+    def record(_body: Any, *, reason: str, message: str) -> None:
+        posted.append((reason, message))
+
+    monkeypatch.setattr(kopf, "warn", record)
+    monkeypatch.setattr(kopf, "info", record)
+    body: Any = {"metadata": {"uid": "u-events-1", "name": "t", "namespace": "ns"}}
+    other: Any = {"metadata": {"uid": "u-events-2", "name": "t", "namespace": "ns"}}
+    for _ in range(5):  # five supervisor ticks hitting the same problem
+        context.post_event(body, "NodeLost", "node n1 lost: 3 tasks failed", warning=True)
+    context.post_event(body, "NodeLost", "node n2 lost: 1 tasks failed", warning=True)
+    context.post_event(other, "NodeLost", "node n1 lost: 3 tasks failed", warning=True)
+    assert posted == [
+        ("NodeLost", "node n1 lost: 3 tasks failed"),
+        ("NodeLost", "node n2 lost: 1 tasks failed"),
+        ("NodeLost", "node n1 lost: 3 tasks failed"),  # another object: its own Event
+    ]
+
+
+@pytest.mark.parametrize("held", [0, 3])
+def test_fault10_after_the_window_the_event_comes_again_with_the_count(held: int) -> None:
+    f = EventFilter(window=10)
+    key = ("u", "InvalidSpec", "spec.image: required")
+    assert f.admit(key, now=100) == "spec.image: required"
+    for i in range(held):
+        assert f.admit(key, now=101 + i) is None
+    again = f.admit(key, now=110)
+    if held:
+        assert again == f"spec.image: required ({held} more times in 10s)"
+    else:
+        assert again == "spec.image: required"
