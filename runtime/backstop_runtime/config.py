@@ -62,6 +62,8 @@ class TaskConfig:
     checkpoint_interval: float = 4.0
     batch_interval: float = 0.1
     metrics_interval: float = 5.0
+    epoch: int = 0
+    """``BACKSTOP_EPOCH``: this copy's fencing epoch decided by the operator (0 if unset)."""
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -224,5 +226,6 @@ def from_env(env: Mapping[str, str] | None = None) -> TaskConfig:
         checkpoint_interval=_float(env, "BACKSTOP_CHECKPOINT_INTERVAL", 4.0),
         batch_interval=_float(env, "BACKSTOP_BATCH_INTERVAL", 0.1),
         metrics_interval=_float(env, "BACKSTOP_METRICS_INTERVAL", 5.0),
+        epoch=_int(env, "BACKSTOP_EPOCH", default=0),
         extra={k: v for k, v in env.items() if k.startswith("BACKSTOP_")},
     )

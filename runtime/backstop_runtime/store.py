@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from backstop_runtime.config import ConfigError, Fenced, TaskConfig
+from backstop_runtime.fencing import OperatorFence
 
 
 def write_json(path: Path, obj: Any, *, sync: bool = False) -> None:
@@ -61,6 +62,7 @@ class Store:
                 f"store must be a shared directory writable by uid {os.getuid()}"
             ) from None
         self.epoch = 0
+        self.operator_fence = OperatorFence(cfg.recovery_dir, cfg.task, cfg.epoch)
 
     # ---- epochs and fencing ---------------------------------------------------------
 
@@ -87,9 +89,17 @@ class Store:
         return max((int(p.name) for p in epochs.iterdir() if p.name.isdigit()), default=0)
 
     def check_fence(self) -> None:
-        """Raise :class:`Fenced` if a newer copy of this task has started."""
+        """Raise :class:`Fenced` if a newer copy of this task has started: one that claimed
+        a higher epoch in the store, or one the operator published a higher epoch for
+        (:mod:`backstop_runtime.fencing`)."""
         if (self.dir / "epochs" / str(self.epoch + 1)).exists():
             raise Fenced(f"{self.cfg.task}: epoch {self.epoch} superseded by a newer copy")
+        newer = self.operator_fence.superseded_by()
+        if newer is not None:
+            raise Fenced(
+                f"{self.cfg.task}: BACKSTOP_EPOCH={self.cfg.epoch} superseded by epoch {newer} "
+                "published by the operator (session.json)"
+            )
 
     # ---- the peer registry --------------------------------------------------------------
 

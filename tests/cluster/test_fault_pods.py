@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
@@ -242,3 +243,42 @@ def test_fault04_kubectl_drain_completes_after_the_operator_moved_every_task(env
     for step, backups in seen:
         worst, _node = worst_node_failure(graph, backups, step)
         assert worst <= 1.5 + 1e-9, (step, worst)
+
+
+def test_fault03_tasks_recreated_off_a_lost_node_carry_a_newer_epoch(env: Env) -> None:
+    """Runs last in this module: it kills one of the module's nodes (revived at the end)."""
+    name = "fence"
+    doc = chain(name, "registry.example/fan:1", [("src", 2), ("work", 2), ("out", 1)])
+    doc["spec"]["recovery"] = {"gracePeriodSeconds": 1}
+    env.create(doc)
+    obj = env.wait_condition(name, "Ready", "True")
+    assert env.simulator is not None
+    assignment = dict(obj["status"]["plan"]["assignment"])
+    victim = max(set(assignment.values()), key=list(assignment.values()).count)
+    lost = {t for t, n in assignment.items() if n == victim}
+    env.simulator.kill(victim)
+    try:
+
+        def recovered() -> bool:
+            status = env.get(name).get("status") or {}
+            rec = status.get("recovery") or {}
+            pods = live_pods(env, name)
+            return bool(
+                rec.get("session")
+                and not rec.get("active")
+                and len(pods) == len(assignment)
+                and all(p.status.phase == "Running" and p.spec.node_name != victim for p in pods)
+            )
+
+        wait_for(recovered, 120, f"the tasks of {victim} recovered elsewhere")
+        obj = env.get(name)
+        assert obj["status"]["plan"]["epochs"] == {t: 1 for t in sorted(lost)}
+        for pod in live_pods(env, name):
+            task = pod.metadata.labels[f"{GROUP}/task"]
+            epoch = {e.name: e.value for e in pod.spec.containers[0].env}.get("BACKSTOP_EPOCH")
+            assert epoch == ("1" if task in lost else None), task
+            assert pod.metadata.annotations[f"{GROUP}/epoch"] == ("1" if task in lost else "0")
+        cm = env.core.read_namespaced_config_map(f"{name}-recovery", env.namespace)
+        assert json.loads(cm.data["session.json"])["epochs"] == {t: 1 for t in sorted(lost)}
+    finally:
+        env.simulator.revive(victim)

@@ -254,6 +254,7 @@ def _desired(
         frozenset(plan["backups"]),
         plan["assignment"],
         plan.get("replicas"),
+        plan.get("epochs"),
     )
 
 
@@ -299,6 +300,8 @@ def _plan(
             generation, graph, plan, replicas=replicas, availability=availability
         )
         plan_status["specHash"] = spec_hash(dict(body["spec"]))
+        if recorded.get("epochs"):  # the copies running now keep theirs (no restart)
+            plan_status["epochs"] = recorded["epochs"]
         try:
             reserve(
                 booking, owner, _desired(owner, model, graph, plan_status), p.nodes, exclusive=True

@@ -24,6 +24,7 @@ from backstop.controller.capacity import owner_key, reserve, step_capacity
 from backstop.controller.memo import TopologyMemo
 from backstop.domain.conditions import merge_patch
 from backstop.domain.constants import ANN_HASH, LABEL_TASK
+from backstop.domain.fencing import bump_epochs, fenced_tasks
 from backstop.domain.incidents import (
     NodeInfo,
     detect_lost,
@@ -32,7 +33,7 @@ from backstop.domain.incidents import (
     step_record,
 )
 from backstop.domain.planning import diff_pods, per_node_worst
-from backstop.domain.podfaults import is_terminal
+from backstop.domain.podfaults import DRAIN_HOLD_SECONDS, drain_held, is_terminal
 from backstop.domain.spec import StreamTopologySpec
 from backstop.domain.status import PodState, conditions_patch, pod_failure
 from backstop.k8s.kubeio import Kube
@@ -237,7 +238,9 @@ def recovery_tick(t: Tick, now: float | None = None) -> dict[str, Any] | None:
         for task, node in list(issued["recover"].items())[:20]:
             t.emit("TaskRecovered", f"task {task} restarts on {node}", False)
     backups = list(plan.get("backups") or [])
-    t.kube.put_configmap(build_session_configmap(t.owner, t.graph, backups, rec))
+    t.kube.put_configmap(
+        build_session_configmap(t.owner, t.graph, backups, rec, epochs=plan.get("epochs"))
+    )
     faults.point("after-configmap")
     if not failed and completed and rec.get("session"):
         t.emit("Recovered", rec["message"], False)
@@ -264,6 +267,7 @@ def planned_pods(t: Tick, plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         frozenset(plan.get("backups") or []),
         plan["assignment"],
         plan.get("replicas"),
+        plan.get("epochs"),
     )
 
 
@@ -293,11 +297,32 @@ def converge(
     t.ledger.hold(owner_key(t.owner), manifest_holds(desired, t.owner.namespace))
     if pods_match(desired, indexed):
         return 0, 0, 0
-    diff = diff_pods(desired, t.kube.own_pods(t.owner.namespace, t.owner.name), force_nodes)
+    existing = t.kube.own_pods(t.owner.namespace, t.owner.name)
+    fenced = fenced_tasks(existing, desired, force_nodes)
+    if fenced:
+        plan = fence(t, plan, fenced)
+        desired = planned_pods(t, plan)
+    diff = diff_pods(desired, existing, force_nodes)
     held = drain_held(t.status.get("drain") or {}, time.time())
     diff.create = [m for m in diff.create if m["metadata"]["labels"].get(LABEL_TASK) not in held]
     deleted, created = t.kube.apply_pod_diff(t.owner.namespace, diff)
     return deleted, created, diff.waiting
+
+
+def fence(t: Tick, plan: Mapping[str, Any], tasks: set[str]) -> dict[str, Any]:
+    """Give ``tasks`` (about to be recreated off a lost node) a new epoch: recorded in the
+    status, then published in the session ConfigMap, before any pod is touched."""
+    epochs = bump_epochs(plan.get("epochs"), sorted(tasks))
+    obj = t.kube.patch_status_returning(
+        t.owner.namespace, t.owner.name, {"plan": {"epochs": epochs}}
+    )
+    faults.point("after-status")
+    t.status = dict(obj.get("status") or {})
+    t.memory.written = (int(obj["metadata"]["resourceVersion"]), t.status)
+    rec = t.status.get("recovery") or {}
+    backups = list(plan.get("backups") or [])
+    t.kube.put_configmap(build_session_configmap(t.owner, t.graph, backups, rec, epochs=epochs))
+    return {**plan, "epochs": epochs}
 
 
 def mark_applied(t: Tick, indexed: list[Mapping[str, Any]]) -> bool:
@@ -349,25 +374,6 @@ def pod_states(bodies: list[Mapping[str, Any]]) -> list[PodState]:
 
 DRAIN_BATCH = 3
 """Tasks moved off a cordoned node per step: a few at a time, never all at once."""
-DRAIN_HOLD_SECONDS = 7.0
-"""A task moved off a cordoned node is recreated (under the same pod name) only this
-long after its old pod was deleted. ``kubectl drain`` retries a refused eviction every
-5 s and then evicts *by name*: the pause makes its next attempt find the old pod gone
-or terminating (done) instead of the new copy on another node (which the topology's
-PodDisruptionBudget would protect forever, or which it would evict while Pending)."""
-
-
-def drain_held(drain: Mapping[str, Any], now: float) -> set[str]:
-    """Tasks moved by the last drain step whose new pod must not be created yet.
-
-    >>> sorted(drain_held({"moving": ["a-0", "b-1"], "holdUntil": 10.0}, now=3.0))
-    ['a-0', 'b-1']
-    >>> drain_held({"moving": ["a-0"], "holdUntil": 10.0}, now=10.5)
-    set()
-    """
-    if now >= float(drain.get("holdUntil") or 0.0):
-        return set()
-    return set(drain.get("moving") or [])
 
 
 def _drain_moves(

@@ -28,6 +28,7 @@ LABEL_ROLE = f"{GROUP}/role"
 LABEL_SESSION = f"{GROUP}/session"
 ANN_HASH = f"{GROUP}/spec-hash"
 ANN_NODE = f"{GROUP}/planned-node"
+ANN_EPOCH = f"{GROUP}/epoch"
 #: Bumped after a plan is applied; outside GROUP's prefix, which Kopf's diff-base ignores.
 ANN_APPLIED = "reoptimization.backstop.dev/applied-at"
 HOSTNAME = "kubernetes.io/hostname"

@@ -171,3 +171,24 @@ def lost_tasks(
         if why is not None:
             out[task] = why
     return out
+
+
+DRAIN_HOLD_SECONDS = 7.0
+"""A task moved off a cordoned node is recreated (under the same pod name) only this
+long after its old pod was deleted. ``kubectl drain`` retries a refused eviction every
+5 s and then evicts *by name*: the pause makes its next attempt find the old pod gone
+or terminating (done) instead of the new copy on another node (which the topology's
+PodDisruptionBudget would protect forever, or which it would evict while Pending)."""
+
+
+def drain_held(drain: Mapping[str, Any], now: float) -> set[str]:
+    """Tasks moved by the last drain step whose new pod must not be created yet.
+
+    >>> sorted(drain_held({"moving": ["a-0", "b-1"], "holdUntil": 10.0}, now=3.0))
+    ['a-0', 'b-1']
+    >>> drain_held({"moving": ["a-0"], "holdUntil": 10.0}, now=10.5)
+    set()
+    """
+    if now >= float(drain.get("holdUntil") or 0.0):
+        return set()
+    return set(drain.get("moving") or [])

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backstop.domain.constants import (
+    ANN_EPOCH,
     ANN_HASH,
     ANN_NODE,
     DATA_PORT,
@@ -64,6 +65,8 @@ class TaskRole:
     upstream: tuple[str, ...]
     keeps_backup: bool
     node: str
+    epoch: int = 0
+    """The copy's fencing epoch (:mod:`backstop.domain.fencing`); 0 for the first copy."""
 
 
 def pod_name(topology: str, task: str) -> str:
@@ -191,6 +194,8 @@ def build_task_pod(
         {"name": "BACKSTOP_RECOVERY_DIR", "value": SESSION_MOUNT},
         *runtime_env(spec, op),
     ]
+    if role.epoch:  # absent for the first copy, so adding epochs restarts no running pod
+        env.append({"name": "BACKSTOP_EPOCH", "value": str(role.epoch)})
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Always",
         "nodeSelector": dict(spec.node_selector),
@@ -256,7 +261,11 @@ def build_task_pod(
             "name": name,
             "namespace": owner.namespace,
             "labels": labels,
-            "annotations": {ANN_HASH: _hash(pod_spec), ANN_NODE: role.node},
+            "annotations": {
+                ANN_HASH: _hash(pod_spec),
+                ANN_NODE: role.node,
+                ANN_EPOCH: str(role.epoch),
+            },
             "ownerReferences": [owner.reference()],
         },
         "spec": pod_spec,
@@ -264,7 +273,10 @@ def build_task_pod(
 
 
 def task_roles(
-    graph: TaskGraph, plan_backups: frozenset[str], assignment: Mapping[str, str]
+    graph: TaskGraph,
+    plan_backups: frozenset[str],
+    assignment: Mapping[str, str],
+    epochs: Mapping[str, int] | None = None,
 ) -> list[TaskRole]:
     """The role of every placed task under a plan (failed, unplaced tasks have none)."""
     roles = []
@@ -280,6 +292,7 @@ def task_roles(
                 upstream=tuple(graph.tasks[u] for u in graph.preds[i]),
                 keeps_backup=task in plan_backups,
                 node=assignment[task],
+                epoch=int((epochs or {}).get(task, 0)),
             )
         )
     return roles
@@ -292,10 +305,12 @@ def desired_pods(
     plan_backups: frozenset[str],
     assignment: Mapping[str, str],
     replicas: Mapping[str, Sequence[str]] | None = None,
+    epochs: Mapping[str, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """``{pod name: manifest}`` of every primary task pod and active replica."""
+    """``{pod name: manifest}`` of every primary task pod and active replica
+    (``epochs``: ``status.plan.epochs``, the primaries' fencing epochs)."""
     out: dict[str, dict[str, Any]] = {}
-    for role in task_roles(graph, plan_backups, assignment):
+    for role in task_roles(graph, plan_backups, assignment, epochs):
         pod = build_task_pod(owner, spec, role)
         out[pod["metadata"]["name"]] = pod
         for k, node in enumerate((replicas or {}).get(role.task, ())):
@@ -355,6 +370,7 @@ def build_session_configmap(
     graph: TaskGraph,
     backups: Collection[str],
     recovery: Mapping[str, Any],
+    epochs: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The ConfigMap every task pod mounts: the contract with the stream runtime.
 
@@ -379,6 +395,9 @@ def build_session_configmap(
         "orderPreserving": active and recovery.get("step", 0) > 0,
         "replay": {t: replay_sources(graph, backups, session_failed, t) for t in sorted(recovered)},
         "pending": sorted(recovery.get("failed") or []),
+        # the current fencing epoch of every task recreated while an old copy may run:
+        # a copy with an older BACKSTOP_EPOCH stops writing (backstop.domain.fencing)
+        "epochs": {t: int(n) for t, n in sorted((epochs or {}).items())},
     }
     return {
         "apiVersion": "v1",

@@ -1,0 +1,65 @@
+"""Fencing by the operator's epochs, published in the recovery session file.
+
+The store's own epochs (``tasks/<task>/epochs/<n>``) fence copies that share the store.
+The operator fences too, for copies that may not: when it recreates a task off a lost
+node while the old copy may still run (a partition), it gives the new pod a higher
+``BACKSTOP_EPOCH`` and publishes it in the session ConfigMap (``session.json``,
+``"epochs": {task: n}``) before the new pod exists. A copy whose own epoch is older than
+the one published for its task stops writing: :meth:`backstop_runtime.store.Store.check_fence`
+raises :class:`~backstop_runtime.config.Fenced` (before every checkpoint, sink write and
+address publication, and every 200 ms), and the task exits with code 3. The kubelet
+refreshes a mounted ConfigMap within about a minute of the change, or as soon as a
+partitioned node reaches the API server again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def published_epoch(doc: object, task: str) -> int:
+    """The epoch ``session.json`` publishes for ``task`` (0 when none or malformed).
+
+    >>> published_epoch({"epochs": {"sink-0": 2}}, "sink-0"), published_epoch({}, "sink-0")
+    (2, 0)
+    >>> published_epoch({"epochs": {"sink-0": "x"}}, "sink-0")
+    0
+    """
+    epochs = doc.get("epochs") if isinstance(doc, dict) else None
+    value = epochs.get(task) if isinstance(epochs, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+class OperatorFence:
+    """Reads the published epoch of one task, again only when the file changed."""
+
+    def __init__(self, recovery_dir: Path | None, task: str, own: int) -> None:
+        self.path = recovery_dir / "session.json" if recovery_dir else None
+        self.task = task
+        self.own = own
+        self._seen: tuple[int, int] | None = None
+        self._published = 0
+
+    def published(self) -> int:
+        """The epoch the operator publishes for this task now (0 without a session)."""
+        if self.path is None:
+            return 0
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return self._published
+        key = (st.st_mtime_ns, st.st_size)
+        if key != self._seen:
+            try:
+                doc = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                return self._published  # mid-update: keep what was read last
+            self._seen, self._published = key, published_epoch(doc, self.task)
+        return self._published
+
+    def superseded_by(self) -> int | None:
+        """The newer published epoch, if this copy's own epoch is older; else ``None``."""
+        newer = self.published()
+        return newer if newer > self.own else None

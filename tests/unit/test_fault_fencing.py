@@ -1,0 +1,119 @@
+"""Issue 12, item 3: fencing by epochs the operator decides (pure assignment + the runtime)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from backstop.domain.fencing import bump_epochs, fenced_tasks
+from backstop.domain.spec import expand, parse_spec
+from backstop.k8s.manifests import Owner, build_session_configmap, desired_pods
+from tests.support.runtime_data import wordcount_spec, write_input
+from tests.support.runtime_harness import LocalTopology
+
+OWNER = Owner("wc", "ns", "uid")
+
+
+def _spec() -> Any:
+    return parse_spec(
+        {
+            "image": "img",
+            "recoveryLatencyBound": 5,
+            "operators": [
+                {"name": "src", "reprocessingLatency": 0.5},
+                {"name": "sink", "reprocessingLatency": 0.5, "inputs": [{"operator": "src"}]},
+            ],
+        }
+    )
+
+
+def _env(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_fault03_a_task_recreated_off_a_lost_node_gets_a_newer_epoch() -> None:
+    spec = _spec()
+    graph = expand(spec)
+    first = {"src-0": "n1", "sink-0": "n1"}
+    before = desired_pods(OWNER, spec, graph, frozenset(), first)
+    old_pod = SimpleNamespace(
+        metadata=SimpleNamespace(name="wc-sink-0", labels={"streams.backstop.dev/task": "sink-0"}),
+        spec=SimpleNamespace(node_name="n1"),
+    )
+    moved = {"src-0": "n1", "sink-0": "n2"}
+    after = desired_pods(OWNER, spec, graph, frozenset(), moved)
+    fenced = fenced_tasks([old_pod], after, lost_nodes={"n1"})
+    assert fenced == {"sink-0"}
+    epochs = bump_epochs({}, fenced)
+    assert epochs == {"sink-0": 1}
+    fenced_pods = desired_pods(OWNER, spec, graph, frozenset(), moved, epochs=epochs)
+    assert _env(fenced_pods["wc-sink-0"])["BACKSTOP_EPOCH"] == "1"
+    assert fenced_pods["wc-sink-0"]["metadata"]["annotations"]["streams.backstop.dev/epoch"] == "1"
+    # the first copy carries no epoch: adding epochs restarts no running pod
+    assert "BACKSTOP_EPOCH" not in _env(before["wc-sink-0"])
+    assert (
+        before["wc-src-0"]["metadata"]["annotations"]
+        == fenced_pods["wc-src-0"]["metadata"]["annotations"]
+    )
+    # a second loss of the same task: strictly newer again
+    assert bump_epochs(epochs, ["sink-0"]) == {"sink-0": 2}
+    # the node came back before the move (not lost): no new epoch needed
+    assert fenced_tasks([old_pod], after, lost_nodes=set()) == set()
+    cm = build_session_configmap(OWNER, graph, [], {"active": True, "step": 1}, epochs=epochs)
+    assert json.loads(cm["data"]["session.json"])["epochs"] == {"sink-0": 1}
+
+
+@pytest.mark.timeout(120)
+def test_fault03_old_copy_stops_writing_once_a_newer_epoch_is_published(tmp_path: Path) -> None:
+    """The old copy of the sink (BACKSTOP_EPOCH=1) runs with a store of its own, as behind a
+    partition: the store's epochs cannot reach it. Once the session file publishes epoch 2
+    for its task, it exits with code 3 and writes nothing more."""
+    data = tmp_path / "input"
+    data.mkdir()
+    write_input(data, files=2, per_file=4000)
+    out = tmp_path / "out"
+    topo = LocalTopology(
+        "wordcount", wordcount_spec(data, out, rate=300.0, batch=20), tmp_path / "store"
+    )
+    topo.env["sink-0"]["BACKSTOP_EPOCH"] = "1"
+    session = tmp_path / "store" / "recovery" / "session.json"
+    session.parent.mkdir(parents=True)
+    session.write_text(json.dumps({"phase": "Completed", "epochs": {"sink-0": 1}}))
+    sink_file = out / "sink-0.jsonl"
+    topo.start_all()
+    try:
+        topo.wait("the sink writing", lambda: sink_file.exists() and sink_file.stat().st_size > 0)
+        old = topo.procs["sink-0"]
+        assert old.poll() is None, "its own epoch is the published one: it runs"
+        tmp = session.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"phase": "Recovering", "epochs": {"sink-0": 2}}))
+        tmp.replace(session)  # as the kubelet swaps a ConfigMap volume's files
+        published = sink_file.stat().st_size
+        assert old.wait(timeout=10) == 3
+        assert "superseded by epoch 2" in topo.log("sink-0")
+        stopped = sink_file.stat().st_size
+        assert stopped - published < 4096, "at most the write in flight when it was published"
+        for task, proc in topo.procs.items():
+            if task != "sink-0":
+                assert proc.poll() is None, f"{task} is not fenced"
+    finally:
+        topo.stop_all()
+
+
+def test_fault03_a_malformed_epoch_is_a_configuration_error() -> None:
+    from backstop_runtime.config import ConfigError, from_env
+
+    env = {
+        "BACKSTOP_TOPOLOGY": "wc",
+        "BACKSTOP_TASK_ID": "sink-0",
+        "BACKSTOP_OPERATOR": "sink",
+        "BACKSTOP_TASK_INDEX": "0",
+        "BACKSTOP_EPOCH": "two",
+    }
+    with pytest.raises(ConfigError, match="BACKSTOP_EPOCH"):
+        from_env(env)
+    assert from_env({**env, "BACKSTOP_EPOCH": "2"}).epoch == 2
