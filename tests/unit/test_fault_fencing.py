@@ -11,7 +11,7 @@ import pytest
 
 from backstop.domain.fencing import bump_epochs, fenced_tasks
 from backstop.domain.spec import expand, parse_spec
-from backstop.k8s.manifests import Owner, build_session_configmap, desired_pods
+from backstop.k8s.manifests import Owner, build_session_configmap, desired_pods, pod_name
 from tests.support.runtime_data import wordcount_spec, write_input
 from tests.support.runtime_harness import LocalTopology
 
@@ -41,7 +41,9 @@ def test_fault03_a_task_recreated_off_a_lost_node_gets_a_newer_epoch() -> None:
     first = {"src-0": "n1", "sink-0": "n1"}
     before = desired_pods(OWNER, spec, graph, frozenset(), first)
     old_pod = SimpleNamespace(
-        metadata=SimpleNamespace(name="wc-sink-0", labels={"streams.backstop.dev/task": "sink-0"}),
+        metadata=SimpleNamespace(
+            name=pod_name("wc", "sink-0"), labels={"streams.backstop.dev/task": "sink-0"}
+        ),
         spec=SimpleNamespace(node_name="n1"),
     )
     moved = {"src-0": "n1", "sink-0": "n2"}
@@ -51,13 +53,18 @@ def test_fault03_a_task_recreated_off_a_lost_node_gets_a_newer_epoch() -> None:
     epochs = bump_epochs({}, fenced)
     assert epochs == {"sink-0": 1}
     fenced_pods = desired_pods(OWNER, spec, graph, frozenset(), moved, epochs=epochs)
-    assert _env(fenced_pods["wc-sink-0"])["BACKSTOP_EPOCH"] == "1"
-    assert fenced_pods["wc-sink-0"]["metadata"]["annotations"]["streams.backstop.dev/epoch"] == "1"
-    # the first copy carries no epoch: adding epochs restarts no running pod
-    assert "BACKSTOP_EPOCH" not in _env(before["wc-sink-0"])
+    assert _env(fenced_pods[pod_name("wc", "sink-0")])["BACKSTOP_EPOCH"] == "1"
     assert (
-        before["wc-src-0"]["metadata"]["annotations"]
-        == fenced_pods["wc-src-0"]["metadata"]["annotations"]
+        fenced_pods[pod_name("wc", "sink-0")]["metadata"]["annotations"][
+            "streams.backstop.dev/epoch"
+        ]
+        == "1"
+    )
+    # the first copy carries no epoch: adding epochs restarts no running pod
+    assert "BACKSTOP_EPOCH" not in _env(before[pod_name("wc", "sink-0")])
+    assert (
+        before[pod_name("wc", "src-0")]["metadata"]["annotations"]
+        == fenced_pods[pod_name("wc", "src-0")]["metadata"]["annotations"]
     )
     # a second loss of the same task: strictly newer again
     assert bump_epochs(epochs, ["sink-0"]) == {"sink-0": 2}
