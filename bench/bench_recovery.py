@@ -22,6 +22,7 @@ also writes it into FILE, replacing only its ``## Recovery scheduling`` section.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -198,7 +199,10 @@ def run(args: argparse.Namespace) -> str:
         f"cores loaded to about 60 %, utilisation cap {args.utilization}, the {args.lost} "
         f"nodes hosting the most outputs lost at t = 0, one replacement per lost node "
         f"arriving at U(120, 360) s, CP-SAT budget {args.time_limit:g} s. "
-        f"Mean failed tasks per trial: {fmt(statistics.mean(failed_counts))}.",
+        f"Mean failed tasks per trial: {fmt(statistics.mean(failed_counts))}. Load average "
+        f"at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (times grow with it; "
+        "plans do not, unless CP-SAT's wall-clock safety net cuts a run short, see "
+        "planners/budget.py).",
         "",
         "### First plan (survivors only)",
         "",
