@@ -24,6 +24,7 @@ from backstop.controller import memo as topology_memo
 from backstop.controller import settings as config
 from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve
 from backstop.controller.context import kube, post_event
+from backstop.controller.fencing import publish_epochs
 from backstop.controller.lostpods import lost_tick
 from backstop.controller.restore import restore_tick
 from backstop.controller.supervisor import (
@@ -36,6 +37,7 @@ from backstop.controller.supervisor import (
 )
 from backstop.domain.conditions import conditions_changed, merge_patch
 from backstop.domain.constants import ANN_APPLIED, GROUP, LABEL_TOPOLOGY, PLURAL, VERSION
+from backstop.domain.fencing import fenced_tasks
 from backstop.domain.incidents import NodeInfo, node_info
 from backstop.domain.planning import current_assignment, diff_pods, plan_replicas, plan_topology
 from backstop.domain.spec import (
@@ -226,10 +228,31 @@ def _reconcile(
         )
         if not plan_status["boundSatisfied"]:
             post_event(body, "BoundViolated", "the plan does not keep the bound", warning=True)
+    _apply_plan(k, owner, model, graph, plan_status, view, status, patch, logger)
+
+
+def _apply_plan(
+    k: Kube,
+    owner: Owner,
+    model: StreamTopologySpec,
+    graph: TaskGraph,
+    plan_status: dict[str, Any],
+    view: ClusterView,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+) -> None:
+    """Make the pods match a recorded plan (tasks leaving a lost node get a new epoch)."""
+    namespace, generation = owner.namespace, int(plan_status["generation"])
     desired = _desired(owner, model, graph, plan_status)
     dead = {n for n, obj in view.node_objects.items() if not node_is_ready(obj)}
-    diff = diff_pods(desired, view.own_pods, dead)
     try:
+        fenced = fenced_tasks(view.own_pods, desired, dead)
+        if fenced:
+            rec = status.get("recovery") or {}
+            plan_status, _ = publish_epochs(k, owner, graph, plan_status, rec, fenced)
+            desired = _desired(owner, model, graph, plan_status)
+        diff = diff_pods(desired, view.own_pods, dead)
         k.put_pdb(build_pdb(owner, len(desired)))  # evictions wait for the operator's drain
         deleted, created = k.apply_pod_diff(namespace, diff)
     except ApiException as err:
@@ -238,7 +261,7 @@ def _reconcile(
     patch.status["conditions"] = conditions_patch(
         generation,
         {**status, "plan": plan_status, "problem": None},
-        [pod_state(p) for p in k.own_pods(namespace, name)],
+        [pod_state(p) for p in k.own_pods(namespace, owner.name)],
     )
     if diff.waiting:
         raise kopf.TemporaryError(f"waiting for {diff.waiting} pods to terminate", delay=1)

@@ -21,10 +21,11 @@ from typing import Any
 
 from backstop.controller import faults
 from backstop.controller.capacity import owner_key, reserve, step_capacity
+from backstop.controller.fencing import publish_epochs
 from backstop.controller.memo import TopologyMemo
 from backstop.domain.conditions import merge_patch
 from backstop.domain.constants import ANN_HASH, LABEL_TASK
-from backstop.domain.fencing import bump_epochs, fenced_tasks
+from backstop.domain.fencing import fenced_tasks
 from backstop.domain.incidents import (
     NodeInfo,
     detect_lost,
@@ -310,19 +311,12 @@ def converge(
 
 
 def fence(t: Tick, plan: Mapping[str, Any], tasks: set[str]) -> dict[str, Any]:
-    """Give ``tasks`` (about to be recreated off a lost node) a new epoch: recorded in the
-    status, then published in the session ConfigMap, before any pod is touched."""
-    epochs = bump_epochs(plan.get("epochs"), sorted(tasks))
-    obj = t.kube.patch_status_returning(
-        t.owner.namespace, t.owner.name, {"plan": {"epochs": epochs}}
-    )
-    faults.point("after-status")
+    """:func:`publish_epochs` within a supervision round (the round sees the new status)."""
+    rec = t.status.get("recovery") or {}
+    new_plan, obj = publish_epochs(t.kube, t.owner, t.graph, plan, rec, tasks)
     t.status = dict(obj.get("status") or {})
     t.memory.written = (int(obj["metadata"]["resourceVersion"]), t.status)
-    rec = t.status.get("recovery") or {}
-    backups = list(plan.get("backups") or [])
-    t.kube.put_configmap(build_session_configmap(t.owner, t.graph, backups, rec, epochs=epochs))
-    return {**plan, "epochs": epochs}
+    return new_plan
 
 
 def mark_applied(t: Tick, indexed: list[Mapping[str, Any]]) -> bool:
