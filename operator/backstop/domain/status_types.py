@@ -68,6 +68,9 @@ class PlanStatus(_Status):
     replicated: list[str] | None = None
     availability: float | None = None
     spec_hash: str | None = None
+    epochs: dict[str, int] = Field(default_factory=dict)
+    """Fencing epoch per task recreated while an old copy may run (absent: 0); see
+    :mod:`backstop.domain.fencing`."""
     spec: dict[str, Any] | None = None
     """The spec this plan was computed from: while a later edit is invalid or infeasible,
     the supervisor keeps recovering the pods of this last good plan."""
@@ -155,6 +158,11 @@ class DrainStatus(_Status):
     nodes: list[str] = Field(default_factory=list)
     moved: int = 0
     remaining: int = 0
+    moving: list[str] = Field(default_factory=list)
+    """The tasks of the last drain step, recreated only after ``holdUntil``."""
+    hold_until: float | None = None
+    """Unix time before which the moved tasks' new pods are not created
+    (:data:`backstop.domain.podfaults.DRAIN_HOLD_SECONDS`)."""
 
 
 class ReoptimizationStatus(_Status):
