@@ -204,6 +204,7 @@ def test_fault04_kubectl_drain_completes_after_the_operator_moved_every_task(env
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     kubectl = str(ROOT / ".tools" / "bin" / "kubectl")
+    t0 = time.monotonic()
     try:
         drain = subprocess.run(
             [
@@ -221,6 +222,9 @@ def test_fault04_kubectl_drain_completes_after_the_operator_moved_every_task(env
             check=False,
         )
         assert drain.returncode == 0, drain.stdout + drain.stderr
+        print(
+            f"kubectl drain {victim}: {len(on_victim)} tasks moved in {time.monotonic() - t0:.1f}s"
+        )
 
         def everything_moved() -> bool:
             pods = env.pods(name)
