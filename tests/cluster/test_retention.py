@@ -1,17 +1,29 @@
-"""Issue 12, item 10 (RecoveryPlans): the newest N per topology are kept, older ones deleted.
-
-Before, every step of every recovery, restore and consolidation left a RecoveryPlan forever.
+"""Issue 12, item 10: RecoveryPlans (the newest N per topology are kept; before, every step
+left one forever) and deletion with no operator running (before, Kopf's finalizer hung it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.manifests import Owner, build_recoveryplan
-from tests.support.kubetools import install_crds
+from backstop.sim.nodesim import Simulator
+from tests.support.kubetools import (
+    EXAMPLE,
+    Env,
+    install_crds,
+    stop_operator,
+    topology_env,
+    topology_manifest,
+    wait_for,
+)
 
 STEP = {
     "algorithm": "auto",
@@ -69,3 +81,45 @@ def test_fault10_recoveryplans_keep_the_newest_twenty_per_topology(
 
     assert steps("busy") == list(range(4, 24)), "the 20 newest steps"
     assert steps("quiet") == [1, 2], "another topology's plans are its own"
+
+
+@pytest.fixture
+def env(
+    cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path: Path
+) -> Iterator[Env]:
+    yield from topology_env(cluster, kube, simulator, tmp_path, node_cpu="4", nodes=4)
+
+
+@pytest.mark.cluster
+def test_fault10_delete_while_the_operator_is_down_removes_the_topology_and_its_pods(
+    env: Env,
+) -> None:
+    """No finalizer: the API server deletes the object at once and the garbage collector
+    its pods (owner references), with no operator running. Before, Kopf's finalizer kept
+    the object Terminating until an operator came back."""
+    env.create(topology_manifest(EXAMPLE, "orphan"))
+    obj = env.wait_condition("orphan", "Ready", "True", timeout=90)
+    assert env.pods("orphan"), "the topology runs"
+    assert obj["metadata"].get("finalizers") in (None, []), obj["metadata"]["finalizers"]
+    assert env.proc is not None
+    stop_operator(env.proc)
+    env.proc = None
+    env.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, env.namespace, "streamtopologies", "orphan"
+    )
+
+    def deleted() -> bool:
+        try:
+            env.get("orphan")
+        except ApiException as err:
+            return bool(err.status == 404)
+        return False
+
+    wait_for(deleted, 15, "the topology gone without an operator")
+    # the garbage collector deletes the pods; no kubelet confirms on simulated nodes
+    wait_for(
+        lambda: all(p.metadata.deletion_timestamp for p in env.pods("orphan")),
+        60,
+        "every pod of the topology deleted by the garbage collector",
+    )
+    env.created.clear()

@@ -56,3 +56,13 @@ def test_fault10_after_the_window_the_event_comes_again_with_the_count(held: int
         assert again == f"spec.image: required ({held} more times in 10s)"
     else:
         assert again == "spec.image: required"
+
+
+def test_fault10_no_handler_asks_kopf_for_a_finalizer() -> None:
+    """Kopf adds its finalizer when a handler requires one (its daemons always do); none
+    does here, so deleting a topology never waits for the operator."""
+    registry = kopf.get_default_registry()
+    handlers_ = [*registry._spawning.get_all_handlers(), *registry._changing.get_all_handlers()]
+    assert handlers_, "the operator's handlers are registered"
+    asking = [h.id for h in handlers_ if getattr(h, "requires_finalizer", False)]
+    assert asking == []

@@ -35,6 +35,17 @@ def kube() -> Kube:
     return _kube
 
 
+def gone(
+    index: kopf.Index[tuple[str | None, str], str], namespace: str | None, name: str, uid: str
+) -> bool:
+    """Whether the object a daemon serves was deleted (it left the ``topologies`` index).
+
+    Daemons run without a finalizer (so a topology deleted while the operator is down
+    is not stuck), so Kopf does not stop them on deletion: each loop asks this and returns.
+    """
+    return uid not in (index.get((namespace, name)) or ())
+
+
 def post_event(body: kopf.Body, reason: str, message: str, *, warning: bool = False) -> None:
     """Post an Event on the topology; reasons come from the fixed set ``EVENT_REASONS``.
 

@@ -11,6 +11,7 @@ with ``kopf.TemporaryError``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Mapping
@@ -23,7 +24,7 @@ from backstop.controller import faults
 from backstop.controller import memo as topology_memo
 from backstop.controller import settings as config
 from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve
-from backstop.controller.context import kube, post_event
+from backstop.controller.context import gone, kube, post_event
 from backstop.controller.fencing import publish_epochs
 from backstop.controller.lostpods import lost_tick
 from backstop.controller.restore import restore_tick
@@ -373,6 +374,14 @@ def pods_by_topology(
     return {(namespace, labels[LABEL_TOPOLOGY]): body}
 
 
+@kopf.index(GROUP, VERSION, PLURAL)
+def topologies(
+    namespace: str | None, name: str, uid: str, **_: Any
+) -> dict[tuple[str | None, str], str]:
+    """The uid of every StreamTopology: a daemon whose object leaves it returns."""
+    return {(namespace, name): uid}
+
+
 @kopf.index("nodes")
 def node_index(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
     """In-memory view of every Node, for loss detection without API calls."""
@@ -452,7 +461,7 @@ def _supervise(
     def emit(reason: str, message: str, warning: bool) -> None:
         post_event(body, reason, message, warning=warning)
 
-    while not stopped:
+    while not stopped and not gone(kwargs["topologies"], namespace, name, meta["uid"]):
         generation = int(meta.get("generation", 1))
         parsed = _model(mem, generation, spec)
         current = _fresh_status(mem, meta, status)
@@ -532,3 +541,27 @@ def apply_reoptimized(new: Any, **kwargs: Any) -> None:
 
 # registers the re-optimization daemon (after this module's handlers, as before)
 from backstop.controller import handlers_reopt  # noqa: E402,F401
+
+
+def _daemons_without_finalizer(registry: Any) -> None:
+    """Register the daemons as needing no finalizer (Kopf's ``kopf.daemon`` always asks one).
+
+    Kopf adds its finalizer only for daemons here (there is no ``on.delete`` handler), and
+    a finalizer makes ``kubectl delete`` hang while the operator is down. Everything a
+    topology owns (pods, the session ConfigMap, RecoveryPlans, its PDB) carries an owner
+    reference, so the garbage collector removes it without the operator; the daemons
+    return once their object leaves the ``topologies`` index (:func:`context.gone`).
+    Kopf then also removes the finalizer it put on objects earlier. Kopf has no public
+    switch for this (its maintainer declined one), so the frozen handlers are replaced in
+    the registry; ``tests/unit/test_events.py`` fails if a Kopf upgrade breaks it.
+    """
+    spawning = registry._spawning
+    spawning._handlers = [
+        dataclasses.replace(h, requires_finalizer=False)
+        if getattr(h, "requires_finalizer", False)
+        else h
+        for h in spawning._handlers
+    ]
+
+
+_daemons_without_finalizer(kopf.get_default_registry())

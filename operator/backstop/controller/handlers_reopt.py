@@ -178,7 +178,7 @@ async def reoptimizer(
     namespace: str | None,
     logger: logging.Logger | logging.LoggerAdapter[Any],
     stopped: kopf.DaemonStopped,
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
     """Check every few seconds whether a run is due (one daemon, so runs never overlap).
 
@@ -186,7 +186,7 @@ async def reoptimizer(
     timer invocation; the daemon is quiet until it has something to say.
     ``body``, ``spec`` and ``status`` are live views Kopf keeps up to date.
     """
-    while not stopped:
+    while not stopped and not context.gone(kwargs["topologies"], namespace, name, meta["uid"]):
         try:
             await reoptimize_once(body, spec, meta, status, name, namespace, logger)
         except ApiException as err:
