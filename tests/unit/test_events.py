@@ -11,14 +11,14 @@ from typing import Any
 import kopf
 import pytest
 
-from backstop.controller import context, handlers
+from backstop.controller import context, handlers, kopf_config
 from backstop.domain.events import EventFilter
 
 
 def test_fault10_log_lines_do_not_become_events() -> None:
     settings = kopf.OperatorSettings()
     settings.posting.loggers = True  # what the operator used to set
-    handlers.apply_kopf_settings(settings)
+    kopf_config.apply_kopf_settings(settings)
     assert settings.posting.loggers is False
     assert settings.posting.enabled is True  # post_event's kopf.info/kopf.warn still post
 
@@ -61,6 +61,7 @@ def test_fault10_after_the_window_the_event_comes_again_with_the_count(held: int
 def test_fault10_no_handler_asks_kopf_for_a_finalizer() -> None:
     """Kopf adds its finalizer when a handler requires one (its daemons always do); none
     does here, so deleting a topology never waits for the operator."""
+    assert handlers.supervise is not None  # importing the handlers registers them
     registry = kopf.get_default_registry()
     handlers_ = [*registry._spawning.get_all_handlers(), *registry._changing.get_all_handlers()]
     assert handlers_, "the operator's handlers are registered"

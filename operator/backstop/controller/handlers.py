@@ -11,7 +11,6 @@ with ``kopf.TemporaryError``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Mapping
@@ -20,7 +19,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from backstop.controller import faults
+from backstop.controller import faults, kopf_config
 from backstop.controller import memo as topology_memo
 from backstop.controller import settings as config
 from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve
@@ -89,20 +88,6 @@ executor = ExecutorSizer()
 """The one sizer of this process's Kopf executor."""
 
 
-def apply_kopf_settings(settings: kopf.OperatorSettings) -> None:
-    """Kopf's bookkeeping under our own domain; no log line becomes an Event (only
-    :func:`~backstop.controller.context.post_event`'s deliberate, deduplicated ones)."""
-    settings.persistence.finalizer = f"{GROUP}/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration"
-    )
-    settings.posting.loggers = False
-    settings.posting.level = logging.INFO
-    settings.watching.server_timeout = 300
-    settings.networking.request_timeout = 60
-
-
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Keep Kopf's bookkeeping under our own domain; post no log lines as Events.
@@ -110,7 +95,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     Also starts the process's one capacity ledger (:mod:`backstop.k8s.ledger`),
     shared through ``memo`` by the planners of every topology.
     """
-    apply_kopf_settings(settings)
+    kopf_config.apply_kopf_settings(settings)
     executor.attach(settings)
     try:  # read the environment once, now: a bad value stops the operator at startup
         config.settings()
@@ -542,26 +527,4 @@ def apply_reoptimized(new: Any, **kwargs: Any) -> None:
 # registers the re-optimization daemon (after this module's handlers, as before)
 from backstop.controller import handlers_reopt  # noqa: E402,F401
 
-
-def _daemons_without_finalizer(registry: Any) -> None:
-    """Register the daemons as needing no finalizer (Kopf's ``kopf.daemon`` always asks one).
-
-    Kopf adds its finalizer only for daemons here (there is no ``on.delete`` handler), and
-    a finalizer makes ``kubectl delete`` hang while the operator is down. Everything a
-    topology owns (pods, the session ConfigMap, RecoveryPlans, its PDB) carries an owner
-    reference, so the garbage collector removes it without the operator; the daemons
-    return once their object leaves the ``topologies`` index (:func:`context.gone`).
-    Kopf then also removes the finalizer it put on objects earlier. Kopf has no public
-    switch for this (its maintainer declined one), so the frozen handlers are replaced in
-    the registry; ``tests/unit/test_events.py`` fails if a Kopf upgrade breaks it.
-    """
-    spawning = registry._spawning
-    spawning._handlers = [
-        dataclasses.replace(h, requires_finalizer=False)
-        if getattr(h, "requires_finalizer", False)
-        else h
-        for h in spawning._handlers
-    ]
-
-
-_daemons_without_finalizer(kopf.get_default_registry())
+kopf_config.daemons_without_finalizer(kopf.get_default_registry())
