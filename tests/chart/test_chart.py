@@ -62,6 +62,8 @@ NAMESPACED_RULES: Rules = {
     ("", "events"): {"create"},
     ("policy", "poddisruptionbudgets"): {"get", "create", "patch"},
 }
+# The replicas' leader election: one Lease in the release namespace.
+LEASE_RULES: Rules = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
 # What it may do cluster-wide when it watches only some namespaces: read-only.
 CLUSTER_RULES_NAMESPACED_MODE: Rules = {
     ("", "nodes"): {"get", "list", "watch"},
@@ -275,8 +277,8 @@ def test_fault09_default_render_is_hardened_and_watches_only_the_release_namespa
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     dep = one(docs, "Deployment")
     assert dep["metadata"]["namespace"] == "ops"
-    assert dep["spec"]["replicas"] == 1
-    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert dep["spec"]["replicas"] == 2  # two replicas and a Lease (test_fault07_chart_...)
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate"}
     pod = dep["spec"]["template"]["spec"]
     sa = one(docs, "ServiceAccount")
     assert pod["serviceAccountName"] == sa["metadata"]["name"] == "rel-backstop"
@@ -315,10 +317,14 @@ def test_fault09_default_render_is_hardened_and_watches_only_the_release_namespa
     assert "BACKSTOP_SPARK_SERVICE_ACCOUNT" not in env and "BACKSTOP_METRICS_PORT" not in env
     # RBAC: pod create/delete and ConfigMap patch in the release namespace only (a Role);
     # cluster-wide nothing but reads (Nodes, and Pods for the capacity ledger)
-    (role,) = of_kind(docs, "Role")
-    assert (role["metadata"]["namespace"], role["metadata"]["name"]) == ("ops", "rel-backstop")
+    # (and the leader election's Lease, also in the release namespace)
+    roles = {r["metadata"]["name"]: r for r in of_kind(docs, "Role")}
+    assert set(roles) == {"rel-backstop", "rel-backstop-leader-election"}
+    role = roles["rel-backstop"]
+    assert role["metadata"]["namespace"] == "ops"
     assert rules_of(role) == NAMESPACED_RULES
-    (binding,) = of_kind(docs, "RoleBinding")
+    assert rules_of(roles["rel-backstop-leader-election"]) == LEASE_RULES
+    binding = one(docs, "RoleBinding", "rel-backstop")
     assert binding["metadata"]["namespace"] == "ops"
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -378,7 +384,9 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
         ("team-b", "rel-backstop"),
         ("backstop-system", "rel-backstop-reoptimize"),
         ("backstop-system", "rel-backstop-spark"),
+        ("backstop-system", "rel-backstop-leader-election"),
     }
+    assert rules_of(roles[("backstop-system", "rel-backstop-leader-election")]) == LEASE_RULES
     for ns in ("backstop-system", "team-a", "team-b"):
         assert rules_of(roles[(ns, "rel-backstop")]) == NAMESPACED_RULES
     bindings = {
@@ -417,7 +425,10 @@ def test_fault09_cluster_wide_only_when_asked_for_by_name(helm: str, tmp_path: P
     docs = render(helm, tmp_path, {"watchAllNamespaces": True})
     args = container(docs)["args"]
     assert "--all-namespaces" in args and not any(a.startswith("--namespace") for a in args)
-    assert of_kind(docs, "Role") == [] and of_kind(docs, "RoleBinding") == []
+    # no namespaced Role but the leader election's Lease in the release namespace
+    assert [r["metadata"]["name"] for r in of_kind(docs, "Role")] == [
+        "rel-backstop-leader-election"
+    ]
     assert rules_of(one(docs, "ClusterRole", "rel-backstop")) == NAMESPACED_RULES
     assert rules_of(one(docs, "ClusterRole", "rel-backstop-cluster")) == {
         ("", "nodes"): {"get", "list", "watch"}
@@ -436,15 +447,129 @@ def test_fault09_cluster_wide_only_when_asked_for_by_name(helm: str, tmp_path: P
 
 
 @pytest.mark.helm
+def test_fault07_chart_renders_replicas_lease_spreading_and_fast_replacement(
+    helm: str, tmp_path: Path
+) -> None:
+    docs = render(helm, tmp_path)
+    dep = one(docs, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    c = container(docs)
+    for arg in (
+        "--leader-elect",
+        "--leader-elect-namespace=ops",
+        "--leader-elect-name=rel-backstop",
+        "--lease-duration=15",
+        "--renew-deadline=10",
+        "--retry-period=2",
+    ):
+        assert arg in c["args"], arg
+    assert any(e["name"] == "POD_NAME" for e in c["env"])  # the Lease names the holder
+    binding = one(docs, "RoleBinding", "rel-backstop-leader-election")
+    assert binding["metadata"]["namespace"] == "ops"
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
+    spread = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    term = spread[0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    quick = {t["key"]: t for t in pod["tolerations"]}
+    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+        assert quick[key]["effect"] == "NoExecute" and quick[key]["tolerationSeconds"] == 30
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"minAvailable": 1, "selector": dep["spec"]["selector"]}
+    # the rendered flags are the operator's own, and its timing checks accept them
+    ctx = operator_command().make_context("operator", list(c["args"][1:]), resilient_parsing=True)
+    assert ctx.params["leader_elect"] is True and ctx.params["lease_duration"] == 15
+
+    hard = render(
+        helm,
+        tmp_path,
+        {
+            "podAntiAffinity": "hard",
+            "nodeFailureTolerationSeconds": 5,
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+        },
+    )
+    hpod = one(hard, "Deployment")["spec"]["template"]["spec"]
+    required = hpod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required[0]["topologyKey"] == "kubernetes.io/hostname"
+    keys = {t["key"]: t.get("tolerationSeconds") for t in hpod["tolerations"]}
+    assert keys == {
+        "node.kubernetes.io/not-ready": 5,
+        "node.kubernetes.io/unreachable": 5,
+        "dedicated": None,
+    }
+
+    single = render(
+        helm,
+        tmp_path,
+        {
+            "replicas": 1,
+            "leaderElection": {
+                "enabled": False,
+                "leaseDuration": 15,
+                "renewDeadline": 10,
+                "retryPeriod": 2,
+            },
+        },
+    )
+    sdep = one(single, "Deployment")
+    assert sdep["spec"]["replicas"] == 1 and sdep["spec"]["strategy"] == {"type": "Recreate"}
+    assert not any(a.startswith("--leader-elect") for a in container(single)["args"])
+    assert [r["metadata"]["name"] for r in of_kind(single, "Role")] == ["rel-backstop"]
+    assert of_kind(single, "PodDisruptionBudget") == []
+    assert "affinity" not in sdep["spec"]["template"]["spec"]
+
+
+@pytest.mark.helm
+@pytest.mark.parametrize(
+    ("values", "needle"),
+    [
+        (
+            {
+                "leaderElection": {
+                    "enabled": False,
+                    "leaseDuration": 15,
+                    "renewDeadline": 10,
+                    "retryPeriod": 2,
+                }
+            },
+            "replicas > 1 needs leaderElection.enabled",
+        ),
+        (
+            {
+                "leaderElection": {
+                    "enabled": True,
+                    "leaseDuration": 10,
+                    "renewDeadline": 10,
+                    "retryPeriod": 2,
+                }
+            },
+            "renewDeadline must be shorter",
+        ),
+        ({"podAntiAffinity": "sometimes"}, "podAntiAffinity"),
+        ({"replicas": 0}, "replicas"),
+    ],
+)
+def test_fault07_chart_refuses_unsafe_ha_values(
+    helm: str, tmp_path: Path, values: Doc, needle: str
+) -> None:
+    args = ["template", "rel", str(CHART), "-f", str(values_file(tmp_path, values))]
+    proc = run_helm(helm, *args, check=False)
+    assert proc.returncode != 0 and needle in proc.stderr, proc.stderr
+
+
+@pytest.mark.helm
 def test_spark_rbac_only_when_enabled(helm: str, tmp_path: Path) -> None:
     local_job = render(helm, tmp_path, {"reoptimization": {"mode": "job"}})
+    lease = "rel-backstop-leader-election"  # the leader election's Role is always there
     assert sorted(r["metadata"]["name"] for r in of_kind(local_job, "Role")) == [
         "rel-backstop",
+        lease,
         "rel-backstop-reoptimize",
     ]
     assert len(of_kind(local_job, "ServiceAccount")) == 1, "no driver SA with a local master"
     off = render(helm, tmp_path, {"reoptimization": {"enabled": False, "mode": "job"}})
-    assert [r["metadata"]["name"] for r in of_kind(off, "Role")] == ["rel-backstop"]
+    assert sorted(r["metadata"]["name"] for r in of_kind(off, "Role")) == ["rel-backstop", lease]
     env = env_of(container(off))
     assert env["BACKSTOP_REOPTIMIZE"] == "false" and "BACKSTOP_SPARK_MASTER" not in env
 
