@@ -158,6 +158,22 @@ def _watchdog(lock: _Lock, e: Election) -> None:
             _lost(f"no renewal of Lease {e.namespace}/{e.name} for {e.renew_deadline} s")
 
 
+def warm(api: client.ApiClient) -> None:
+    """Load the API client's model classes while still a standby.
+
+    The kubernetes client imports its models on first use of an API group: for
+    the core group, seconds of CPU on a busy machine (measured: most of a
+    takeover's start). A standby does that while it waits, not after it wins.
+    """
+    client.CoreV1Api(api)
+    client.CustomObjectsApi(api)
+    client.CoordinationV1Api(api)
+    from kubernetes.client import models
+
+    for name in ("V1Pod", "V1PodList", "V1Node", "V1NodeList", "V1ConfigMap", "CoreV1Event"):
+        getattr(models, name)
+
+
 def release(api: client.ApiClient, e: Election) -> None:
     """Give the Lease up if we still hold it (a normal stop): standbys take over at once."""
     coord = client.CoordinationV1Api(api)
@@ -182,6 +198,8 @@ def run_elected(
     handlers; the election renews the Lease in a daemon thread and ends the
     process if it is lost.
     """
+    # the client's election logs every renewal and every standby attempt at INFO
+    logging.getLogger("leaderelection").setLevel(logging.WARNING)
     lock = _Lock(api, e)
     leading = threading.Event()
     config = electionconfig.Config(
@@ -198,6 +216,7 @@ def run_elected(
         target=leaderelection.LeaderElection(config).run, name="backstop-election", daemon=True
     )
     elector.start()
+    warm(api)
     leading.wait()
     log.info("leader election: %s leads (Lease %s/%s)", e.identity, e.namespace, e.name)
     threading.Thread(
