@@ -416,6 +416,8 @@ def supervise(**kwargs: Any) -> None:
         _supervise(**kwargs)
     finally:
         executor.add(-1)
+        # the topology is gone (or the operator stops): its capacity holds go with it
+        kwargs["memo"].ledger.release(f"{kwargs['namespace']}/{kwargs['name']}")
 
 
 def _supervise(
@@ -497,7 +499,6 @@ def _supervise(
                 k.patch_status(namespace, name, {"conditions": merged})
         except ApiException as err:
             if err.status == 404 and k.topology_gone(namespace, name):
-                kwargs["memo"].ledger.release(f"{namespace}/{name}")
                 return
             logger.warning(
                 "supervision of %s/%s: %s %s %s",
