@@ -70,3 +70,14 @@ def test_fault09_a_limit_below_its_request_is_refused(resources: Any, field: str
     ops = [{"name": "src", "reprocessingLatency": 1, "resources": resources}]
     with pytest.raises(InvalidTopology, match=r"spec\.operators\[0\]\." + field):
         parse_spec({"image": "img", "recoveryLatencyBound": 2, "operators": ops})
+
+
+def test_fault09_a_service_account_name_the_api_server_would_refuse_is_refused_here() -> None:
+    spec = {
+        "image": "img",
+        "recoveryLatencyBound": 2,
+        "operators": [{"name": "src", "reprocessingLatency": 1}],
+        "serviceAccountName": "Not_An_Account",
+    }
+    with pytest.raises(InvalidTopology, match=r"spec\.serviceAccountName"):
+        parse_spec(spec)

@@ -12,6 +12,7 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 PLURAL = "streamtopologies"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 #: An operator name: a DNS-1123 label without ``--``, which separates the topology's name
 #: from the task in pod names (``<topology>--<operator>-<index>``), so two topologies of one
 #: namespace can never derive the same pod name (``a`` + ``b-c`` vs ``a-b`` + ``c``).

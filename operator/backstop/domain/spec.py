@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel
 from backstop.domain.constants import (
     ANN_LAST_APPLIED,
     DNS_LABEL,
+    DNS_SUBDOMAIN,
     OPERATOR_NAME,
     OPERATOR_NAME_MAX,
     TOPOLOGY_NAME_MAX,
@@ -265,7 +266,10 @@ class StreamTopologySpec(_Model):
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
     service_account_name: str | None = Field(
-        None, max_length=253, description="ServiceAccount of the task pods; unset: `default`."
+        None,
+        pattern=DNS_SUBDOMAIN,
+        max_length=253,
+        description="ServiceAccount of the task pods; unset: `default`.",
     )
     automount_service_account_token: bool = Field(
         False,
