@@ -48,7 +48,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 What the operator does in every namespace it watches (a Role there, or a ClusterRole when it
 watches all namespaces). Kopf itself needs: list/watch (and patch, for its progress annotations
 and finalizer under streams.backstop.dev) on the handled resource, patch on its status, create
-on core/v1 events (kopf.info/warn and its per-object logs); the pods index needs list/watch.
+on core/v1 events (kopf.info/warn; no log line is posted); the pods index needs list/watch.
 */}}
 {{- define "backstop.namespacedRules" -}}
 # StreamTopologies: kopf watches them and patches its annotations/finalizer; handlers patch status.
@@ -82,7 +82,7 @@ on core/v1 events (kopf.info/warn and its per-object logs); the pods index needs
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "create", "patch", "update"]
-# Events: Planned, NodeLost, RecoveryPlanIssued, ... and kopf's per-object logs.
+# Events: Planned, NodeLost, RecoveryPlanIssued, ... (each once per 10 min per topology).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]

@@ -47,7 +47,7 @@ containerd on this host (``real``) or the node simulator (``simulated``)."""
 NODE_KIND_REAL = "real"
 NODE_KIND_SIMULATED = "simulated"
 
-# The fixed set of Event reasons the operator posts (kopf's own log events use "Logging").
+# The fixed set of Event reasons the operator posts (Kopf posts no log line as an Event).
 EVENT_REASONS = frozenset(
     {
         "Planned",
