@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -93,11 +93,16 @@ def free_port() -> int:
 
 
 def start_operator(
-    kubeconfig: str, namespace: str, log: Path, extra: tuple[str, ...] = ()
+    kubeconfig: str,
+    namespace: str,
+    log: Path,
+    extra: tuple[str, ...] = (),
+    extra_env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``backstop operator`` for one namespace (``extra`` arguments), logging to ``log``."""
+    """Start ``backstop operator`` for one namespace (``extra`` arguments), logging to ``log``
+    (``extra_env``: more environment, e.g. an armed ``BACKSTOP_FAULT_POINT``)."""
     port = free_port()
-    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    env = {**os.environ, "KUBECONFIG": kubeconfig, **(extra_env or {})}
     with log.open("ab") as out:
         return subprocess.Popen(
             [

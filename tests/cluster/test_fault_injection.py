@@ -1,0 +1,327 @@
+"""Crash safety, proven by killing the operator at every write point (issue 12, item 5).
+
+The status is a write-ahead log: whatever write the operator dies after, a fresh
+operator must converge from the status alone. Each case runs the real operator
+(``backstop operator``) armed with ``BACKSTOP_FAULT_POINT`` (see
+:mod:`backstop.controller.faults`), triggers a reconcile (a new topology) or a recovery
+step (a simulated node killed, as in ``test_node_loss.py``), waits until the process
+exits with the fault exit code at that point, checks that it really died there (what
+exists at the crash), restarts it unarmed and checks convergence: one Running pod per
+task on its planned node (none lost, none twice), one RecoveryPlan per recorded step,
+the session ConfigMap consistent with ``status.recovery``, and ``status.plan``'s bound
+figures re-computed for the new assignment by the failure-effect evaluator.
+
+A reconcile writes no RecoveryPlan or ConfigMap, so those two points are exercised
+during recovery only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from backstop.controller import faults
+from backstop.domain.constants import GROUP, VERSION
+from backstop.domain.spec import cpu_cores, expand, parse_spec
+from backstop.sim.nodesim import NodeShape, Simulator
+from planners.evaluate import check_plan, worst_node_failure
+from tests.support.kubetools import (
+    POOL_LABEL,
+    Env,
+    node_ready,
+    start_operator,
+    topology_env,
+    wait_for,
+)
+
+pytestmark = pytest.mark.cluster
+BOUND = 10.0
+RECONCILE_POINTS = ["after-status", "mid-pod-batch"]
+RECOVERY_POINTS = ["after-status", "after-recoveryplan", "after-configmap", "mid-pod-batch"]
+
+
+@pytest.fixture(scope="module")
+def env(
+    cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_factory: Any
+) -> Iterator[Env]:
+    # every test makes its own labelled pool; the module's one node stays unused
+    yield from topology_env(
+        cluster, kube, simulator, tmp_path_factory.mktemp("faults"), node_cpu="1", nodes=1
+    )
+
+
+@pytest.fixture(autouse=True)
+def _cleanup(env: Env) -> Iterator[None]:
+    yield
+    if env.proc is None or env.proc.poll() is not None:
+        env.restart_operator()  # a failed case may leave no operator to remove finalizers
+    env.cleanup()
+
+
+class Pool:
+    """Simulated nodes of one test, labelled ``POOL_LABEL=<name>``; deleted afterwards."""
+
+    def __init__(self, env: Env) -> None:
+        assert env.simulator is not None
+        self.sim = env.simulator
+        self.name = f"f{uuid.uuid4().hex[:5]}"
+        self.nodes: list[str] = []
+
+    def add(self, cpu: str) -> str:
+        node = f"{self.name}-{len(self.nodes)}"
+        self.sim.create(node, NodeShape(cpu=cpu))
+        self.sim.core.patch_node(node, {"metadata": {"labels": {POOL_LABEL: self.name}}})
+        self.nodes.append(node)
+        return node
+
+    def wait_ready(self, nodes: list[str]) -> None:
+        wait_for(lambda: all(node_ready(self.sim.core, n) for n in nodes), 30, f"{nodes} Ready")
+
+
+@pytest.fixture
+def pool(env: Env) -> Iterator[Pool]:
+    p = Pool(env)
+    yield p
+    for n in p.nodes:
+        with contextlib.suppress(ApiException):
+            p.sim.core.delete_node(n)
+
+
+def topology(name: str, pool: str) -> dict[str, Any]:
+    """6 tasks of 1 CPU (src x2 -> work x2 -> gold, silver): three 2-CPU nodes hold them."""
+    op = {"resources": {"cpu": "1", "memory": "64Mi"}, "reprocessingLatency": 0.5}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "StreamTopology",
+        "metadata": {"name": name},
+        "spec": {
+            "image": "registry.example/fan:1",
+            "recoveryLatencyBound": BOUND,
+            "nodeSelector": {POOL_LABEL: pool},
+            "recovery": {"gracePeriodSeconds": 1, "mode": "auto", "utilizationCap": 0.8},
+            "operators": [
+                {"name": "src", "parallelism": 2, **op},
+                {"name": "work", "parallelism": 2, "inputs": [{"operator": "src"}], **op},
+                *[
+                    {
+                        "name": q,
+                        "priority": prio,
+                        "inputs": [{"operator": "work", "grouping": "global"}],
+                        **op,
+                    }
+                    for q, prio in (("gold", 9), ("silver", 1))
+                ],
+            ],
+        },
+    }
+
+
+# ---------------------------------------------------------------- the operator's lives
+def arm(env: Env, point: str, log: Path) -> subprocess.Popen[bytes]:
+    """Replace the running operator with one armed at ``point`` (the old one is SIGKILLed)."""
+    if env.proc is not None and env.proc.poll() is None:
+        env.proc.kill()
+        env.proc.wait()
+    env.proc = start_operator(
+        env.kubeconfig, env.namespace, log, extra_env={"BACKSTOP_FAULT_POINT": point}
+    )
+    return env.proc
+
+
+def wait_fault(proc: subprocess.Popen[bytes], point: str, log: Path) -> None:
+    """The armed operator exits with the fault exit code, saying it stopped at ``point``."""
+    try:
+        code = proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        tail = log.read_text()[-3000:]
+        raise AssertionError(f"the operator never reached {point}:\n{tail}") from None
+    text = log.read_text()
+    assert code == faults.EXIT_CODE, f"exit code {code}, not the fault's:\n{text[-3000:]}"
+    assert f"exiting at point {point} (hit 1)" in text
+
+
+def restart_unarmed(env: Env) -> None:
+    env.proc = start_operator(env.kubeconfig, env.namespace, env.log)
+
+
+# ---------------------------------------------------------------- reading the cluster
+def live_pods(env: Env, name: str) -> list[Any]:
+    return [p for p in env.pods(name) if p.metadata.deletion_timestamp is None]
+
+
+def recoveryplans(env: Env, name: str) -> list[dict[str, Any]]:
+    items = env.custom.list_namespaced_custom_object(
+        GROUP, VERSION, env.namespace, "recoveryplans", label_selector=f"{GROUP}/topology={name}"
+    )["items"]
+    return list(items)
+
+
+def session_doc(env: Env, name: str) -> dict[str, Any] | None:
+    try:
+        cm = env.core.read_namespaced_config_map(f"{name}-recovery", env.namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    doc: dict[str, Any] = json.loads(cm.data["session.json"])
+    return doc
+
+
+# ---------------------------------------------------------------- convergence
+def check_pods_and_bound(env: Env, obj: dict[str, Any], lost: set[str]) -> None:
+    """One Running pod per task, on its planned node, none on a lost node; the recorded
+    bound figures are the evaluator's for the recorded assignment."""
+    name = obj["metadata"]["name"]
+    graph = expand(parse_spec(obj["spec"]))
+    plan = obj["status"]["plan"]
+    assignment: dict[str, str] = plan["assignment"]
+    assert sorted(assignment) == sorted(graph.tasks)
+    assert not set(assignment.values()) & lost
+    pods = live_pods(env, name)
+    tasks = sorted(p.metadata.labels[f"{GROUP}/task"] for p in pods)
+    assert tasks == sorted(graph.tasks), "a task pod is lost or duplicated"
+    for p in pods:
+        task = p.metadata.labels[f"{GROUP}/task"]
+        assert p.status.phase == "Running", (p.metadata.name, p.status.phase)
+        assert p.spec.node_name == assignment[task], (task, p.spec.node_name, assignment[task])
+    worst, _ = worst_node_failure(graph, plan["backups"], assignment)
+    assert plan["worstRecoveryLatency"] == pytest.approx(worst, abs=1e-6)
+    assert plan["boundSatisfied"] == (worst <= BOUND + 1e-9)
+    assert set(plan["worstByNode"]) == set(assignment.values())
+    capacity = {
+        n.metadata.name: cpu_cores(n.status.allocatable["cpu"]) for n in env.core.list_node().items
+    }
+    violations = check_plan(
+        graph, bound=BOUND, backups=plan["backups"], assignment=assignment, capacity=capacity
+    )
+    assert violations == [], violations
+
+
+def converged(env: Env, name: str) -> dict[str, Any]:
+    """Wait until the topology is Ready with no recovery running and every pod Running."""
+
+    def done() -> dict[str, Any] | None:
+        obj = env.get(name)
+        rec = (obj.get("status") or {}).get("recovery") or {}
+        pods = live_pods(env, name)
+        running = pods and all(p.status.phase == "Running" for p in pods)
+        return obj if running and not rec.get("active") and not rec.get("failed") else None
+
+    env.wait_condition(name, "Ready", "True", timeout=90)
+    return wait_for(done, 60, f"{name} converged")
+
+
+# ---------------------------------------------------------------- the cases
+@pytest.mark.parametrize("point", RECONCILE_POINTS)
+def test_fault_injection_during_reconcile_converges(
+    env: Env, pool: Pool, tmp_path: Path, point: str
+) -> None:
+    nodes = [pool.add("2") for _ in range(3)]
+    pool.wait_ready(nodes)
+    name = f"rc-{point}"
+    log = tmp_path / "armed.log"
+    proc = arm(env, point, log)
+    env.create(topology(name, pool.name))
+    wait_fault(proc, point, log)
+
+    # it died where it says: the plan is recorded (write-ahead), the pods are not all there
+    at_crash = env.get(name)
+    assert at_crash["status"]["plan"]["generation"] == at_crash["metadata"]["generation"]
+    created = len(live_pods(env, name))
+    if point == "after-status":
+        assert created == 0
+    else:  # mid-pod-batch: half of the six creations
+        assert 0 < created < 6, created
+
+    restart_unarmed(env)
+    obj = converged(env, name)
+    assert obj["status"]["plan"]["assignment"] == at_crash["status"]["plan"]["assignment"]
+    check_pods_and_bound(env, obj, set())
+    assert recoveryplans(env, name) == []
+    assert session_doc(env, name) is None
+
+
+@pytest.mark.parametrize("point", RECOVERY_POINTS)
+def test_fault05_crash_at_a_recovery_write_point_converges(
+    env: Env, pool: Pool, tmp_path: Path, point: str
+) -> None:
+    """Item 5: a crash after the step's status write (or any later write of the step)
+    loses nothing: the RecoveryPlan, the session ConfigMap and the pods follow."""
+    nodes = [pool.add("2") for _ in range(3)]
+    pool.wait_ready(nodes)
+    name = f"rv-{point}"
+    env.create(topology(name, pool.name))
+    before = dict(converged(env, name)["status"]["plan"]["assignment"])
+    victim = max(set(before.values()), key=lambda n: sum(1 for v in before.values() if v == n))
+    failed = {t for t, n in before.items() if n == victim}
+    assert len(failed) == 2, before  # three 2-CPU nodes, six 1-CPU tasks
+    spare = pool.add("4")  # 4 x 0.8 CPU of room: one step recovers both tasks
+    pool.wait_ready([spare])
+
+    # heartbeats stop now; the node turns NotReady ~20 s later (node-monitor-grace-period),
+    # by then the armed operator has resumed the topology
+    pool.sim.kill(victim)
+    log = tmp_path / "armed.log"
+    proc = arm(env, point, log)
+    wait_for(lambda: "Handler 'reconcile' succeeded" in log.read_text(), 30, "armed resume")
+    assert node_ready(env.core, victim), "the loss must happen under the armed operator"
+    wait_fault(proc, point, log)
+
+    # it died where it says
+    rec = env.get(name)["status"]["recovery"]
+    assert rec["step"] == 1 and set(rec["lastStep"]["recover"]) == failed
+    plans_at_crash = recoveryplans(env, name)
+    doc = session_doc(env, name)
+    if point == "after-status":
+        assert plans_at_crash == [] and doc is None
+    elif point == "after-recoveryplan":
+        assert len(plans_at_crash) == 1 and doc is None
+    else:
+        assert len(plans_at_crash) == 1 and doc is not None and doc["session"] == rec["session"]
+    moved = [
+        p
+        for p in live_pods(env, name)
+        if p.metadata.labels[f"{GROUP}/task"] in failed and p.spec.node_name != victim
+    ]
+    assert len(moved) == (1 if point == "mid-pod-batch" else 0), moved
+
+    restart_unarmed(env)
+    obj = converged(env, name)
+    check_pods_and_bound(env, obj, {victim})
+    rec = obj["status"]["recovery"]
+    assert set(rec["sessionFailed"]) == failed and set(rec["recovered"]) == failed
+    assert {t: n for t, n in before.items() if t not in failed} == {
+        t: n for t, n in obj["status"]["plan"]["assignment"].items() if t not in failed
+    }, "only the lost node's tasks move"
+
+    # exactly one RecoveryPlan per recorded step, each as the status recorded it
+    steps = sorted((p["spec"]["session"], p["spec"]["step"]) for p in recoveryplans(env, name))
+    assert steps == [(rec["session"], k) for k in range(1, rec["step"] + 1)], steps
+    last = next(p for p in recoveryplans(env, name) if p["spec"]["step"] == rec["step"])
+    assert {a["task"]: a["node"] for a in last["spec"]["assignments"]} == rec["lastStep"]["recover"]
+    wait_for(
+        lambda: all(
+            (p.get("status") or {}).get("phase") == "Applied" for p in recoveryplans(env, name)
+        ),
+        30,
+        "every RecoveryPlan Applied",
+    )
+
+    # the session ConfigMap says what status.recovery says
+    doc = session_doc(env, name)
+    assert doc is not None, "the session ConfigMap is missing"
+    assert doc["session"] == rec["session"]
+    assert doc["step"] == rec["step"]
+    assert doc["phase"] == "Completed"
+    assert doc["lostNodes"] == sorted(rec["lost"]) == [victim]
+    assert doc["pending"] == sorted(rec["failed"]) == []
+    assert sorted(doc["replay"]) == sorted(rec["recovered"])
