@@ -217,7 +217,9 @@ def converged(env: Env, name: str) -> dict[str, Any]:
         return obj if running and not rec.get("active") and not rec.get("failed") else None
 
     env.wait_condition(name, "Ready", "True", timeout=90)
-    return wait_for(done, 60, f"{name} converged")
+    found = wait_for(done, 60, f"{name} converged")
+    assert found is not None
+    return found
 
 
 # ---------------------------------------------------------------- the cases
