@@ -12,9 +12,7 @@ the session ConfigMap consistent with ``status.recovery``, and ``status.plan``'s
 figures re-computed for the new assignment by the failure-effect evaluator.
 
 A reconcile writes no RecoveryPlan or ConfigMap, so those two points are exercised
-during recovery only; ``after-replan`` belongs to the restore that follows a recovery
-which broke the bound. The cases run at once, each in its own namespace with its own
-nodes and operator (:func:`outcomes`), and each test reports its own case.
+during recovery only.
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ import contextlib
 import json
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +37,9 @@ from planners.evaluate import check_plan, worst_node_failure
 from tests.support.kubetools import (
     POOL_LABEL,
     Env,
-    create_namespace,
-    install_crds,
     node_ready,
     start_operator,
-    stop_operator,
+    topology_env,
     wait_for,
 )
 
@@ -52,30 +47,24 @@ pytestmark = pytest.mark.cluster
 BOUND = 10.0
 RECONCILE_POINTS = ["after-status", "mid-pod-batch"]
 RECOVERY_POINTS = ["after-status", "after-recoveryplan", "after-configmap", "mid-pod-batch"]
-RESTORE_POINTS = ["after-replan"]
 
 
-@contextlib.contextmanager
-def case_env(
-    kubeconfig: str, kube: client.ApiClient, simulator: Simulator, tmp: Path
+@pytest.fixture(scope="module")
+def env(
+    cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_factory: Any
 ) -> Iterator[Env]:
-    """A namespace of its own with an (unarmed) operator watching it; all removed afterwards."""
-    core = client.CoreV1Api(kube)
-    namespace = f"fi-{uuid.uuid4().hex[:6]}"
-    create_namespace(core, namespace)
-    e = Env(kubeconfig, namespace, core, client.CustomObjectsApi(kube), [], tmp / "operator.log")
-    e.simulator = simulator
-    e.restart_operator()
-    try:
-        yield e
-    finally:
-        if e.proc is None or e.proc.poll() is not None:
-            e.restart_operator()  # a failed case may leave no operator to remove finalizers
-        with contextlib.suppress(Exception):
-            e.cleanup()
-        if e.proc is not None:
-            stop_operator(e.proc)
-        core.delete_namespace(namespace)
+    # every test makes its own labelled pool; the module's one node stays unused
+    yield from topology_env(
+        cluster, kube, simulator, tmp_path_factory.mktemp("faults"), node_cpu="1", nodes=1
+    )
+
+
+@pytest.fixture(autouse=True)
+def _cleanup(env: Env) -> Iterator[None]:
+    yield
+    if env.proc is None or env.proc.poll() is not None:
+        env.restart_operator()  # a failed case may leave no operator to remove finalizers
+    env.cleanup()
 
 
 class Pool:
@@ -84,7 +73,6 @@ class Pool:
     def __init__(self, env: Env) -> None:
         assert env.simulator is not None
         self.sim = env.simulator
-        self.env = env
         self.name = f"f{uuid.uuid4().hex[:5]}"
         self.nodes: list[str] = []
 
@@ -96,12 +84,16 @@ class Pool:
         return node
 
     def wait_ready(self, nodes: list[str]) -> None:
-        wait_for(lambda: all(node_ready(self.sim.core, n) for n in nodes), 60, f"{nodes} Ready")
+        wait_for(lambda: all(node_ready(self.sim.core, n) for n in nodes), 30, f"{nodes} Ready")
 
-    def delete(self) -> None:
-        for n in self.nodes:
-            with contextlib.suppress(ApiException):
-                self.sim.core.delete_node(n)
+
+@pytest.fixture
+def pool(env: Env) -> Iterator[Pool]:
+    p = Pool(env)
+    yield p
+    for n in p.nodes:
+        with contextlib.suppress(ApiException):
+            p.sim.core.delete_node(n)
 
 
 def topology(name: str, pool: str) -> dict[str, Any]:
@@ -148,7 +140,7 @@ def arm(env: Env, point: str, log: Path) -> subprocess.Popen[bytes]:
 def wait_fault(proc: subprocess.Popen[bytes], point: str, log: Path) -> None:
     """The armed operator exits with the fault exit code, saying it stopped at ``point``."""
     try:
-        code = proc.wait(timeout=150)
+        code = proc.wait(timeout=90)
     except subprocess.TimeoutExpired:
         tail = log.read_text()[-3000:]
         raise AssertionError(f"the operator never reached {point}:\n{tail}") from None
@@ -225,15 +217,17 @@ def converged(env: Env, name: str) -> dict[str, Any]:
         running = pods and all(p.status.phase == "Running" for p in pods)
         return obj if running and not rec.get("active") and not rec.get("failed") else None
 
-    env.wait_condition(name, "Ready", "True", timeout=150)
+    env.wait_condition(name, "Ready", "True", timeout=90)
     found = wait_for(done, 60, f"{name} converged")
     assert found is not None
     return found
 
 
 # ---------------------------------------------------------------- the cases
-def reconcile_case(env: Env, pool: Pool, tmp_path: Path, point: str) -> None:
-    """A new topology: the operator dies at ``point`` of its first reconcile."""
+@pytest.mark.parametrize("point", RECONCILE_POINTS)
+def test_fault_injection_during_reconcile_converges(
+    env: Env, pool: Pool, tmp_path: Path, point: str
+) -> None:
     nodes = [pool.add("2") for _ in range(3)]
     pool.wait_ready(nodes)
     name = f"rc-{point}"
@@ -259,7 +253,10 @@ def reconcile_case(env: Env, pool: Pool, tmp_path: Path, point: str) -> None:
     assert session_doc(env, name) is None
 
 
-def recovery_case(env: Env, pool: Pool, tmp_path: Path, point: str) -> None:
+@pytest.mark.parametrize("point", RECOVERY_POINTS)
+def test_fault05_crash_at_a_recovery_write_point_converges(
+    env: Env, pool: Pool, tmp_path: Path, point: str
+) -> None:
     """Item 5: a crash after the step's status write (or any later write of the step)
     loses nothing: the RecoveryPlan, the session ConfigMap and the pods follow."""
     nodes = [pool.add("2") for _ in range(3)]
@@ -362,9 +359,13 @@ def chains(name: str, pool: str) -> dict[str, Any]:
 
 
 CHAINS_BOUND = 2.5
+RESTORE_POINTS = ["after-replan"]
 
 
-def restore_case(env: Env, pool: Pool, tmp_path: Path, point: str) -> None:
+@pytest.mark.parametrize("point", RESTORE_POINTS)
+def test_fault_injection_during_restore_converges(
+    env: Env, pool: Pool, tmp_path: Path, point: str
+) -> None:
     """The re-plan after a recovery that broke the bound: a crash after the restore is
     recorded (and its first step's assignment with it) loses neither its RecoveryPlans
     nor its later steps."""
@@ -424,89 +425,3 @@ def restore_case(env: Env, pool: Pool, tmp_path: Path, point: str) -> None:
         30,
         "every restore RecoveryPlan Applied",
     )
-
-
-# ---------------------------------------------------------------- running the cases
-CASES: dict[str, Callable[[Env, Pool, Path, str], None]] = {
-    "reconcile": reconcile_case,
-    "recovery": recovery_case,
-    "restore": restore_case,
-}
-TESTS = {
-    "test_fault_injection_during_reconcile_converges": "reconcile",
-    "test_fault05_crash_at_a_recovery_write_point_converges": "recovery",
-    "test_fault_injection_during_restore_converges": "restore",
-}
-
-
-def run_case(
-    kubeconfig: str, kube: client.ApiClient, simulator: Simulator, tmp: Path, case: tuple[str, str]
-) -> None:
-    phase, point = case
-    with case_env(kubeconfig, kube, simulator, tmp) as env:
-        pool = Pool(env)
-        try:
-            CASES[phase](env, pool, tmp, point)
-        finally:
-            pool.delete()
-
-
-@pytest.fixture(scope="module")
-def outcomes(
-    request: pytest.FixtureRequest,
-    cluster: str,
-    kube: client.ApiClient,
-    simulator: Simulator,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> dict[tuple[str, str], BaseException | None]:
-    """Every selected case, run at once (each in its own namespace, with its own nodes and
-    operator): most of a case is waiting (a node turning NotReady takes ~20 s), so the
-    matrix takes about as long as its slowest case."""
-    selected = sorted(
-        {
-            (TESTS[item.originalname], str(item.callspec.params["point"]))
-            for item in request.session.items
-            if isinstance(item, pytest.Function) and item.originalname in TESTS
-        }
-    )
-    install_crds(kube)
-    with ThreadPoolExecutor(max_workers=len(selected)) as pool:
-        futures = {
-            case: pool.submit(
-                run_case, cluster, kube, simulator, tmp_path_factory.mktemp("-".join(case)), case
-            )
-            for case in selected
-        }
-        return {case: f.exception() for case, f in futures.items()}
-
-
-def outcome(outcomes: dict[tuple[str, str], BaseException | None], case: tuple[str, str]) -> None:
-    err = outcomes[case]
-    if err is not None:
-        raise err
-
-
-@pytest.mark.parametrize("point", RECONCILE_POINTS)
-def test_fault_injection_during_reconcile_converges(
-    outcomes: dict[tuple[str, str], BaseException | None], point: str
-) -> None:
-    """:func:`reconcile_case` at ``point``."""
-    outcome(outcomes, ("reconcile", point))
-
-
-@pytest.mark.parametrize("point", RECOVERY_POINTS)
-def test_fault05_crash_at_a_recovery_write_point_converges(
-    outcomes: dict[tuple[str, str], BaseException | None], point: str
-) -> None:
-    """Item 5 (:func:`recovery_case` at ``point``): a crash after the step's status write,
-    or any later write of the step, loses nothing: the RecoveryPlan, the session
-    ConfigMap and the pods follow from the status."""
-    outcome(outcomes, ("recovery", point))
-
-
-@pytest.mark.parametrize("point", RESTORE_POINTS)
-def test_fault_injection_during_restore_converges(
-    outcomes: dict[tuple[str, str], BaseException | None], point: str
-) -> None:
-    """:func:`restore_case` at ``point``."""
-    outcome(outcomes, ("restore", point))
