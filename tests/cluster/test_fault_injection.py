@@ -12,7 +12,9 @@ the session ConfigMap consistent with ``status.recovery``, and ``status.plan``'s
 figures re-computed for the new assignment by the failure-effect evaluator.
 
 A reconcile writes no RecoveryPlan or ConfigMap, so those two points are exercised
-during recovery only.
+during recovery only; ``after-replan`` belongs to the restore that follows a recovery
+which broke the bound. The cases run one after another: run at once (each in its own
+namespace) they starved the node simulator's heartbeats on a loaded 2-core machine.
 """
 
 from __future__ import annotations
