@@ -18,11 +18,12 @@ The points, in the order a write-ahead step reaches them:
 
 ``after-status``
     a status write that records a decision: a reconcile's plan, a recovery step,
-    a drain batch, ``appliedStep``;
+    a drain batch, ``appliedStep``, fencing epochs, lost pods;
 ``after-recoveryplan``
     a RecoveryPlan created or its phase set (recovery and restore steps);
 ``after-configmap``
-    the recovery session's ConfigMap written;
+    the recovery session's ConfigMap written (by a recovery step, or with the fencing
+    epochs of tasks about to be recreated off a lost node);
 ``mid-pod-batch``
     inside :meth:`backstop.k8s.kubeio.Kube.apply_pod_diff`, after the first half of
     a diff's pod creations (or deletions, when it creates fewer than two);

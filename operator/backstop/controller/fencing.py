@@ -32,4 +32,5 @@ def publish_epochs(
     faults.point("after-status")
     backups = list(plan.get("backups") or [])
     kube.put_configmap(build_session_configmap(owner, graph, backups, recovery, epochs=epochs))
+    faults.point("after-configmap")
     return {**plan, "epochs": epochs}, obj
