@@ -155,7 +155,8 @@ def run(args: argparse.Namespace) -> str:
         HEADING,
         "",
         f"`python bench/bench_recovery_seed.py --topologies {args.topologies} "
-        f"--queries {args.queries} --seed {args.seed}` ({secs:.0f} s) — the seed's setting "
+        f"--queries {args.queries} --prune-topologies {args.prune_topologies} "
+        f"--prune-queries {args.prune_queries} --seed {args.seed}` ({secs:.0f} s) — the seed's setting "
         f"(lines 426–430): per row {args.topologies} generated topologies of {args.queries} "
         "queries (2–5 partitions each, costs U(0.5, 2)), every partition failed, the "
         "recovery resources one pool of the given % of the failed partitions' cost. Cells: "
