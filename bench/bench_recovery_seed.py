@@ -156,8 +156,8 @@ def run(args: argparse.Namespace) -> str:
         "",
         f"`python bench/bench_recovery_seed.py --topologies {args.topologies} "
         f"--queries {args.queries} --prune-topologies {args.prune_topologies} "
-        f"--prune-queries {args.prune_queries} --seed {args.seed}` ({secs:.0f} s) — the seed's setting "
-        f"(lines 426–430): per row {args.topologies} generated topologies of {args.queries} "
+        f"--prune-queries {args.prune_queries} --seed {args.seed}` ({secs:.0f} s) — the "
+        f"seed's setting (lines 426–430): per row {args.topologies} generated topologies of {args.queries} "
         "queries (2–5 partitions each, costs U(0.5, 2)), every partition failed, the "
         "recovery resources one pool of the given % of the failed partitions' cost. Cells: "
         "recovered priority / failed priority (the figure's y-axis), mean over the "
