@@ -125,6 +125,23 @@ def test_estimates_follow_youngs_formula(spark: SparkSession) -> None:
 
 
 @pytest.mark.spark
+def test_rows_within_one_clock_tick_are_observed_time_not_zero(spark: SparkSession) -> None:
+    """A short run writes all its rows within one second (whole-second timestamps): that
+    is no observed time to divide by, so they count as one default interval each."""
+    rows = [("t", "op-0", _ts(0), 10, 10, 0.1, 2.0, 0.01, 0) for _ in range(3)]
+    params = EstimateParams(default_interval=5.0)
+    e = (
+        _task_rows(spark, rows)
+        .transform(transform_clean_task_metrics)
+        .transform(transform_task_summary, params=params)
+        .transform(transform_operator_estimates, params=params)
+        .collect()[0]
+    )
+    assert e.observed_seconds == pytest.approx(15.0)
+    assert e.tuples_in_rate == pytest.approx(30 / 15.0)
+
+
+@pytest.mark.spark
 def test_estimates_clamp_the_checkpoint_interval(spark: SparkSession) -> None:
     rows = [("t", "op-0", _ts(60 * k), 1, 1, 0.1, 10.0, 100.0, 0) for k in range(3)]
     params = EstimateParams(max_checkpoint_interval=30.0)

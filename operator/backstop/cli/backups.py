@@ -69,6 +69,7 @@ def backups(
     topo = load_topology(topology)
     graph = expand(topo.spec)
     r = topo.spec.recovery_latency_bound if bound is None else bound
+    r -= topo.spec.recovery.restart_seconds  # the planners keep H(F) + restart within R
     plan = plan_backups(graph, r, algorithm=algorithm, time_limit=time_limit)
     if as_json:
         print_json(

@@ -111,7 +111,7 @@ def compute_plan(
     """Expand a topology and plan it; options left ``None`` come from its spec."""
     spec = topo.spec
     graph = expand(spec)
-    r = spec.recovery_latency_bound if bound is None else bound
+    r = (spec.recovery_latency_bound if bound is None else bound) - spec.recovery.restart_seconds
     name = algorithm or spec.placement_algorithm
     mode = backups or BackupsOption(spec.backups.value)
     if mode is BackupsOption.all:

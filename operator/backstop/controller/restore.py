@@ -269,7 +269,7 @@ def _attempt(
     # the same capacity gives the same answer (the planners are deterministic)
     if key == (rst.get("capacityKey") if purpose == RESTORE else t.memory.restore_no_gain):
         return None
-    bound = t.model.recovery_latency_bound
+    bound = t.model.planning_bound
     backups = list(plan.get("backups") or [])
     attempts = int(rst.get("attempts", 0)) + 1
     started = time.perf_counter()
@@ -335,7 +335,7 @@ def _wait(
     t.emit(
         "BoundViolated",
         f"worst single-node recovery {plan.get('worstRecoveryLatency', 0):g}s > bound "
-        f"{t.model.recovery_latency_bound:g}s; no placement on the {usable} usable nodes "
+        f"{t.model.planning_bound:g}s; no placement on the {usable} usable nodes "
         "restores it yet: waiting for capacity",
         True,
     )
@@ -350,7 +350,7 @@ def _issue(
     step = rst["steps"][number - 1]
     if number > 1:
         _set_phase(t, rst, number - 1, "Applied")
-    new_plan = apply_step(t.graph, plan, step["moves"], t.model.recovery_latency_bound)
+    new_plan = apply_step(t.graph, plan, step["moves"], t.model.planning_bound)
     reserve_tasks(booking, t, plan, new_plan["assignment"], step["moves"])
     rst = {**rst, "issued": number}
     obj = _write(t, plan, new_plan, rst)
@@ -399,7 +399,7 @@ def _finish(t: Tick, plan: Mapping[str, Any], rst: dict[str, Any], now: float) -
     took = now - float(rst.get("startedEpoch", now))
     worst = float(plan.get("worstRecoveryLatency", 0.0))
     ok = bool(plan.get("boundSatisfied"))
-    bound = t.model.recovery_latency_bound
+    bound = t.model.planning_bound
     consolidated = rst.get("purpose") == CONSOLIDATE
     moves = f"moving {rst.get('moved', 0)} pods in {len(rst.get('steps') or [])} steps"
     if not ok:

@@ -197,7 +197,7 @@ def recovery_tick(t: Tick, now: float | None = None) -> dict[str, Any] | None:
         worst = max(worst_by_node.values(), default=0.0)
         new_plan.update(
             worstRecoveryLatency=round(worst, 6),
-            boundSatisfied=worst <= t.model.recovery_latency_bound + 1e-9,
+            boundSatisfied=worst <= t.model.planning_bound + 1e-9,
             nodesUsed=len(set(assignment.values())),
             worstByNode={k: round(v, 6) for k, v in worst_by_node.items()},
         )
@@ -205,7 +205,7 @@ def recovery_tick(t: Tick, now: float | None = None) -> dict[str, Any] | None:
         rec["message"] = (
             f"session {rec['session']} recovered {len(rec.get('recovered') or [])} tasks in "
             f"{rec.get('step', 0)} steps; worst single-node recovery now {worst:g}s "
-            f"(bound {t.model.recovery_latency_bound:g}s)"
+            f"(bound {t.model.planning_bound:g}s)"
         )
     new_status = {**t.status, "plan": new_plan, "recovery": rec}
     write = {
@@ -250,7 +250,7 @@ def recovery_tick(t: Tick, now: float | None = None) -> dict[str, Any] | None:
                 "BoundViolated",
                 f"after recovery the worst single-node failure recovers in "
                 f"{new_plan['worstRecoveryLatency']:g}s > bound "
-                f"{t.model.recovery_latency_bound:g}s",
+                f"{t.model.planning_bound:g}s",
                 True,
             )
             # backstop.controller.restore takes over: it re-plans with the fewest moves whenever
@@ -379,7 +379,7 @@ def _drain_moves(
 ) -> dict[str, str]:
     """Up to :data:`DRAIN_BATCH` moves that keep the bound, reserved on the ledger."""
     backups = list(plan.get("backups") or [])
-    bound = t.model.recovery_latency_bound
+    bound = t.model.planning_bound
     moved: dict[str, str] = {}
     with t.ledger.booking() as booking:
         cap = t.model.recovery.utilization_cap
@@ -455,7 +455,7 @@ def drain_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> dict[str, Any] | No
         if info.schedulable and info.matches(t.model.node_selector) and n not in cordoned
     ]
     backups = list(plan.get("backups") or [])
-    bound = t.model.recovery_latency_bound
+    bound = t.model.planning_bound
     moved = _drain_moves(t, plan, assignment, movable, ready)
     if not moved:
         return None

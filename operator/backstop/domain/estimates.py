@@ -159,8 +159,8 @@ def estimate_operators_pandas(tasks: pd.DataFrame, params: EstimateParams) -> pd
     ).reset_index()
     span = per_task["last"] - per_task["first"]
     n = per_task["rows"]
-    per_task["observed"] = np.where(
-        n > 1, span * n / (n - 1).clip(lower=1), params.default_interval * n
+    per_task["observed"] = np.where(  # rows within one clock tick: no span (as in Spark)
+        (n > 1) & (span > 0), span * n / (n - 1).clip(lower=1), params.default_interval * n
     )
     op = (
         per_task.groupby(["topology", "operator"], sort=True)

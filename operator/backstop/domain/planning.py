@@ -16,7 +16,7 @@ from typing import Any
 from backstop.domain.constants import ANN_HASH, ANN_NODE, LABEL_ROLE, LABEL_TASK
 from backstop.domain.podfaults import TERMINAL_PHASES
 from backstop.domain.spec import BackupMode, StreamTopologySpec, cpu_cores
-from planners import TaskGraph
+from planners import Infeasible, TaskGraph
 from planners.evaluate import check_plan, node_failure_latency, tasks_by_node
 from planners.migration import place_min_migration
 from planners.placement import Node, NodePool, Placement
@@ -77,9 +77,14 @@ def plan_topology(
     planners.Infeasible
         No placement keeps the bound on these nodes (the message says why).
     """
+    if spec.planning_bound <= 0:  # a restart alone breaks the bound: nothing can keep it
+        raise Infeasible(
+            f"recovery.restartSeconds ({spec.recovery.restart_seconds:g}) must be below "
+            f"recoveryLatencyBound ({spec.recovery_latency_bound:g})"
+        )
     pool = NodePool.of(nodes)
     domains = pool.domains() if spec.topology_key else None
-    bound = spec.recovery_latency_bound
+    bound = spec.planning_bound
     choose = spec.backups is BackupMode.planned
     if recorded is not None and set(recorded[0]) == set(graph.tasks):
         in_force: Mapping[str, str] | None = recorded[0]

@@ -204,7 +204,7 @@ def recommend_topology(
     est_topo, rows = estimated_topology(topo, estimates)
     out["operators"] = rows
     graph = expand(est_topo.spec)
-    bound = topo.spec.recovery_latency_bound
+    bound = topo.spec.planning_bound
     generation = int((manifest.get("metadata") or {}).get("generation", 1))
     cur_assign: dict[str, str] | None = None
     if current and isinstance(current.get("assignment"), Mapping):
@@ -255,7 +255,7 @@ def check_recommendation(rec: Mapping[str, Any], nodes: Sequence[Node]) -> list[
         v.message
         for v in check_plan(
             graph,
-            bound=topo.spec.recovery_latency_bound,
+            bound=topo.spec.planning_bound,
             backups=plan["backups"],
             assignment=plan["assignment"],
             capacity={n.name: n.cpu for n in nodes},
@@ -271,7 +271,7 @@ def tradeoff_point(
     ``manifest`` is the estimated manifest of a recommendation.
     """
     topo = parse_topology(dict(manifest))
-    bound = topo.spec.recovery_latency_bound * factor
+    bound = topo.spec.planning_bound * factor
     spec = topo.spec.model_copy(update={"recovery_latency_bound": bound})
     point: dict[str, Any] = {"boundFactor": factor, "bound": round(bound, 6)}
     try:

@@ -167,6 +167,7 @@ class RecoveryPolicy(_Model):
 
     mode: RecoveryMode = RecoveryMode.auto
     grace_period_seconds: float = Field(30.0, ge=0, description="NotReady time before loss.")
+    restart_seconds: float = Field(0.0, ge=0, description="Pod (re)start of a lost task.")
     utilization_cap: float = Field(0.8, gt=0, le=1, description="Usable share of a node's CPU.")
     correlated_threshold: int = Field(2, ge=1, description="Lost nodes that make it correlated.")
     window_seconds: float = Field(60.0, ge=0, description="Losses within it join one session.")
@@ -292,6 +293,10 @@ class StreamTopologySpec(_Model):
                 raise ValueError(f"duplicate operator name {op.name!r}")
             seen.add(op.name)
         return self
+
+    @property
+    def planning_bound(self) -> float:  # R − restart: lost pods restart at once, then H
+        return self.recovery_latency_bound - self.recovery.restart_seconds
 
 
 class Metadata(BaseModel):

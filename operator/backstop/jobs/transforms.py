@@ -98,7 +98,10 @@ def transform_task_summary(df: DataFrame, *, params: EstimateParams) -> DataFram
         F.percentile_approx("cpu", params.quantile).alias("cpu_q"),
     )
     n = F.col("rows")
-    observed = F.when(n > 1, (F.col("last") - F.col("first")) * n / (n - 1)).otherwise(
+    # rows all stamped within one clock tick (a run shorter than the timestamps' resolution)
+    # span no time: count them like single rows, never as 0 s observed (a division by zero)
+    spans = (n > 1) & (F.col("last") > F.col("first"))
+    observed = F.when(spans, (F.col("last") - F.col("first")) * n / (n - 1)).otherwise(
         F.lit(params.default_interval) * n
     )
     return agg.withColumn("observed", observed).drop("first", "last")
@@ -183,7 +186,8 @@ def transform_node_failure_rates(df: DataFrame, *, params: EstimateParams) -> Da
         F.first("domain", ignorenulls=True).alias("domain"),
     )
     n = F.col("rows")
-    observed = F.when(n > 1, (F.col("last") - F.col("first")) * n / (n - 1)).otherwise(
+    spans = (n > 1) & (F.col("last") > F.col("first"))  # as for tasks
+    observed = F.when(spans, (F.col("last") - F.col("first")) * n / (n - 1)).otherwise(
         F.lit(params.default_interval) * n
     )
     return agg.select(
@@ -207,9 +211,9 @@ def transform_correlated_failures(df: DataFrame, *, params: EstimateParams) -> D
     per = _failing_per_interval(df)
     ts = F.col("timestamp").cast("double")
     n = F.count(F.lit(1))
-    observed = F.when(n > 1, (F.max(ts) - F.min(ts)) * n / (n - 1)).otherwise(
-        F.lit(params.default_interval) * n
-    )
+    observed = F.when(
+        (n > 1) & (F.max(ts) > F.min(ts)), (F.max(ts) - F.min(ts)) * n / (n - 1)
+    ).otherwise(F.lit(params.default_interval) * n)
     is_event = F.col("failing_nodes") >= 2
     return per.agg(
         F.sum(F.when(is_event, 1).otherwise(0)).cast("long").alias("correlated_events"),
@@ -302,7 +306,7 @@ def transform_monte_carlo(
             for key in ("current", "plan"):
                 out[key] = monte_carlo(
                     graph,
-                    topo.spec.recovery_latency_bound,
+                    topo.spec.planning_bound,
                     rec[key]["backups"],
                     rec[key]["assignment"],
                     node_rate=rates,
