@@ -114,6 +114,14 @@ class Source:
         """A bounded source has read everything (the stream ends)."""
         return False
 
+    def caught_up(self) -> bool:
+        """Everything written to the input so far has been read (no backlog).
+
+        A task's lag, and so when a recovered task has caught up, is measured from the
+        last time its source had no backlog; a source that cannot tell says ``True``.
+        """
+        return True
+
     def snapshot(self) -> Any:
         raise NotImplementedError
 

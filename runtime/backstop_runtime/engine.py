@@ -35,18 +35,24 @@ class Batch:
     wm: float = -INF
     eos: bool = False
     at: float = 0.0
-    """Wall time at which a source first produced this round (the lag of a replay)."""
+    """Wall time up to which the sources had read all their input when they produced this
+    round: ``now - at`` is how far behind its input a task processing it is (its lag)."""
+    via: tuple[str, ...] = ()
+    """For a regenerated batch: where the replay came from, the upstream buffers
+    (task ids) and source logs (``log:<source>``) it was recomputed from."""
 
     def to_msg(self) -> dict[str, Any]:
         recs = [[x.key, x.value, x.ts] for x in self.recs]
         msg = {"t": "batch", "r": self.r, "wm": self.wm, "eos": self.eos, "at": self.at}
+        if self.via:
+            msg["via"] = list(self.via)
         return {**msg, "recs": recs}
 
     @staticmethod
     def from_msg(msg: dict[str, Any]) -> Batch:
         recs = [Record(v, k, ts) for k, v, ts in msg["recs"]]
         r, wm, eos, at = int(msg["r"]), float(msg["wm"]), bool(msg["eos"]), float(msg["at"])
-        return Batch(r, recs, wm, eos, at)
+        return Batch(r, recs, wm, eos, at, tuple(str(x) for x in msg.get("via", ())))
 
 
 def stable_hash(rec: Record) -> int:
@@ -225,8 +231,10 @@ class Processor:
         self.eos = eos
         if self.sink is not None:
             self.sink.flush()
-        at = max((b.at for b in inputs), default=0.0)
-        return {t: Batch(r, recs, self.ctx.watermark, eos, at) for t, recs in self.out.items()}
+        at = min((b.at for b in inputs), default=0.0)  # as far behind as the oldest input
+        via = tuple(sorted({x for b in inputs for x in b.via}))  # a replay passes through
+        wm = self.ctx.watermark
+        return {t: Batch(r, recs, wm, eos, at, via) for t, recs in self.out.items()}
 
 
 class ReplayGone(Exception):
@@ -289,8 +297,8 @@ class BatchLog:
                             return doc
         raise ReplayGone(f"batch {r} of the source is not in its batch log any more")
 
-    def append(self, r: int, state: Any, wm: float, eos: bool) -> None:
-        e = {"r": r, "state": state, "wm": wm, "eos": eos, "at": time.time()}
+    def append(self, r: int, state: Any, wm: float, eos: bool, at: float | None = None) -> None:
+        e = {"r": r, "state": state, "wm": wm, "eos": eos, "at": time.time() if at is None else at}
         if self.path is not None:
             with self.path.open("a") as f:
                 f.write(json.dumps(e, separators=(",", ":")) + "\n")
@@ -317,28 +325,37 @@ class SourceProcessor:
         self.part = Partitioner(cfg)
 
     def _split(
-        self, r: int, recs: list[Record], wm: float, eos: bool, at: float
+        self, r: int, recs: list[Record], wm: float, eos: bool, at: float, via: tuple[str, ...] = ()
     ) -> dict[str, Batch]:
         targets = self.part.consumers if self.only is None else [self.only]
         out: dict[str, list[Record]] = {t: [] for t in self.part.consumers}
         for rec in recs:
             self.part.route(rec, out)
         self.counters.tuples_out += len(recs)
-        return {t: Batch(r, out[t], wm, eos, at) for t in targets}
+        return {t: Batch(r, out[t], wm, eos, at, via) for t in targets}
 
-    def step_live(self, r: int, max_records: int) -> dict[str, Batch]:
+    def step_live(
+        self, r: int, max_records: int, behind_since: float, paced: bool = False
+    ) -> dict[str, Batch]:
+        """Read and log round ``r``. Its ``at`` is now if the read left no backlog, else
+        ``behind_since``, the last time the source had none (so a backlog shows as lag).
+        A ``paced`` source (``config.maxRecordsPerSecond``: a stored log replayed at a set
+        rate, as tests and benchmarks do) has no backlog by definition."""
         recs = self.source.read(max_records)
         self.counters.tuples_in += len(recs)
         eos = self.source.at_end()
         wm = INF if eos else self.source.watermark()
-        self.log.append(r, self.source.snapshot(), wm, eos)
-        return self._split(r, recs, wm, eos, float(self.log.entries[r]["at"]))
+        caught_up = eos or paced or self.source.caught_up()
+        at = time.time() if caught_up else behind_since
+        self.log.append(r, self.source.snapshot(), wm, eos, at)
+        return self._split(r, recs, wm, eos, at)
 
     def step_replay(self, r: int) -> dict[str, Batch]:
         prev, cur = self.log.entry(r - 1), self.log.entry(r)
         self.source.restore(prev["state"])
         recs = self.source.read(2**62, until=cur["state"])
-        return self._split(r, recs, float(cur["wm"]), bool(cur["eos"]), float(cur["at"]))
+        wm, eos, at = float(cur["wm"]), bool(cur["eos"]), float(cur["at"])
+        return self._split(r, recs, wm, eos, at, (f"log:{self.cfg.task}",))
 
 
 __all__ = [

@@ -106,6 +106,7 @@ async def stream(
         wire.tune(writer)
         UNANSWERED.pop(producer, None)
         _warned.pop(producer, None)
+        replay_upto, replay_via = 0, (producer,)
         sub = {"t": "sub", "consumer": consumer, "epoch": epoch, "from": expected}
         writer.write(wire.encode({**sub, "to": end}))
         watch = asyncio.ensure_future(_watch_registry(store, producer, peer_epoch))
@@ -120,9 +121,13 @@ async def stream(
                     raise PeerGone(msg["msg"])
                 if kind == "end":
                     return
+                if kind == "replay":
+                    replay_upto, replay_via = int(msg["upto"]), tuple(msg["via"])
                 if kind != "batch":
                     continue
                 batch = Batch.from_msg(msg)
+                if batch.r <= replay_upto and not batch.via:
+                    batch.via = replay_via  # sent from the producer's buffer
                 if batch.r < expected:
                     continue  # a duplicate of a batch we have (identical by construction)
                 if batch.r > expected:

@@ -29,12 +29,21 @@ class Metrics:
     replay_seconds: float = 0.0
     replayed_batches: int = 0
     recovery_seconds: float | None = None
+    restart_seconds: float | None = None
+    """A recovered copy: from the session's start (the loss detected) to this process
+    starting, the restart term ``recovery.restartSeconds`` of the model, measured."""
     lag: float = 0.0
     round: int = 0
 
 
 def rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 with milliseconds: rows a short run writes within one second must still
+    span a nonzero time (the Spark job divides by a task's observed seconds).
+
+    >>> rfc3339(100.25)
+    '1970-01-01T00:01:40.250Z'
+    """
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 class MetricsWriter:
@@ -87,6 +96,7 @@ class MetricsWriter:
             "replay_seconds": self._delta("replay_seconds", m.replay_seconds),
             "replayed_batches": int(self._delta("replayed_batches", m.replayed_batches)),
             "recovery_seconds": m.recovery_seconds,
+            "restart_seconds": m.restart_seconds,
             "dead_letters": int(self._delta("dead_letters", c.dead_letters)),
             "lag_seconds": m.lag,
             "round": m.round,

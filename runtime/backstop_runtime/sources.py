@@ -132,6 +132,10 @@ class JsonlSource(Source):
         files = self._files()
         return all(self.offsets[n] >= (self.root / n).stat().st_size for n in files)
 
+    def caught_up(self) -> bool:
+        files = self._files()
+        return all(self.offsets[n] >= (self.root / n).stat().st_size for n in files)
+
     def snapshot(self) -> Any:
         return {"offsets": dict(self.offsets), "maxTs": dict(self.max_ts)}
 

@@ -43,6 +43,23 @@ def newest_at_or_before(rounds: list[int], bound: int) -> int:
     return max((r for r in rounds if r <= bound), default=0)
 
 
+def last_logged_round(path: Path) -> int:
+    """The round of the last complete line of a batch log (0 if none can be read)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            tail = f.read()
+    except OSError:
+        return 0
+    for line in reversed(tail.split(b"\n")[:-1]):  # the part after the last newline is cut
+        try:
+            return int(json.loads(line)["r"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return 0
+
+
 def read_json(path: Path) -> Any:
     with path.open() as f:
         return json.load(f)
@@ -180,17 +197,43 @@ class Store:
     def publish_floor(self, floor: int) -> None:
         write_json(self.dir / "floor.json", {"round": floor})
 
-    def load_checkpoint(self, at_most: int | None = None) -> dict[str, Any] | None:
-        """The latest checkpoint whose round is ``<= at_most`` (any if ``None``)."""
+    def load_checkpoint(
+        self, at_most: int | None = None, taken_before: float | None = None
+    ) -> dict[str, Any] | None:
+        """The latest checkpoint whose round is ``<= at_most`` (any if ``None``) and that
+        was taken before the Unix time ``taken_before`` if given. If every checkpoint is
+        younger than that (a copy that kept running after its loss was declared wrote
+        them), the oldest one kept: any checkpoint is consistent, and older ones are gone.
+        """
+        oldest = None
         for r in reversed(self.checkpoint_rounds()):
             if at_most is None or r <= at_most:
                 try:
                     doc = read_json(self.dir / "ckpt" / f"{r:012d}.json")
                 except FileNotFoundError:  # trimmed meanwhile by the live task
                     continue
-                if isinstance(doc, dict):
+                if not isinstance(doc, dict):
+                    continue
+                if taken_before is None or float(doc.get("at", 0.0)) <= taken_before:
                     return doc
-        return None
+                oldest = doc
+        return oldest
+
+    # ---- sources keep their rounds together -------------------------------------------
+
+    def leading_source_round(self) -> int:
+        """The newest round any other source of the topology has logged (0 if none).
+
+        A task processes round ``r`` once it has round ``r`` of every upstream task, so a
+        source whose rounds fall behind another's (it restarted, or was slowed down) delays
+        every task that merges both, by the gap; it closes the gap by not pausing between
+        rounds while it is behind.
+        """
+        best = 0
+        for path in self.dir.parent.glob("*/batches.jsonl"):
+            if path.parent != self.dir:
+                best = max(best, last_logged_round(path))
+        return best
 
     # ---- status and dead letters --------------------------------------------------------
 

@@ -7,6 +7,7 @@ task does and then replay, without processes or timing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from backstop_runtime.api import Context
 from backstop_runtime.config import TaskConfig, from_env
-from backstop_runtime.engine import BatchLog, Counters, ReplayGone, SourceProcessor
+from backstop_runtime.engine import Batch, BatchLog, Counters, ReplayGone, SourceProcessor
 from backstop_runtime.sources import JsonlSource
 from backstop_runtime.store import Store
 
@@ -51,16 +52,23 @@ def source(tmp_path: Path, log_path: Path | None) -> SourceProcessor:
     return SourceProcessor(cfg, src, log, Counters())
 
 
+def unmarked(out: dict[str, Batch]) -> dict[str, Batch]:
+    """A replayed batch without its ``via`` mark (where the replay came from)."""
+    return {t: dataclasses.replace(b, via=()) for t, b in out.items()}
+
+
 @pytest.mark.parametrize("on_disk", [True, False], ids=["log-file", "memory-only"])
 def test_a_replay_right_after_a_trim(tmp_path: Path, on_disk: bool) -> None:
     proc = source(tmp_path, tmp_path / "batches.jsonl" if on_disk else None)
-    live = [proc.step_live(r, 5) for r in range(1, 8)]
+    live = [proc.step_live(r, 5, behind_since=0.0) for r in range(1, 8)]
     # a consumer whose floor is 4 asks for batch 5 and later: entry 4 must stay
     proc.log.forget_before(4)
-    assert [proc.step_replay(r) for r in (5, 6, 7)] == live[4:]
+    replayed = [proc.step_replay(r) for r in (5, 6, 7)]
+    assert [unmarked(b) for b in replayed] == live[4:]
+    assert {b.via for out in replayed for b in out.values()} == {("log:source-0",)}
     proc.log.forget_before(6)  # later floors only ever grow; an older request is a
     if on_disk:  # protocol error, served from the file that keeps every entry
-        assert proc.step_replay(4) == live[3]
+        assert unmarked(proc.step_replay(4)) == live[3]
     else:
         with pytest.raises(ReplayGone, match="batch 3 of the source"):
             proc.step_replay(4)
@@ -96,3 +104,31 @@ def test_floors_follow_the_consumers_through_a_chain(tmp_path: Path) -> None:
     assert src.consumer_floor(["mid-0"]) == 20
     # a consumer never published yet (e.g. a second one) holds everything back
     assert src.consumer_floor(["mid-0", "mid-1"]) == 0
+
+
+def test_a_recovered_task_restores_a_checkpoint_taken_before_the_session(tmp_path: Path) -> None:
+    """``checkpoint.before``: the newest checkpoint taken before it; if a copy that kept
+    running after its loss was declared wrote only newer ones, the oldest one kept."""
+    mid = Store(config(tmp_path / "store", "mid-0"))
+    for r, at in ((10, 100.0), (20, 200.0), (30, 300.0)):
+        mid.save_checkpoint(r, {"at": at}, ["sink-0"])  # sink not started: all kept
+    assert mid.load_checkpoint()["round"] == 30  # type: ignore[index]
+    assert mid.load_checkpoint(taken_before=250.0)["round"] == 20  # type: ignore[index]
+    assert mid.load_checkpoint(taken_before=50.0)["round"] == 10  # type: ignore[index]
+    assert mid.load_checkpoint(at_most=15, taken_before=250.0)["round"] == 10  # type: ignore[index]
+
+
+def test_a_source_sees_the_newest_round_of_the_other_sources(tmp_path: Path) -> None:
+    """Downstream tasks merge round r of every source: a source behind another's rounds
+    must know it (it then produces its next rounds without pausing)."""
+    root = tmp_path / "store"
+    a, b = Store(config(root, "source-0")), Store(config(root, "source-1"))
+    log_a, log_b = BatchLog(a.dir / "batches.jsonl"), BatchLog(b.dir / "batches.jsonl")
+    for r in range(6):
+        log_a.append(r, {}, 0.0, False)
+    for r in range(3):
+        log_b.append(r, {}, 0.0, False)
+    with (b.dir / "batches.jsonl").open("a") as f:
+        f.write('{"r":3,"sta')  # a line cut by a kill is not a logged round
+    assert b.leading_source_round() == 5
+    assert a.leading_source_round() == 2

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.timeout(300)
 def test_reoptimize_runs_on_metrics_of_real_tasks(tmp_path: Path) -> None:
     inp = tmp_path / "in"
     write_input(inp, files=2, per_file=1500, seed=5)
-    spec = wordcount_spec(inp, tmp_path / "out", rate=1000.0, batch=25)
+    # 3 s at 500 records/s per source: rows over several metrics intervals (0.5 s)
+    spec = wordcount_spec(inp, tmp_path / "out", rate=500.0, batch=25)
     topo = LocalTopology(
         "wordcount", spec, tmp_path / "store", env={"BACKSTOP_METRICS_INTERVAL": "0.5"}
     )

@@ -6,7 +6,9 @@ unless ``count`` keeps an upstream backup, so ``count`` regenerates it by replay
 own input, which ``tokenize`` regenerates in turn unless it keeps a backup: exactly the
 ``a(u)`` of ``ℓ(v) = t_v + max a(u)``. While the operator's recovery session asks for
 adaptive buffering, every task buffers as if it kept a backup. Which tasks replayed is read
-from their status.
+from their status, and where the sink's replay came from (the buffers and source logs its
+replayed batches name) must be what the operator's model puts into the recovery session
+(``replay_sources``); a session that plans the sink's recovery is checked against it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from backstop.domain.incidents import replay_sources
 from tests.support.runtime_data import (
     counts_of,
     expected_counts,
@@ -38,6 +41,15 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 ACTIVE = {"phase": "Recovering", "step": 1, "adaptiveBuffering": True, "orderPreserving": True}
 DONE = {**ACTIVE, "phase": "Completed"}
+# the session the operator writes once the sink's node is lost: restore a checkpoint taken
+# before the loss was detected, and the replay comes from tokenize's buffer
+PLANNED = {
+    "phase": "Recovering",
+    "step": 1,
+    "adaptiveBuffering": False,
+    "checkpoint": {"restore": "latest-before", "before": "2100-01-01T00:00:00Z"},
+    "replay": {"sink-0": ["tokenize-0"]},
+}
 
 
 @pytest.mark.parametrize(
@@ -49,6 +61,7 @@ DONE = {**ACTIVE, "phase": "Completed"}
         # the operator's recovery session asks every task to buffer (adaptive buffering)
         ((), ACTIVE, set()),
         ((), DONE, {"count-0", "tokenize-0", "source-0"}),
+        (("tokenize-0",), PLANNED, {"count-0"}),
     ],
     ids=[
         "no-backups",
@@ -56,6 +69,7 @@ DONE = {**ACTIVE, "phase": "Completed"}
         "count-keeps-backup",
         "adaptive-buffering",
         "session-completed",
+        "session-plans-the-replay",
     ],
 )
 def test_sink_failure_replays_up_to_the_nearest_buffer(
@@ -65,9 +79,11 @@ def test_sink_failure_replays_up_to_the_nearest_buffer(
     data: Path,
     tmp_path: Path,
 ) -> None:
-    if session is not None:  # what the <topology>-recovery ConfigMap mounts
-        (tmp_path / "store" / "recovery").mkdir(parents=True)
-        (tmp_path / "store" / "recovery" / "session.json").write_text(json.dumps(session))
+    mounted = tmp_path / "store" / "recovery" / "session.json"  # the ConfigMap's file
+    planned = session is not None and "replay" in session
+    if session is not None and not planned:
+        mounted.parent.mkdir(parents=True)
+        mounted.write_text(json.dumps(session))
     spec = wordcount_spec(data, tmp_path / "out", rate=1500.0, batch=30, parallelism=1)
     topo = LocalTopology("chain", spec, tmp_path / "store", backups=backups)
     sink = tmp_path / "out" / "sink-0.jsonl"
@@ -81,13 +97,27 @@ def test_sink_failure_replays_up_to_the_nearest_buffer(
         topo.wait("the stream to be under way", under_way)
         assert not topo.status("sink-0").get("eos")
         topo.kill("sink-0")
+        if planned:  # the operator writes the session after the loss, before the new pod
+            mounted.parent.mkdir(parents=True)
+            mounted.write_text(json.dumps(session))
         topo.start("sink-0")
         topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True)
     finally:
         topo.stop_all()  # the tasks write their final status on SIGTERM
     did = {t for t in ("source-0", "tokenize-0", "count-0") if topo.status(t)["replayedBatches"]}
     assert did == replayed
-    assert topo.status("sink-0")["epoch"] == 2
+    sink_status = topo.status("sink-0")
+    assert sink_status["epoch"] == 2
+    adaptive = (
+        session is not None and session["phase"] != "Completed" and session["adaptiveBuffering"]
+    )
+    buffers = topo.tasks if adaptive else backups
+    model = replay_sources(topo.graph, buffers, {"sink-0"}, "sink-0")
+    assert sink_status["replaySources"] == model
+    if planned:
+        assert sink_status["plannedReplay"] == ["tokenize-0"] == model
+        assert "as the recovery plan says" in topo.log("sink-0")
+        assert "checkpoint.before" in topo.log("sink-0")
     lines = output_lines(tmp_path / "out")
     assert len(lines) == len(set(lines)) and counts_of(lines) == dict(expected_counts(data))
 
