@@ -56,6 +56,7 @@ from kubernetes.client.exceptions import ApiException
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import StreamTopologySpec, expand
 from backstop.k8s.cluster import api_client
+from bench import runtime_incremental as incremental
 from bench.docsection import write_section
 from planners.evaluate import recovery_latencies
 from tests.support.kubetools import create_namespace, install_crds, node_ready, start_operator
@@ -68,6 +69,7 @@ POOL = "bench.backstop.dev/pool"
 IN_POD = "/var/lib/backstop"
 HEADING = "## Runtime on real nodes: the bound measured"
 UNBOUNDED = 1e6
+CAUGHT_UP_SLACK = 0.5
 
 
 def log(msg: str) -> None:
@@ -120,6 +122,7 @@ class Bench:
         self.store = Path(tempfile.mkdtemp(prefix="backstop-bench-store-"))
         self.store.chmod(0o1777)
         self.nodes: list[str] = []
+        self.steady: dict[str, float] = {}
 
     def status(self, name: str, task: str) -> dict[str, Any]:
         try:
@@ -172,7 +175,7 @@ class Bench:
         spec = doc["spec"]
         spec["store"] = {"hostPath": {"path": str(self.store), "type": "Directory"}}
         spec["nodeSelector"] = {POOL: self.nodes[0]}
-        spec["recovery"] = {"gracePeriodSeconds": 2, "replanOnViolation": False}
+        spec.setdefault("recovery", {}).update(gracePeriodSeconds=2, replanOnViolation=False)
         if bound is not None:
             spec["recoveryLatencyBound"] = bound
         for op in spec["operators"]:
@@ -182,10 +185,11 @@ class Bench:
                 cfg["path"] = f"{IN_POD}/{name}/{leaf}"
         return doc
 
-    def cycle(self, variant: str, name: str, bound: float | None, rank: int) -> Cycle:
-        doc = self.manifest(name, bound)
-        real_bound = float(yaml.safe_load(EXAMPLE.read_text())["spec"]["recoveryLatencyBound"])
-        graph = expand(StreamTopologySpec.model_validate(doc["spec"]))
+    def start(
+        self, name: str, doc: dict[str, Any]
+    ) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
+        """Deploy ``doc`` with its own tweet log appended at the steady rate; return the plan
+        (once every task has caught up with its input and a warm-up passed) and the generator."""
         for sub in (name, f"{name}/input"):  # the tasks (uid 65532) write under <name>
             (self.store / sub).mkdir()
             (self.store / sub).chmod(0o1777)
@@ -205,28 +209,63 @@ class Bench:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        victim = ""
-        try:
-            self.custom.create_namespaced_custom_object(
-                GROUP, VERSION, self.ns, "streamtopologies", doc
+        self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.ns, "streamtopologies", doc
+        )
+
+        def plan() -> dict[str, Any] | None:
+            st = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.ns, "streamtopologies", name
             )
+            p = (st.get("status") or {}).get("plan") or {}
+            return p if p.get("assignment") else None
 
-            def plan() -> dict[str, Any] | None:
-                st = self.custom.get_namespaced_custom_object(
-                    GROUP, VERSION, self.ns, "streamtopologies", name
-                )
-                p = (st.get("status") or {}).get("plan") or {}
-                return p if p.get("assignment") else None
+        p: dict[str, Any] = wait(f"{name}: a plan", plan, 120)
+        tasks = list(p["assignment"])
 
-            p = wait(f"{name}: a plan", plan, 120)
-            tasks = list(p["assignment"])
+        def steady() -> bool:
+            return all(self.status(name, t).get("recoverySeconds") is not None for t in tasks)
 
-            def steady() -> bool:
-                return all(self.status(name, t).get("recoverySeconds") is not None for t in tasks)
+        wait(f"{name}: every task caught up with its input", steady, 240)
+        log(f"{name}: all {len(tasks)} tasks caught up; steady for {self.warmup:.0f}s")
+        # a steady stream before the failure, and each task's lag in it (status.json, every 1 s)
+        samples: dict[str, list[float]] = {t: [] for t in tasks}
+        end = time.monotonic() + self.warmup
+        while time.monotonic() < end:
+            for t in tasks:
+                samples[t].append(float(self.status(name, t).get("lag") or 0.0))
+            time.sleep(0.5)
+        self.steady = {t: sorted(v)[len(v) // 2] for t, v in samples.items() if v}
+        return p, gen
 
-            wait(f"{name}: every task caught up with its input", steady, 240)
-            log(f"{name}: all {len(tasks)} tasks caught up; steady for {self.warmup:.0f}s")
-            time.sleep(self.warmup)  # a steady stream before the failure (not a synchronisation)
+    def caught_up(self, name: str, task: str, epoch: int, seen: dict[str, int]) -> bool:
+        """The new copy of ``task`` is back where it was before the failure: it processes
+        batches no further behind its sources than its median lag in the steady stream,
+        plus ``CAUGHT_UP_SLACK`` (so a host where the pipeline lags 1 s in steady state
+        does not count every recovery as never caught up against a fixed 0.5 s)."""
+        s = self.status(name, task)
+        if int(s.get("epoch", 0)) <= epoch:
+            return False
+        first = seen.setdefault(task, int(s.get("round", 0)))  # its restored round
+        lag = float(s.get("lag") or 0.0)
+        return (
+            int(s.get("round", 0)) > first and lag <= self.steady.get(task, 0.0) + CAUGHT_UP_SLACK
+        )
+
+    def recovery_plan_seen(self, name: str) -> bool:
+        items = self.custom.list_namespaced_custom_object(
+            GROUP, VERSION, self.ns, "recoveryplans", label_selector=f"{GROUP}/topology={name}"
+        )["items"]
+        return bool(items)
+
+    def cycle(self, variant: str, name: str, bound: float | None, rank: int) -> Cycle:
+        doc = self.manifest(name, bound)
+        real_bound = float(yaml.safe_load(EXAMPLE.read_text())["spec"]["recoveryLatencyBound"])
+        graph = expand(StreamTopologySpec.model_validate(doc["spec"]))
+        victim = ""
+        gen: subprocess.Popen[bytes] | None = None
+        try:
+            p, gen = self.start(name, doc)
             if self.show:
                 self.flowing(name, "before the kill")
             placement: dict[str, list[str]] = {}
@@ -235,7 +274,9 @@ class Bench:
             by_node = sorted(placement, key=lambda n: (-p["worstByNode"].get(n, 0.0), n))
             victim = by_node[min(rank, len(by_node) - 1)]
             lost = placement[victim]
-            ell = recovery_latencies(graph, p["backups"], lost)
+            restart = float(doc["spec"]["recovery"].get("restartSeconds", 0.0))
+            # the model: every lost pod restarts at once, then ℓ(v) of reprocessing
+            ell = {t: restart + v for t, v in recovery_latencies(graph, p["backups"], lost).items()}
             epochs = {t: self.status(name, t).get("epoch", 0) for t in lost}
             log(f"{name}: killing {victim} ({len(lost)} tasks, predicted {p['worstByNode']})")
             t_kill = time.time()
@@ -243,38 +284,32 @@ class Bench:
             wait(f"{victim} NotReady", lambda: not node_ready(self.core, victim), 120)
             t_notready = time.time()
 
-            def recovery_plan() -> bool:
-                items = self.custom.list_namespaced_custom_object(
-                    GROUP,
-                    VERSION,
-                    self.ns,
-                    "recoveryplans",
-                    label_selector=f"{GROUP}/topology={name}",
-                )["items"]
-                return bool(items)
-
-            wait(f"{name}: a RecoveryPlan", recovery_plan, 120, 0.1)
+            wait(f"{name}: a RecoveryPlan", lambda: self.recovery_plan_seen(name), 120, 0.1)
             t_plan = time.time()
             cyc = Cycle(
                 variant,
                 victim,
-                float(p["worstByNode"].get(victim, 0.0)),
+                restart + float(p["worstByNode"].get(victim, 0.0)),
                 list(p["backups"]),
                 placement,
                 t_notready - t_kill,
                 t_plan - t_kill,
             )
 
-            def back(t: str) -> dict[str, Any] | None:
-                s = self.status(name, t)
-                ok = s.get("epoch", 0) > epochs[t] and s.get("recoverySeconds") is not None
-                return s if ok else None
-
+            seen: dict[str, int] = {}
+            back: dict[str, float] = {}
+            deadline = time.time() + 240
+            while len(back) < len(lost) and time.time() < deadline:
+                for t in lost:
+                    if t not in back and self.caught_up(name, t, epochs[t], seen):
+                        back[t] = time.time()
+                time.sleep(0.2)
             for t in sorted(lost, key=graph.index):
-                s = wait(f"{name}: {t} caught up again", lambda t=t: back(t), 240)
-                started, rec = float(s["started"]), float(s["recoverySeconds"])
+                if t not in back:
+                    raise SystemExit(f"{name}: {t} did not catch up within 240 s")
+                started = float(self.status(name, t)["started"])
                 cyc.tasks.append(
-                    TaskResult(t, ell[t], started + rec - t_plan, started - t_plan, rec)
+                    TaskResult(t, ell[t], back[t] - t_plan, started - t_plan, back[t] - started)
                 )
             log(
                 f"{name}: worst measured {cyc.worst:.2f}s (bound {real_bound:g}s, "
@@ -284,7 +319,7 @@ class Bench:
                 self.flowing(name, "after the recovery, the lost tasks on other nodes")
                 for t in cyc.tasks:
                     print(
-                        f"  {t.task:14} predicted ℓ {t.predicted:.1f} s   measured "
+                        f"  {t.task:14} predicted c+ℓ {t.predicted:.1f} s   measured "
                         f"{t.measured:5.2f} s = pod start {t.pod_start:5.2f} s + "
                         f"restore/replay {t.catch_up:5.2f} s"
                     )
@@ -294,8 +329,9 @@ class Bench:
                 )
             return cyc
         finally:
-            gen.terminate()
-            gen.wait()
+            if gen is not None:
+                gen.terminate()
+                gen.wait()
             self.delete(name)
             if victim:
                 self.cli("nodes", "revive", victim)
@@ -332,7 +368,7 @@ def fmt_placement(c: Cycle) -> str:
     return "; ".join(f"{n}: {len(ts)}" for n, ts in sorted(c.placement.items()))
 
 
-def report(cycles: list[Cycle], rate: float, bound: float, seconds: float) -> str:
+def report(cycles: list[Cycle], rate: float, bound: float, restart: float, seconds: float) -> str:
     lines = [
         HEADING,
         "",
@@ -341,18 +377,23 @@ def report(cycles: list[Cycle], rate: float, bound: float, seconds: float) -> st
         f"{bound:g} s) on 3 real nodes (kubelet + containerd each, 2 CPUs = this host's), the "
         f"tweet log appended at **{rate:g} tweets/s**, the operator on the host with a 2 s grace "
         "period, the node-monitor grace period 20 s. Each row is one task lost with the killed "
-        "node, in a fresh deployment per kill. *Predicted* is the model's ℓ(v) for that "
-        "failure with the spec's t_v (`reprocessingLatency`) and the plan's backups; "
-        "*measured* runs from the RecoveryPlan (loss detected) to the task's new copy "
-        "processing batches less than 0.5 s old, split into *pod start* (pod recreated, "
-        "scheduled, container and Python up) and *restore + replay* (from the process start).",
+        "node, in a fresh deployment per kill. *Predicted* is the model's c + ℓ(v) for that "
+        "failure: the restart term c (`recovery.restartSeconds`, "
+        f"{restart:g} s: every lost pod starts at once) plus ℓ(v) with the spec's t_v "
+        "(`reprocessingLatency`) and the plan's backups; *measured* runs from the RecoveryPlan "
+        "(loss detected) to the task's new copy having caught up with its input: it processes "
+        "batches no further behind its sources than the task did in the steady stream before "
+        "the failure (its median lag, from `status.json`) plus 0.5 s; split into *pod start* "
+        "(pod recreated, scheduled, container and Python up: what c stands for) and *restore + "
+        "replay* (from the process start: restore, replay, and the backlog that built up "
+        "while the task was down).",
         "",
     ]
     for variant in dict.fromkeys(c.variant for c in cycles):
         lines += [f"**{variant}**", ""]
         lines += [
-            "| killed node (rank) | tasks on it | predicted H(node) | backups | kill → NotReady "
-            "| kill → RecoveryPlan | worst measured | within the bound |",
+            "| killed node (rank) | tasks on it | predicted c + H(node) | backups "
+            "| kill → NotReady | kill → RecoveryPlan | worst measured | within the bound |",
             "|---|---|---|---|---|---|---|---|",
         ]
         mine = [c for c in cycles if c.variant == variant]
@@ -365,7 +406,7 @@ def report(cycles: list[Cycle], rate: float, bound: float, seconds: float) -> st
             )
         lines += [
             "",
-            "| killed node | task | predicted ℓ(v) | measured | pod start | restore + replay |",
+            "| killed node | task | predicted c + ℓ(v) | measured | pod start | restore + replay |",
             "|---|---|---|---|---|---|",
         ]
         for c in mine:
@@ -381,12 +422,21 @@ def report(cycles: list[Cycle], rate: float, bound: float, seconds: float) -> st
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rate", type=float, default=100.0, help="tweets per second, in all")
-    p.add_argument("--kills", type=int, default=2, help="nodes killed (worst first), planned")
+    p.add_argument(
+        "--kills", type=int, default=0, help="nodes killed (worst first); 0: every node used"
+    )
     p.add_argument("--warmup", type=float, default=10.0, help="steady seconds before a kill")
     p.add_argument("--out", type=Path, help="docs/benchmarks.md: rewrite its section")
     p.add_argument("--notes", type=Path, help="a markdown file appended to the section")
     p.add_argument("--no-plain", action="store_true", help="skip the plain bin packing run")
     p.add_argument("--show", action="store_true", help="print records flowing (make demo)")
+    p.add_argument(
+        "--incremental",
+        action="store_true",
+        help="also: two nodes lost, one replaced later; incremental vs blocking recovery",
+    )
+    p.add_argument("--replace-after", type=float, default=20.0, help="seconds (--incremental)")
+    p.add_argument("--no-bound", action="store_true", help="skip the single-node kills")
     args = p.parse_args()
     # SIGTERM (or SIGINT, ignored in background jobs) unwinds: nodes, pods, store removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -403,6 +453,7 @@ def main() -> int:
     names = [f"rb{uuid.uuid4().hex[:4]}-{i}" for i in range(3)]
     oplog = run_dir / f"{bench.ns}-operator.log"
     cycles: list[Cycle] = []
+    sessions: list[incremental.Session] = []
     try:
         with real_node_pool(run_dir, names, env={"REAL_NODE_IMAGES": str(images)}) as nodes:
             bench.nodes = nodes
@@ -410,9 +461,12 @@ def main() -> int:
                 bench.core.patch_node(n, {"metadata": {"labels": {POOL: nodes[0]}}})
             op = start_operator(kubeconfig, bench.ns, oplog)
             try:
-                for k in range(args.kills):
-                    cycles.append(bench.cycle("recovery-aware plan", f"ts-plan-{k}", None, k))
-                if not args.no_plain:
+                for k in range(0 if args.no_bound else args.kills or len(nodes)):
+                    c = bench.cycle("recovery-aware plan", f"ts-plan-{k}", None, k)
+                    cycles.append(c)
+                    if not args.kills and k + 1 >= len(c.placement):
+                        break  # every node the plan uses has been killed once
+                if not args.no_plain and not args.no_bound:
                     cycles.append(
                         bench.cycle(
                             "plain bin packing (bound removed: fewest nodes, no backups)",
@@ -421,6 +475,11 @@ def main() -> int:
                             0,
                         )
                     )
+                if args.incremental:
+                    for mode in ("incremental", "blocking"):
+                        sessions.append(
+                            incremental.run_session(bench, mode, f"ts-{mode}", args.replace_after)
+                        )
             finally:
                 _stop_operator(op)
     finally:
@@ -428,13 +487,21 @@ def main() -> int:
             bench.core.delete_namespace(bench.ns)
         shutil.rmtree(bench.store, ignore_errors=True)
         shutil.rmtree(images, ignore_errors=True)
-    bound = float(yaml.safe_load(EXAMPLE.read_text())["spec"]["recoveryLatencyBound"])
-    text = report(cycles, args.rate, bound, time.monotonic() - t0)
-    if args.notes:
-        text += "\n" + args.notes.read_text()
-    print(text)
-    if args.out:
-        write_section(args.out, HEADING, text)
+    example = yaml.safe_load(EXAMPLE.read_text())["spec"]
+    bound = float(example["recoveryLatencyBound"])
+    restart = float(example.get("recovery", {}).get("restartSeconds", 0.0))
+    if cycles:
+        text = report(cycles, args.rate, bound, restart, time.monotonic() - t0)
+        if args.notes:
+            text += "\n" + args.notes.read_text()
+        print(text)
+        if args.out:
+            write_section(args.out, HEADING, text)
+    if sessions:
+        text = incremental.report(sessions, args.rate, args.replace_after)
+        print(text)
+        if args.out:
+            write_section(args.out, incremental.HEADING, text)
     return 0
 
 
