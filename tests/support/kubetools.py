@@ -198,10 +198,10 @@ class Env:
     def no_pods(self, name: str) -> bool:
         return self.pods(name) == []
 
-    def restart_operator(self) -> None:
+    def restart_operator(self, extra_env: dict[str, str] | None = None) -> None:
         if self.proc is not None:
             stop_operator(self.proc)
-        self.proc = start_operator(self.kubeconfig, self.namespace, self.log)
+        self.proc = start_operator(self.kubeconfig, self.namespace, self.log, extra_env=extra_env)
 
     def get(self, name: str) -> dict[str, Any]:
         obj: dict[str, Any] = self.custom.get_namespaced_custom_object(

@@ -6,6 +6,7 @@ from typing import Any
 
 from backstop.controller.restore import apply_step, next_action, restore_record
 from backstop.domain.status import derive_conditions
+from backstop.domain.status_types import PlanStatus, RestoreStatus
 from planners import TaskGraph
 from planners.evaluate import worst_node_failure
 from planners.placement import Node
@@ -20,12 +21,14 @@ def _bound(status: dict[str, Any]) -> dict[str, Any]:
 
 def test_next_action_follows_the_recorded_facts() -> None:
     steps: list[dict[str, Any]] = [{"moves": {}}, {"moves": {}}]
-    assert next_action({"boundSatisfied": True}, {}, 1) == "none"
-    assert next_action({"boundSatisfied": False}, {"phase": "Waiting"}, 1) == "plan"
+    ok, broken = PlanStatus(bound_satisfied=True), PlanStatus(bound_satisfied=False)
+    assert next_action(ok, RestoreStatus(), 1) == "none"
+    assert next_action(broken, RestoreStatus(phase="Waiting"), 1) == "plan"
     running = {"active": True, "generation": 1, "steps": steps, "issued": 1}
-    assert next_action({"boundSatisfied": False}, running, 1) == "issue"
-    assert next_action({"boundSatisfied": False}, {**running, "issued": 2}, 1) == "finish"
-    assert next_action({"boundSatisfied": False}, running, 2) == "supersede"
+    assert next_action(broken, RestoreStatus.model_validate(running), 1) == "issue"
+    finished = RestoreStatus.model_validate({**running, "issued": 2})
+    assert next_action(broken, finished, 1) == "finish"
+    assert next_action(broken, RestoreStatus.model_validate(running), 2) == "supersede"
 
 
 def test_a_step_updates_the_plan_through_the_evaluator_and_keeps_replicas_apart() -> None:
@@ -35,19 +38,22 @@ def test_a_step_updates_the_plan_through_the_evaluator_and_keeps_replicas_apart(
         "replicas": {"c": ["n2"], "a": ["n2"]},
         "boundSatisfied": False,
     }
-    new = apply_step(CHAIN, plan, {"c": "n2"}, 2.0)
-    want = worst_node_failure(CHAIN, ["a", "b"], new["assignment"])[0]
-    assert new["worstRecoveryLatency"] == want
-    assert new["boundSatisfied"] == (want <= 2.0)
-    assert new["replicas"] == {"a": ["n2"]}  # c's replica would share c's new node
-    assert plan["assignment"]["c"] == "n1"  # the input is not modified
+    typed = PlanStatus.model_validate(plan)
+    new = apply_step(CHAIN, typed, {"c": "n2"}, 2.0)
+    assert new.assignment is not None
+    want = worst_node_failure(CHAIN, ["a", "b"], new.assignment)[0]
+    assert new.worst_recovery_latency == want
+    assert new.bound_satisfied == (want <= 2.0)
+    assert new.replicas == {"a": ["n2"]}  # c's replica would share c's new node
+    assert typed.assignment is not None and typed.assignment["c"] == "n1"  # input unchanged
 
 
 def test_status_says_restoring_then_waiting() -> None:
     current = {"a": "n1", "b": "n1", "c": "n1"}
     rp = plan_restore(CHAIN, [Node("n1", 3), Node("n2", 3)], current, bound=2, backups=["a", "b"])
-    record = restore_record(rp, graph=CHAIN, generation=1, attempts=1, key="k", now=100.0)
-    assert record["moved"] == len(rp.moved) and record["steps"]
+    typed = restore_record(rp, graph=CHAIN, generation=1, attempts=1, key="k", now=100.0)
+    assert typed.moved == len(rp.moved) and typed.steps
+    record = typed.dump()
     plan = {"generation": 1, "worstRecoveryLatency": 3.0, "bound": 2.0, "boundSatisfied": False}
     moving = _bound({"plan": plan, "restore": {**record, "issued": 1}})
     assert (moving["status"], moving["reason"]) == ("False", "Restoring")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import kopf
@@ -25,21 +25,13 @@ from backstop.controller import settings as config
 from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve
 from backstop.controller.context import gone, kube, post_event
 from backstop.controller.fencing import publish_epochs
-from backstop.controller.lostpods import lost_tick
-from backstop.controller.restore import restore_tick
-from backstop.controller.supervisor import (
-    Tick,
-    converge,
-    drain_tick,
-    mark_applied,
-    pod_states,
-    recovery_tick,
-)
-from backstop.domain.conditions import conditions_changed, merge_patch
+from backstop.controller.supervisor import supervise_once
+from backstop.controller.tick import Tick
 from backstop.domain.constants import ANN_APPLIED, GROUP, LABEL_TOPOLOGY, PLURAL, VERSION
 from backstop.domain.fencing import fenced_tasks
 from backstop.domain.incidents import NodeInfo, node_info
 from backstop.domain.planning import current_assignment, diff_pods, plan_replicas, plan_topology
+from backstop.domain.recovery import last_good_generation
 from backstop.domain.spec import (
     StreamTopologySpec,
     expand,
@@ -49,6 +41,15 @@ from backstop.domain.spec import (
     with_operator_defaults,
 )
 from backstop.domain.status import build_plan_status, conditions_patch, pod_state
+from backstop.domain.status_types import (
+    Condition,
+    PlanStatus,
+    Problem,
+    TopologyStatus,
+    parse_status,
+    status_patch,
+    with_changes,
+)
 from backstop.k8s.kubeio import ClusterView, Kube
 from backstop.k8s.ledger import CapacityLedger, Overcommitted, manifest_holds
 from backstop.k8s.manifests import Owner, build_pdb, desired_pods
@@ -112,9 +113,9 @@ def stop_feed(memo: kopf.Memo, **_: Any) -> None:
         memo.pod_feed.stop()
 
 
-def _problem(body: kopf.Body, generation: int, reason: str, message: str) -> dict[str, Any]:
+def _problem(body: kopf.Body, generation: int, reason: str, message: str) -> Problem:
     post_event(body, reason, message, warning=True)
-    return {"reason": reason, "message": message, "generation": generation}
+    return Problem(reason=reason, message=message, generation=generation)
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL)
@@ -141,7 +142,7 @@ def reconcile(
         graph = expand(model)
     except InvalidTopology as err:
         problem = _problem(body, generation, "InvalidSpec", str(err))
-        _record(k, namespace, name, generation, {"problem": problem}, status)
+        _record(k, namespace, name, generation, status, problem=problem)
         return
     _warn_unknown_fields(body, meta)
     owner = Owner(name=name, namespace=namespace, uid=meta["uid"])
@@ -197,7 +198,8 @@ def _reconcile(
         )
         if recorded.get("generation") != generation:  # only spec.reoptimization changed
             plan_status = {**recorded, "generation": generation}
-            _record(k, namespace, name, generation, {"plan": {"generation": generation}}, status)
+            typed = PlanStatus.model_validate(plan_status)
+            _record(k, namespace, name, generation, status, plan=typed)
     else:
         planned = _plan(p, body, model, graph, owner, generation, recorded, status, view)
         if planned is None:
@@ -296,19 +298,24 @@ def _plan(
             )
         except Infeasible as err:
             problem = _problem(body, generation, "Infeasible", f"infeasible: {err}")
-            _record(k, namespace, name, generation, {"problem": problem}, status)
-            if err.smallest_bound is not None or not view.nodes:
+            _record(k, namespace, name, generation, status, problem=problem)
+            if err.smallest_bound is not None:
                 return None  # the bound itself is impossible: no retry can help
+            # no usable node (yet), or too few: nodes come and go, so retry
             raise kopf.TemporaryError(f"infeasible on the current nodes: {err}", delay=15) from None
         except PlannerError as err:
             problem = _problem(body, generation, "Infeasible", str(err))
-            _record(k, namespace, name, generation, {"problem": problem}, status)
+            _record(k, namespace, name, generation, status, problem=problem)
+            if not nodes:  # no usable node (yet): nodes come and go, so retry
+                raise kopf.TemporaryError(f"no usable nodes: {err}", delay=15) from None
             return None
         replicas, availability = plan_replicas(model, graph, plan.placement.assignment, nodes)
         plan_status = build_plan_status(
             generation, graph, plan, replicas=replicas, availability=availability
         )
         plan_status["specHash"] = spec_hash(dict(body["spec"]))
+        # the last good spec: while a later edit is rejected, its pods stay supervised
+        plan_status["spec"] = dict(body["spec"])
         if recorded.get("epochs"):  # the copies running now keep theirs (no restart)
             plan_status["epochs"] = recorded["epochs"]
         try:
@@ -318,9 +325,9 @@ def _plan(
         except Overcommitted as err:
             raise kopf.TemporaryError(f"capacity changed while planning: {err}", delay=2) from None
     # write-ahead: the plan is recorded before any pod is touched
-    plan_patch = merge_patch(recorded, plan_status)
+    typed = PlanStatus.model_validate(plan_status)
     try:
-        _record(k, namespace, name, generation, {"plan": plan_patch, "problem": None}, status)
+        _record(k, namespace, name, generation, status, plan=typed, problem=None)
     except kopf.TemporaryError:
         p.ledger.release(owner_key(owner))
         raise
@@ -333,20 +340,17 @@ def _record(
     namespace: str,
     name: str,
     generation: int,
-    fields: dict[str, Any],
     status: kopf.Status,
+    **changes: Any,
 ) -> None:
-    """Write facts to the status at once (not at the end of the handler)."""
-    merged = {**dict(status), **{k_: v for k_, v in fields.items() if k_ != "plan"}}
-    if "plan" in fields:
-        merged["plan"] = {**(status.get("plan") or {}), **fields["plan"]}
-    body = {
-        **fields,
-        "observedGeneration": generation,
-        "conditions": conditions_patch(generation, merged, []),
-    }
+    """Write facts to the status at once (not at the end of the handler), through the
+    one merge path (:func:`backstop.domain.status_types.status_patch`)."""
+    old = parse_status(status).status
+    new = with_changes(old, **changes)
+    conditions = conditions_patch(generation, new.dump(), [])
+    new = with_changes(new, conditions=[Condition.model_validate(c) for c in conditions])
     try:
-        k.patch_status(namespace, name, body)
+        k.patch_status(namespace, name, status_patch(old, new))
     except ApiException as err:
         raise kopf.TemporaryError(f"cannot record status: {err.reason}", delay=2) from err
 
@@ -374,7 +378,10 @@ def node_index(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
 
 
 def _model(
-    mem: topology_memo.TopologyMemo, generation: int, spec: Mapping[str, Any]
+    mem: topology_memo.TopologyMemo,
+    generation: int,
+    spec: Mapping[str, Any],
+    keep: Collection[int] = (),
 ) -> tuple[StreamTopologySpec, TaskGraph] | None:
     if generation not in mem.parsed:
         try:
@@ -388,18 +395,41 @@ def _model(
             grace_period_seconds=cfg.grace_period_seconds,
             utilization_cap=cfg.utilization_cap,
         )
-        mem.parsed.clear()  # only the current generation is ever asked for again
+        # only the current generation (and the last good one, ``keep``) is asked for again
+        mem.parsed = {g: v for g, v in mem.parsed.items() if g in keep}
         mem.parsed[generation] = (model, expand(model))
     return mem.parsed[generation]
 
 
 def _fresh_status(
     mem: topology_memo.TopologyMemo, meta: kopf.Meta, status: kopf.Status
-) -> dict[str, Any]:
-    """The newest status we know: the watched one, or what we wrote if that is newer."""
-    seen = int(meta.get("resourceVersion") or 0)
+) -> tuple[dict[str, Any], str | None]:
+    """The newest status we know and its resourceVersion: the watched one, or what we
+    wrote if that is newer (the watch may lag behind our own writes)."""
+    seen = meta.get("resourceVersion")
     rv, written = mem.written
-    return dict(written) if rv > seen else dict(status)
+    if rv > int(seen or 0):
+        return dict(written), str(rv)
+    return dict(status), seen
+
+
+def _target(
+    mem: topology_memo.TopologyMemo, generation: int, spec: Mapping[str, Any], st: TopologyStatus
+) -> tuple[StreamTopologySpec, TaskGraph, int, bool] | None:
+    """The spec the pods follow: the current one, or while an edit is rejected (invalid,
+    or a problem recorded for it) the last good plan's (``status.plan.spec``).
+
+    Returns (model, graph, generation, fallback), or ``None`` when there is neither.
+    """
+    followed = last_good_generation(st, generation)
+    keep = {generation} | ({followed} if followed is not None else set())
+    parsed = _model(mem, generation, spec, keep)
+    rejected = st.problem is not None and st.problem.generation == generation
+    if (parsed is None or rejected) and followed is not None and st.plan and st.plan.spec:
+        good = _model(mem, followed, st.plan.spec, keep)
+        if good is not None:
+            return good[0], good[1], followed, True
+    return None if parsed is None else (parsed[0], parsed[1], generation, False)
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=1.0, cancellation_timeout=5.0)
@@ -450,53 +480,33 @@ def _supervise(
 
     while not stopped and not gone(kwargs["topologies"], namespace, name, meta["uid"]):
         generation = int(meta.get("generation", 1))
-        parsed = _model(mem, generation, spec)
-        current = _fresh_status(mem, meta, status)
+        current, rv = _fresh_status(mem, meta, status)
+        typed = parse_status(current).status
+        target = _target(mem, generation, spec, typed)
         try:
-            if parsed is not None:
-                model, graph = parsed
-                nodes = _nodes(nodes_index)
+            if target is not None:
+                model, graph, followed, fallback = target
                 tick = Tick(
                     kube=k,
                     owner=Owner(name=name, namespace=namespace, uid=meta["uid"]),
                     model=model,
                     graph=graph,
-                    generation=generation,
-                    status=current,
-                    nodes=nodes,
+                    generation=followed,
+                    status=typed,
+                    nodes=_nodes(nodes_index),
                     emit=emit,
                     ledger=kwargs["memo"].ledger,
                     memory=mem,
+                    resource_version=rv,
+                    fallback=fallback,
+                    observed=generation,
                 )
                 with mem.lock:
-                    indexed = list(pods_index.get((namespace, name), []))
-                    obj = (
-                        recovery_tick(tick)
-                        or lost_tick(tick, indexed)
-                        or drain_tick(tick, indexed)
-                        or restore_tick(tick, indexed)
+                    deleted, created = supervise_once(
+                        tick, lambda: list(pods_index.get((namespace, name), []))
                     )
-                    if obj is not None:
-                        current = dict(obj.get("status") or {})
-                        rv = int(obj["metadata"]["resourceVersion"])
-                        mem.written = (rv, current)
-                        tick.status = current
-                    dead = {n for n, info in nodes.items() if not info.ready}
-                    dead |= {
-                        n
-                        for n in (current.get("plan") or {}).get("assignment", {}).values()
-                        if n not in nodes
-                    }
-                    deleted, created, _waiting = converge(
-                        tick, list(pods_index.get((namespace, name), [])), force_nodes=dead
-                    )
-                    if deleted or created:
-                        logger.info("pods: %d deleted, %d created", deleted, created)
-                    mark_applied(tick, list(pods_index.get((namespace, name), [])))
-            pods = pod_states(list(pods_index.get((namespace, name), [])))
-            merged = conditions_patch(generation, current, pods)
-            if conditions_changed(current.get("conditions"), merged):
-                k.patch_status(namespace, name, {"conditions": merged})
+                if deleted or created:
+                    logger.info("pods: %d deleted, %d created", deleted, created)
         except ApiException as err:
             if err.status == 404 and k.topology_gone(namespace, name):
                 return

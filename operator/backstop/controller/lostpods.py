@@ -19,53 +19,31 @@ from typing import Any
 
 from backstop.controller import faults
 from backstop.controller.capacity import step_capacity
-from backstop.controller.supervisor import RECOVERY_TIME_LIMIT, Tick, reserve_tasks
-from backstop.domain.conditions import merge_patch
-from backstop.domain.planning import per_node_worst
+from backstop.controller.tick import Tick, reserve_tasks, write_status
 from backstop.domain.podfaults import lost_tasks
+from backstop.domain.recovery import RECOVERY_TIME_LIMIT, plan_with_worst, usable_nodes
+from backstop.domain.status_types import with_changes
 from planners.recovery import fill_leftover, schedule_recovery
 
 
-def plan_summary(t: Tick, plan: Mapping[str, Any], assignment: dict[str, str]) -> dict[str, Any]:
-    """``plan`` with a new assignment and its per-node worst recovery re-evaluated."""
-    worst_by_node = per_node_worst(t.graph, list(plan.get("backups") or []), assignment)
-    worst = max(worst_by_node.values(), default=0.0)
-    return dict(
-        plan,
-        assignment=dict(sorted(assignment.items(), key=lambda kv: t.graph.index(kv[0]))),
-        worstRecoveryLatency=round(worst, 6),
-        boundSatisfied=worst <= t.model.planning_bound + 1e-9,
-        nodesUsed=len(set(assignment.values())),
-        worstByNode={k: round(v, 6) for k, v in worst_by_node.items()},
-    )
-
-
-def lost_tick(
-    t: Tick, indexed: list[Mapping[str, Any]], now: float | None = None
-) -> dict[str, Any] | None:
-    """Re-place the tasks whose pods are lost; returns the written object or ``None``.
+def lost_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = None) -> bool:
+    """Re-place the tasks whose pods are lost; whether anything was written.
 
     Runs only while no recovery session or restore is active (they own the plan then;
     a lost pod waits for them to finish).
     """
     now = time.time() if now is None else now
-    plan = t.status.get("plan") or {}
-    if plan.get("generation") != t.generation or "assignment" not in plan:
-        return None
-    if (t.status.get("recovery") or {}).get("active") or (t.status.get("restore") or {}).get(
-        "active"
-    ):
-        return None
-    assignment: dict[str, str] = dict(plan["assignment"])
+    plan = t.status.plan
+    if plan is None or not plan.recorded_for(t.generation):
+        return False
+    if t.status.recovering() or t.status.restore_or_empty.active:
+        return False
+    assignment = dict(plan.assignment or {})
     lost = lost_tasks(indexed, assignment, t.nodes, now=now)
     if not lost:
-        return None
+        return False
     bad = {assignment[task] for task in lost}
-    ready = [
-        n
-        for n, info in t.nodes.items()
-        if info.schedulable and info.matches(t.model.node_selector) and n not in bad
-    ]
+    ready = [n for n in usable_nodes(t.model, t.nodes) if n not in bad]
     policy = t.model.recovery
     movable = sorted(lost, key=t.graph.index)
     with t.ledger.booking() as booking:
@@ -75,15 +53,14 @@ def lost_tick(
         )
         step = fill_leftover(t.graph, movable, capacity, step)
         if not step.recover:
-            return None  # no room elsewhere yet: tried again next round
+            return False  # no room elsewhere yet: tried again next round
         # held before the status write, so no other plan takes this room
         reserve_tasks(booking, t, plan, {**assignment, **step.recover}, step.recover)
     assignment.update(step.recover)
-    new_plan = plan_summary(t, plan, assignment)
-    obj = t.kube.patch_status_returning(
-        t.owner.namespace, t.owner.name, {"plan": merge_patch(plan, new_plan)}
-    )
+    new_plan = plan_with_worst(t.graph, plan, assignment, t.model.planning_bound)
+    if not write_status(t, with_changes(t.status, plan=new_plan)):
+        return False
     faults.point("after-status")
     for task, node in step.recover.items():
         t.emit("TaskLost", f"task {task} lost ({lost[task]}): restarts on {node}", True)
-    return obj
+    return True

@@ -32,6 +32,9 @@ class TopologyMemo:
     are parsed again on every call)."""
     written: tuple[int, dict[str, Any]] = (0, {})
     """The status we last wrote and its resourceVersion (the watch may lag behind it)."""
+    ensured: dict[str, str] = field(default_factory=dict)
+    """Fingerprints of the RecoveryPlans and ConfigMap this process wrote as the status
+    asked (empty after a restart, so a new operator writes them once again)."""
     restore_looked: tuple[str, float] | None = None
     """The restore's last look at usable capacity: ``(node key, time)``."""
     restore_no_gain: str | None = None

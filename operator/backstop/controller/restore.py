@@ -17,9 +17,12 @@ write-ahead log as everything else:
 3. the next step is issued only once the previous one runs where it was put;
 4. after the last, ``BoundRestored``.
 
-A restarted operator resumes from ``status.restore``. Decisions are pure
-(:func:`next_action`, :func:`apply_step`) and unit-tested; :func:`restore_tick`
-only reads, decides and writes.
+A restarted operator resumes from ``status.restore``, and the RecoveryPlan of the
+step in progress is derived from it on every tick (:func:`restore_recoveryplan`), so
+a crash between the status write and the RecoveryPlan loses nothing. Decisions are
+pure (:func:`next_action`, :func:`apply_step`) on the typed status and unit-tested;
+:func:`restore_tick` only reads, decides and writes through the supervisor's one
+status write (resourceVersion-checked).
 """
 
 from __future__ import annotations
@@ -31,11 +34,16 @@ from typing import Any
 
 from backstop.controller import faults
 from backstop.controller.capacity import plan_nodes
-from backstop.controller.supervisor import Tick, planned_pods, pods_match, reserve_tasks
-from backstop.domain.conditions import merge_patch
+from backstop.controller.tick import Tick, planned_pods, pods_match, reserve_tasks, write_status
 from backstop.domain.incidents import epoch_rfc3339
-from backstop.domain.planning import per_node_worst
+from backstop.domain.recovery import plan_with_worst
 from backstop.domain.spec import ApplyMode
+from backstop.domain.status_types import (
+    PlanStatus,
+    RestoreStatus,
+    RestoreStepRecord,
+    with_changes,
+)
 from backstop.k8s.ledger import Booking
 from backstop.k8s.manifests import build_recoveryplan, recoveryplan_name
 from planners import Infeasible, TaskGraph
@@ -51,8 +59,8 @@ RESTORE = "Restore"
 """Purpose (and RecoveryPlan ``spec.trigger``) of moves that bring a broken bound back."""
 CONSOLIDATE = "Consolidate"
 """Purpose (and trigger) of moves onto fewer nodes while the bound holds (``apply: auto``)."""
-
-_EPS = 1e-9
+FINISHED = frozenset({"Restored", "Consolidated", "Incomplete"})
+"""Phases of a restore whose last step has landed."""
 
 
 def node_key(t: Tick) -> str:
@@ -78,8 +86,8 @@ def capacity_key(nodes: Sequence[Node]) -> str:
 
 
 def next_action(
-    plan: Mapping[str, Any],
-    restore: Mapping[str, Any],
+    plan: PlanStatus,
+    restore: RestoreStatus,
     generation: int,
     *,
     consolidate: bool = False,
@@ -95,23 +103,24 @@ def next_action(
 
     Examples
     --------
-    >>> next_action({"boundSatisfied": False}, {}, 1)
+    >>> P, R = PlanStatus.model_validate, RestoreStatus.model_validate
+    >>> next_action(P({"boundSatisfied": False}), R({}), 1)
     'plan'
-    >>> next_action({"boundSatisfied": True}, {"active": True, "generation": 1,
-    ...             "steps": [{}, {}], "issued": 1}, 1)
+    >>> next_action(P({"boundSatisfied": True}), R({"active": True, "generation": 1,
+    ...             "steps": [{}, {}], "issued": 1}), 1)
     'issue'
-    >>> next_action({}, {"active": True, "generation": 1, "steps": [{}], "issued": 1}, 1)
+    >>> next_action(P({}), R({"active": True, "generation": 1, "steps": [{}], "issued": 1}), 1)
     'finish'
-    >>> next_action({}, {"active": True, "generation": 1}, 2)
+    >>> next_action(P({}), R({"active": True, "generation": 1}), 2)
     'supersede'
-    >>> next_action({"boundSatisfied": True}, {}, 1, consolidate=True)
+    >>> next_action(P({"boundSatisfied": True}), R({}), 1, consolidate=True)
     'consolidate'
     """
-    if restore.get("active"):
-        if restore.get("generation") != generation:
+    if restore.active:
+        if restore.generation != generation:
             return "supersede"
-        return "issue" if restore.get("issued", 0) < len(restore.get("steps") or []) else "finish"
-    if not plan.get("boundSatisfied", True):
+        return "issue" if restore.issued < len(restore.steps) else "finish"
+    if plan.bound_satisfied is False:
         return "plan"
     return "consolidate" if consolidate else "none"
 
@@ -125,74 +134,66 @@ def restore_record(
     key: str,
     now: float,
     purpose: str = RESTORE,
-) -> dict[str, Any]:
+) -> RestoreStatus:
     """``status.restore`` for a new restore: every step, recorded before any pod moves.
 
     ``purpose`` is :data:`RESTORE` (the bound is broken) or :data:`CONSOLIDATE`
     (it holds, and fewer nodes would keep it).
     """
     what = "restoring the bound" if purpose == RESTORE else "consolidating onto fewer nodes"
-    return {
-        "id": f"{'r' if purpose == RESTORE else 'c'}{int(now)}",
-        "purpose": purpose,
-        "active": True,
-        "phase": "Moving",
-        "generation": generation,
-        "attempts": attempts,
-        "capacityKey": key,
-        "startedAt": epoch_rfc3339(now),
-        "startedEpoch": now,
-        "moved": len(rp.moved),
-        "movedTasks": sorted(rp.moved, key=graph.index),
-        "minimal": rp.proven,
-        "worstBefore": round(rp.worst_before, 6),
-        "worstTarget": round(rp.worst, 6),
-        "steps": [{"moves": dict(s.moves), "worst": round(s.worst, 6)} for s in rp.steps],
-        "issued": 0,
-        "nodesTarget": len(set(rp.assignment.values())),
-        "message": (
+    return RestoreStatus(
+        id=f"{'r' if purpose == RESTORE else 'c'}{int(now)}",
+        purpose=purpose,
+        active=True,
+        phase="Moving",
+        generation=generation,
+        attempts=attempts,
+        capacity_key=key,
+        started_at=epoch_rfc3339(now),
+        started_epoch=now,
+        moved=len(rp.moved),
+        moved_tasks=sorted(rp.moved, key=graph.index),
+        minimal=rp.proven,
+        worst_before=round(rp.worst_before, 6),
+        worst_target=round(rp.worst, 6),
+        steps=[RestoreStepRecord(moves=dict(s.moves), worst=round(s.worst, 6)) for s in rp.steps],
+        issued=0,
+        nodes_target=len(set(rp.assignment.values())),
+        message=(
             f"{what}: {len(rp.moved)} pods move in {len(rp.steps)} steps, "
             f"worst single-node recovery {rp.worst_before:g}s -> {rp.worst:g}s"
         ),
-    }
+    )
 
 
 def apply_step(
-    graph: TaskGraph, plan: Mapping[str, Any], moves: Mapping[str, str], bound: float
-) -> dict[str, Any]:
+    graph: TaskGraph, plan: PlanStatus, moves: Mapping[str, str], bound: float
+) -> PlanStatus:
     """``status.plan`` after one step's moves: assignment, per-node worst, replicas kept apart.
 
     Examples
     --------
     >>> g = TaskGraph.build(["a", "b"], [("a", "b")], latency={"a": 1, "b": 1})
-    >>> p = apply_step(g, {"assignment": {"a": "n1", "b": "n1"}, "backups": ["a"]},
+    >>> p = apply_step(g, PlanStatus(assignment={"a": "n1", "b": "n1"}, backups=["a"]),
     ...                {"b": "n2"}, 1.0)
-    >>> p["assignment"], p["worstRecoveryLatency"], p["boundSatisfied"], p["nodesUsed"]
+    >>> p.assignment, p.worst_recovery_latency, p.bound_satisfied, p.nodes_used
     ({'a': 'n1', 'b': 'n2'}, 1.0, True, 2)
     """
-    assignment = {**plan["assignment"], **moves}
-    backups = list(plan.get("backups") or [])
-    worst_by_node = per_node_worst(graph, backups, assignment)
-    worst = max(worst_by_node.values(), default=0.0)
-    new_plan = dict(
-        plan,
-        assignment=dict(sorted(assignment.items(), key=lambda kv: graph.index(kv[0]))),
-        worstRecoveryLatency=round(worst, 6),
-        boundSatisfied=worst <= bound + _EPS,
-        nodesUsed=len(set(assignment.values())),
-        worstByNode={k: round(v, 6) for k, v in worst_by_node.items()},
-    )
-    if plan.get("replicas"):  # a replica never shares its primary's node
+    assignment = {**(plan.assignment or {}), **moves}
+    new_plan = plan_with_worst(graph, plan, assignment, bound)
+    if plan.replicas:  # a replica never shares its primary's node
         kept = {
             task: [n for n in nodes if n != assignment.get(task)]
-            for task, nodes in plan["replicas"].items()
+            for task, nodes in plan.replicas.items()
         }
-        new_plan["replicas"] = {task: nodes for task, nodes in kept.items() if nodes}
-        new_plan["replicated"] = sorted(new_plan["replicas"])
+        replicas = {task: nodes for task, nodes in kept.items() if nodes}
+        new_plan = new_plan.model_copy(
+            update={"replicas": replicas, "replicated": sorted(replicas)}
+        )
     return new_plan
 
 
-def _landed(t: Tick, plan: Mapping[str, Any], indexed: list[Mapping[str, Any]]) -> bool:
+def _landed(t: Tick, plan: PlanStatus, indexed: list[Mapping[str, Any]]) -> bool:
     """Whether every pod runs where the recorded plan puts it (the last step has landed).
 
     The pods' spec hash covers the node, so matching hashes and phase Running
@@ -203,31 +204,23 @@ def _landed(t: Tick, plan: Mapping[str, Any], indexed: list[Mapping[str, Any]]) 
     return running and pods_match(desired, indexed)
 
 
-def restore_tick(
-    t: Tick, indexed: list[Mapping[str, Any]], now: float | None = None
-) -> dict[str, Any] | None:
-    """Advance the restore by at most one step (see the module docstring).
-
-    Returns
-    -------
-    dict or None
-        The topology as written, or ``None`` when nothing was written.
-    """
+def restore_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = None) -> bool:
+    """Advance the restore by at most one step (see the module docstring); whether it wrote."""
     now = time.time() if now is None else now
-    plan = t.status.get("plan") or {}
-    rst = dict(t.status.get("restore") or {})
-    if plan.get("generation") != t.generation or "assignment" not in plan:
-        return None
-    if (t.status.get("recovery") or {}).get("active") or not t.model.recovery.replan_on_violation:
-        return None
+    plan, rst = t.status.plan, t.status.restore_or_empty
+    if plan is None or not plan.recorded_for(t.generation):
+        return False
+    if t.status.recovering() or not t.model.recovery.replan_on_violation:
+        return False
     policy = t.model.reoptimization
     consolidate = policy is not None and policy.apply is ApplyMode.auto
     action = next_action(plan, rst, t.generation, consolidate=consolidate)
     if action == "supersede":
-        rst.update(active=False, phase="Superseded", message="a new plan replaced this restore")
-        return _write(t, plan, plan, rst)
+        update = {"active": False, "phase": "Superseded"}
+        done = rst.model_copy(update={**update, "message": "a new plan replaced this restore"})
+        return _write(t, plan, done)
     if action == "none" or not _landed(t, plan, indexed):
-        return None
+        return False
     if action == "finish":
         return _finish(t, plan, rst, now)
     with t.ledger.booking() as booking:  # plan and reserve before the status write
@@ -236,177 +229,169 @@ def restore_tick(
         return _attempt(t, booking, plan, rst, now, RESTORE if action == "plan" else CONSOLIDATE)
 
 
-def _write(
-    t: Tick, old_plan: Mapping[str, Any], new_plan: Mapping[str, Any], rst: Mapping[str, Any]
-) -> dict[str, Any]:
-    old = t.status.get("restore") or {}
-    obj = t.kube.patch_status_returning(
-        t.owner.namespace,
-        t.owner.name,
-        {"plan": merge_patch(old_plan, new_plan), "restore": merge_patch(old, rst)},
-    )
+def _write(t: Tick, new_plan: PlanStatus, rst: RestoreStatus) -> bool:
+    if not write_status(t, with_changes(t.status, plan=new_plan, restore=rst)):
+        return False
     faults.point("after-replan")
-    return obj
+    return True
+
+
+def _plan(t: Tick, plan: PlanStatus, purpose: str, nodes: list[Node]) -> RestorePlan | None:
+    """The restore or consolidation planner on ``nodes``; ``None`` if it gains nothing.
+
+    Raises
+    ------
+    Infeasible
+        When no placement on this capacity restores the bound.
+    """
+    fn = plan_consolidation if purpose == CONSOLIDATE else plan_restore
+    rp = fn(
+        t.graph,
+        nodes,
+        plan.assignment or {},
+        bound=t.model.planning_bound,
+        backups=list(plan.backups),
+        time_limit=RESTORE_TIME_LIMIT,
+        batch=RESTORE_BATCH,
+    )
+    return rp if rp is not None and rp.steps else None
 
 
 def _attempt(
-    t: Tick,
-    booking: Booking,
-    plan: Mapping[str, Any],
-    rst: dict[str, Any],
-    now: float,
-    purpose: str,
-) -> dict[str, Any] | None:
+    t: Tick, booking: Booking, plan: PlanStatus, rst: RestoreStatus, now: float, purpose: str
+) -> bool:
     """Re-plan if usable capacity changed since the last attempt; start moving if it can."""
     nkey = node_key(t)
     seen = t.memory.restore_looked
     if seen is not None and seen[0] == nkey and now - seen[1] < POLL_SECONDS:
-        return None
+        return False
     t.memory.restore_looked = (nkey, now)
     view = t.kube.view(t.owner.namespace, t.owner.name, t.model.topology_key, t.model.node_selector)
     nodes = plan_nodes(booking, t.nodes, view.nodes, t.model, t.owner)
     key = capacity_key(nodes)
     # the same capacity gives the same answer (the planners are deterministic)
-    if key == (rst.get("capacityKey") if purpose == RESTORE else t.memory.restore_no_gain):
-        return None
-    bound = t.model.planning_bound
-    backups = list(plan.get("backups") or [])
-    attempts = int(rst.get("attempts", 0)) + 1
+    if key == (rst.capacity_key if purpose == RESTORE else t.memory.restore_no_gain):
+        return False
+    attempts = rst.attempts + 1
     started = time.perf_counter()
-    if purpose == CONSOLIDATE:
-        rp = plan_consolidation(
-            t.graph,
-            nodes,
-            plan["assignment"],
-            bound=bound,
-            backups=backups,
-            time_limit=RESTORE_TIME_LIMIT,
-            batch=RESTORE_BATCH,
-        )
-        if rp is None or not rp.steps:
-            t.memory.restore_no_gain = key  # nothing to gain here: quiet, no status write
-            return None
-    else:
-        try:
-            rp = plan_restore(
-                t.graph,
-                nodes,
-                plan["assignment"],
-                bound=bound,
-                backups=backups,
-                time_limit=RESTORE_TIME_LIMIT,
-                batch=RESTORE_BATCH,
-            )
-        except Infeasible as err:
-            return _wait(t, plan, attempts, key, str(err), len(nodes))
-        if not rp.steps:  # nothing to move can restore it (the bound check disagrees): wait
-            return _wait(t, plan, attempts, key, "no move restores the bound", len(nodes))
+    try:
+        rp = _plan(t, plan, purpose, nodes)
+    except Infeasible as err:
+        return _wait(t, plan, attempts, key, str(err), len(nodes))
+    if rp is None and purpose == CONSOLIDATE:
+        t.memory.restore_no_gain = key  # nothing to gain here: quiet, no status write
+        return False
+    if rp is None:  # nothing to move can restore it (the bound check disagrees): wait
+        return _wait(t, plan, attempts, key, "no move restores the bound", len(nodes))
     record = restore_record(
-        rp,
-        graph=t.graph,
-        generation=t.generation,
-        attempts=attempts,
-        key=key,
-        now=now,
+        rp, graph=t.graph, generation=t.generation, attempts=attempts, key=key, now=now,
         purpose=purpose,
-    )
-    record["planSeconds"] = round(time.perf_counter() - started, 3)
+    )  # fmt: skip
+    record = record.model_copy(update={"plan_seconds": round(time.perf_counter() - started, 3)})
     t.emit(
         "RestorePlanned",
-        f"capacity changed: {record['message']} (planned in {record['planSeconds']:g}s)"
+        f"capacity changed: {record.message} (planned in {record.plan_seconds:g}s)"
         + ("" if rp.proven else " (fewest moves not proven within the budget)"),
         False,
     )
     return _issue(t, booking, plan, record)
 
 
-def _wait(
-    t: Tick, plan: Mapping[str, Any], attempts: int, key: str, why: str, usable: int
-) -> dict[str, Any]:
+def _wait(t: Tick, plan: PlanStatus, attempts: int, key: str, why: str, usable: int) -> bool:
     """Record that no placement on this capacity restores the bound; say so once per capacity."""
-    waiting = {
-        "active": False,
-        "phase": "Waiting",
-        "attempts": attempts,
-        "capacityKey": key,
-        "message": f"waiting for capacity: {why}",
-    }
-    obj = _write(t, plan, plan, waiting)
+    waiting = RestoreStatus(
+        active=False,
+        phase="Waiting",
+        attempts=attempts,
+        capacity_key=key,
+        message=f"waiting for capacity: {why}",
+    )
+    if not _write(t, plan, waiting):
+        return False
     t.emit(
         "BoundViolated",
-        f"worst single-node recovery {plan.get('worstRecoveryLatency', 0):g}s > bound "
+        f"worst single-node recovery {plan.worst_recovery_latency or 0:g}s > bound "
         f"{t.model.planning_bound:g}s; no placement on the {usable} usable nodes "
         "restores it yet: waiting for capacity",
         True,
     )
-    return obj
+    return True
 
 
-def _issue(
-    t: Tick, booking: Booking, plan: Mapping[str, Any], rst: dict[str, Any]
-) -> dict[str, Any]:
-    """Record the next step (plan and restore state), then write its RecoveryPlan and Event."""
-    number = int(rst.get("issued", 0)) + 1
-    step = rst["steps"][number - 1]
-    if number > 1:
-        _set_phase(t, rst, number - 1, "Applied")
-    new_plan = apply_step(t.graph, plan, step["moves"], t.model.planning_bound)
-    reserve_tasks(booking, t, plan, new_plan["assignment"], step["moves"])
-    rst = {**rst, "issued": number}
-    obj = _write(t, plan, new_plan, rst)
-    pending = [task for s in rst["steps"][number:] for task in s["moves"]]
+def restore_recoveryplan(t: Tick) -> tuple[dict[str, Any], str] | None:
+    """The RecoveryPlan (and its phase) of the restore step the status records as issued.
+
+    Derived from the status on every tick: ``worstBefore`` is the previous step's
+    worst (the restore's ``worstBefore`` for the first).
+    """
+    rst = t.status.restore
+    if rst is None or rst.id is None or not 0 < rst.issued <= len(rst.steps):
+        return None
+    number = rst.issued
+    step = rst.steps[number - 1]
+    before = rst.worst_before if number == 1 else rst.steps[number - 2].worst
     record = build_recoveryplan(
         t.owner,
-        session=rst["id"],
+        session=rst.id,
         step_no=number,
-        trigger=rst.get("purpose", RESTORE),
+        trigger=rst.purpose,
         lost=[],
         step={
             "algorithm": "min-migration",
-            "recover": step["moves"],
-            "pending": pending,
+            "recover": step.moves,
+            "pending": [task for s in rst.steps[number:] for task in s.moves],
             "recoveredQueries": [],
             "recoveredPriority": 0,
             "failedPriority": 0,
         },
     )
-    record["spec"]["worstBefore"] = plan.get("worstRecoveryLatency")
-    record["spec"]["worstAfter"] = step["worst"]
-    t.kube.put_recoveryplan(record, "Issued")
-    faults.point("after-recoveryplan")
+    record["spec"]["worstBefore"] = before
+    record["spec"]["worstAfter"] = step.worst
+    return record, "Applied" if rst.phase in FINISHED else "Issued"
+
+
+def _issue(t: Tick, booking: Booking, plan: PlanStatus, rst: RestoreStatus) -> bool:
+    """Record the next step (plan and restore state); its RecoveryPlan follows from the status."""
+    number = rst.issued + 1
+    step = rst.steps[number - 1]
+    new_plan = apply_step(t.graph, plan, step.moves, t.model.planning_bound)
+    reserve_tasks(booking, t, plan, new_plan.assignment or {}, step.moves)
+    if not _write(t, new_plan, rst.model_copy(update={"issued": number})):
+        return False
+    if number > 1:
+        _set_phase(t, rst, number - 1, "Applied")
     t.emit(
         "RestoreStep",
-        f"restore step {number}/{len(rst['steps'])}: "
-        + ", ".join(f"{task}->{node}" for task, node in step["moves"].items())
-        + f"; worst single-node recovery {plan.get('worstRecoveryLatency', 0):g}s -> "
-        f"{step['worst']:g}s",
+        f"restore step {number}/{len(rst.steps)}: "
+        + ", ".join(f"{task}->{node}" for task, node in step.moves.items())
+        + f"; worst single-node recovery {plan.worst_recovery_latency or 0:g}s -> "
+        f"{step.worst:g}s",
         False,
     )
-    return obj
+    return True
 
 
-def _set_phase(t: Tick, rst: Mapping[str, Any], number: int, phase: str) -> None:
+def _set_phase(t: Tick, rst: RestoreStatus, number: int, phase: str) -> None:
+    assert rst.id is not None
     t.kube.set_recoveryplan_phase(
-        t.owner.namespace, recoveryplan_name(t.owner.name, rst["id"], number), phase
+        t.owner.namespace, recoveryplan_name(t.owner.name, rst.id, number), phase
     )
     faults.point("after-recoveryplan")
 
 
-def _finish(t: Tick, plan: Mapping[str, Any], rst: dict[str, Any], now: float) -> dict[str, Any]:
+def _finish(t: Tick, plan: PlanStatus, rst: RestoreStatus, now: float) -> bool:
     """Every step has landed: the bound holds again (the target keeps it by construction)."""
-    if rst.get("issued"):
-        _set_phase(t, rst, int(rst["issued"]), "Applied")
-    took = now - float(rst.get("startedEpoch", now))
-    worst = float(plan.get("worstRecoveryLatency", 0.0))
-    ok = bool(plan.get("boundSatisfied"))
+    took = now - (rst.started_epoch if rst.started_epoch is not None else now)
+    worst = plan.worst_recovery_latency or 0.0
+    ok = bool(plan.bound_satisfied)
     bound = t.model.planning_bound
-    consolidated = rst.get("purpose") == CONSOLIDATE
-    moves = f"moving {rst.get('moved', 0)} pods in {len(rst.get('steps') or [])} steps"
+    consolidated = rst.purpose == CONSOLIDATE
+    moves = f"moving {rst.moved or 0} pods in {len(rst.steps)} steps"
     if not ok:
         message = f"restore ended with worst single-node recovery {worst:g}s: re-planning"
     elif consolidated:
         message = (
-            f"consolidated onto {plan.get('nodesUsed')} nodes after {moves} ({took:.1f}s); "
+            f"consolidated onto {plan.nodes_used} nodes after {moves} ({took:.1f}s); "
             f"worst single-node recovery {worst:g}s <= {bound:g}s at every step"
         )
     else:
@@ -414,16 +399,18 @@ def _finish(t: Tick, plan: Mapping[str, Any], rst: dict[str, Any], now: float) -
             f"bound restored: worst single-node recovery {worst:g}s <= {bound:g}s "
             f"after {moves} ({took:.1f}s)"
         )
-    done = {
-        **rst,
-        "active": False,
-        "phase": ("Consolidated" if consolidated else "Restored") if ok else "Incomplete",
-        "completedAt": epoch_rfc3339(now),
-        "durationSeconds": round(took, 3),
-        "message": message,
-        "capacityKey": None,  # a later violation is looked at at once, whatever the capacity
-    }
-    obj = _write(t, plan, plan, done)
+    done = rst.model_copy(
+        update={
+            "active": False,
+            "phase": ("Consolidated" if consolidated else "Restored") if ok else "Incomplete",
+            "completed_at": epoch_rfc3339(now),
+            "duration_seconds": round(took, 3),
+            "message": message,
+            "capacity_key": None,  # a later violation is looked at at once, whatever the capacity
+        }
+    )
+    if not _write(t, plan, done):
+        return False
     reason = ("Consolidated" if consolidated else "BoundRestored") if ok else "BoundViolated"
     t.emit(reason, message, not ok)
-    return obj
+    return True

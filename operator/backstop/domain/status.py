@@ -160,7 +160,17 @@ def derive_conditions(
     recovery = status.get("recovery") or {}
     restore = status.get("restore") or {}
     out: list[dict[str, Any]] = []
-    if problem and problem.get("generation") == generation:
+    rejected = bool(problem and problem.get("generation") == generation)
+    if rejected and plan.get("assignment") is not None and plan.get("generation") != generation:
+        # an edit is rejected; the pods keep following the last good plan (supervised)
+        assert problem is not None
+        message = (
+            f"generation {generation} rejected ({problem['reason']}): {problem['message']}; "
+            f"still running generation {plan.get('generation')}'s plan"
+        )
+        out.append(build_condition("Planned", False, problem["reason"], message, generation))
+    elif rejected:
+        assert problem is not None
         reason, message = problem["reason"], problem["message"]
         out.append(build_condition("Planned", False, reason, message, generation))
         out.append(
@@ -174,16 +184,17 @@ def derive_conditions(
         out.append(build_condition("Ready", False, "Pending", "not planned yet", generation))
         return out
     current = plan.get("generation") == generation
-    out.append(
-        build_condition(
-            "Planned",
-            current,
-            "PlanComputed" if current else "Replanning",
-            f"{plan.get('tasks')} tasks, {plan.get('backupCount')} backups, "
-            f"{plan.get('nodesUsed')} nodes ({plan.get('algorithm')})",
-            generation,
+    if not rejected:
+        out.append(
+            build_condition(
+                "Planned",
+                current,
+                "PlanComputed" if current else "Replanning",
+                f"{plan.get('tasks')} tasks, {plan.get('backupCount')} backups, "
+                f"{plan.get('nodesUsed')} nodes ({plan.get('algorithm')})",
+                generation,
+            )
         )
-    )
     worst, bound = plan.get("worstRecoveryLatency", 0.0), plan.get("bound", 0.0)
     if recovery.get("active"):
         out.append(

@@ -349,11 +349,30 @@ class Kube:
         raise ApiException(status=404, reason="the API server serves no PodDisruptionBudgets")
 
     def patch_status_returning(
-        self, namespace: str, name: str, status: Mapping[str, Any]
+        self,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
     ) -> dict[str, Any]:
-        """Merge-patch the status and return the updated object."""
+        """Merge-patch the status and return the updated object.
+
+        With ``resource_version`` the patch is conditional: the API server answers
+        409 Conflict if the object changed since that version was read.
+        """
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
         obj: dict[str, Any] = self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, "streamtopologies", name, {"status": dict(status)}
+            GROUP, VERSION, namespace, "streamtopologies", name, body
+        )
+        return obj
+
+    def get_topology(self, namespace: str, name: str) -> dict[str, Any]:
+        """The StreamTopology as the API server holds it now."""
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "streamtopologies", name
         )
         return obj
 

@@ -418,7 +418,7 @@ def build_pdb(owner: Owner, pods: int) -> dict[str, Any]:
     ``minAvailable`` is every task pod, so the eviction API (``kubectl drain``, a
     cluster autoscaler) refuses to evict a Running one; the operator moves the tasks
     off a cordoned node itself, a few at a time with the bound kept
-    (:func:`backstop.controller.supervisor.drain_tick`), and the drain completes as
+    (:func:`backstop.controller.drain.drain_tick`), and the drain completes as
     their old pods go. Pending, terminating and ended pods are evictable anyway (the
     API server ignores budgets for them). An integer ``minAvailable`` needs no scale
     subresource on the owner. The ``apiVersion`` is chosen by

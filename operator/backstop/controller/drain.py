@@ -1,0 +1,106 @@
+"""Moving tasks off cordoned nodes before anything fails (planned maintenance)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from backstop.controller import faults
+from backstop.controller.capacity import step_capacity
+from backstop.controller.tick import Tick, planned_pods, pods_match, reserve_tasks, write_status
+from backstop.domain.constants import LABEL_TASK
+from backstop.domain.planning import per_node_worst
+from backstop.domain.podfaults import DRAIN_HOLD_SECONDS
+from backstop.domain.recovery import ordered, plan_with_worst, usable_nodes
+from backstop.domain.status_types import DrainStatus, PlanStatus, with_changes
+from planners.recovery import fill_leftover, schedule_recovery
+
+DRAIN_BATCH = 3
+"""Tasks moved off a cordoned node per step: a few at a time, never all at once."""
+
+
+def drain_moves(
+    t: Tick, plan: PlanStatus, assignment: Mapping[str, str], cordoned: set[str]
+) -> dict[str, str]:
+    """Up to :data:`DRAIN_BATCH` moves off ``cordoned`` nodes that keep the bound, reserved
+    on the ledger. The cordoned nodes' tasks are treated like failed ones by the recovery
+    planner, so the most valuable queries move first."""
+    movable = ordered(t.graph, [task for task, n in assignment.items() if n in cordoned])
+    ready = [n for n in usable_nodes(t.model, t.nodes) if n not in cordoned]
+    moved: dict[str, str] = {}
+    with t.ledger.booking() as booking:
+        cap = t.model.recovery.utilization_cap
+        capacity = step_capacity(booking, t.nodes, ready, t.model, cap=cap)
+        step = schedule_recovery(
+            t.graph, movable, capacity, algorithm=t.model.recovery.algorithm, time_limit=1.0
+        )
+        step = fill_leftover(t.graph, movable, capacity, step)
+        for task in sorted(step.recover, key=movable.index):
+            trial = {**assignment, **moved, task: step.recover[task]}
+            worst = max(per_node_worst(t.graph, plan.backups, trial).values(), default=0.0)
+            if worst <= t.model.planning_bound + 1e-9:
+                moved[task] = step.recover[task]
+            if len(moved) == DRAIN_BATCH:
+                break
+        if moved:
+            reserve_tasks(booking, t, plan, {**assignment, **moved}, moved)
+    return moved
+
+
+def _settled(
+    indexed: list[Mapping[str, Any]], assignment: Mapping[str, str], cordoned: set[str]
+) -> bool:
+    """Every pod runs, except those evicted onto their cordoned node (they wait there)."""
+    for b in indexed:
+        task = ((b.get("metadata") or {}).get("labels") or {}).get(LABEL_TASK, "")
+        if (b.get("status") or {}).get("phase") != "Running" and assignment.get(
+            task
+        ) not in cordoned:
+            return False
+    return True
+
+
+def drain_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> bool:
+    """Move a batch of tasks off cordoned nodes; whether anything was written.
+
+    Runs only when no recovery session or restore is active and every pod matches
+    the recorded plan and runs (the previous batch has landed). The new
+    assignment is recorded before any pod moves; converge then moves the pods
+    (graceful delete, recreate on the new node after :data:`DRAIN_HOLD_SECONDS`).
+    """
+    plan = t.status.plan
+    if plan is None or not plan.recorded_for(t.generation) or t.status.recovering():
+        return False
+    if t.status.restore_or_empty.active:
+        return False
+    assignment = dict(plan.assignment or {})
+    cordoned = {n for n in set(assignment.values()) if n in t.nodes and t.nodes[n].cordoned}
+    if not cordoned or not pods_match(planned_pods(t, plan), indexed):
+        return False  # nothing to drain, or the previous batch is still moving
+    if not _settled(indexed, assignment, cordoned):
+        return False  # ... or still starting
+    moved = drain_moves(t, plan, assignment, cordoned)
+    if not moved:
+        return False
+    assignment.update(moved)
+    new_plan = plan_with_worst(t.graph, plan, assignment, t.model.planning_bound)
+    left = [task for task, n in assignment.items() if n in cordoned]
+    drain = DrainStatus(
+        nodes=sorted(cordoned),
+        moved=len(moved),
+        remaining=len(left),
+        moving=sorted(moved),
+        hold_until=round(time.time() + DRAIN_HOLD_SECONDS, 3),
+    )
+    if not write_status(t, with_changes(t.status, plan=new_plan, drain=drain)):
+        return False
+    faults.point("after-status")
+    t.emit(
+        "NodeDraining",
+        f"cordoned {', '.join(sorted(cordoned))}: moving "
+        + ", ".join(f"{task}->{node}" for task, node in moved.items())
+        + f"; {len(left)} tasks left there",
+        False,
+    )
+    return True

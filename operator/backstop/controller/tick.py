@@ -1,0 +1,185 @@
+"""What one supervision round of a topology works with, and its one way to write status.
+
+Every writer of the supervisor (recovery, drain, restore, conditions) computes a new
+typed status from the one it read and calls :func:`write_status`: the merge patch
+(:func:`backstop.domain.status_types.status_patch`) goes out with the
+``resourceVersion`` the status was read at, so a write computed from a stale status
+fails with 409 instead of undoing someone else's write. On a conflict the tick
+re-reads the object and the caller decides again from what is there now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from backstop.controller.capacity import reserve
+from backstop.controller.memo import TopologyMemo
+from backstop.domain.conditions import merge_conditions
+from backstop.domain.constants import ANN_HASH, LABEL_TASK
+from backstop.domain.incidents import NodeInfo
+from backstop.domain.podfaults import is_terminal
+from backstop.domain.spec import StreamTopologySpec
+from backstop.domain.status import PodState, derive_conditions, pod_failure
+from backstop.domain.status_types import (
+    Condition,
+    PlanStatus,
+    TopologyStatus,
+    parse_status,
+    status_patch,
+    with_changes,
+)
+from backstop.k8s.kubeio import Kube
+from backstop.k8s.ledger import Booking, CapacityLedger
+from backstop.k8s.manifests import Owner, desired_pods
+from planners import TaskGraph
+
+Emit = Callable[[str, str, bool], None]
+"""``emit(reason, message, warning)`` posts an Event on the topology."""
+
+
+@dataclass
+class Tick:
+    """Everything one supervision round works with."""
+
+    kube: Kube
+    owner: Owner
+    model: StreamTopologySpec
+    graph: TaskGraph
+    generation: int
+    """The generation whose plan the pods follow (the last good one while an edit is
+    rejected, see ``fallback``)."""
+    status: TopologyStatus
+    nodes: dict[str, NodeInfo]
+    emit: Emit
+    ledger: CapacityLedger
+    """The process's capacity ledger: every step plans on it and reserves before writing."""
+    memory: TopologyMemo = field(default_factory=TopologyMemo)
+    """The topology's memory between ticks (Kopf's per-object memo)."""
+    resource_version: str | None = None
+    """The resourceVersion ``status`` was read at (the precondition of every write)."""
+    fallback: bool = False
+    """The current spec is invalid or infeasible: supervising the last good plan."""
+    observed: int | None = None
+    """The object's current generation (differs from ``generation`` in fallback)."""
+
+    def adopt(self, obj: Mapping[str, Any]) -> None:
+        """Take the status and resourceVersion of an object the API server returned."""
+        raw = dict(obj.get("status") or {})
+        self.status = parse_status(raw).status
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        self.resource_version = rv
+        if rv is not None:
+            self.memory.written = (int(rv), raw)
+
+    def refresh(self) -> None:
+        """Re-read the topology (after a conflict, or before acting on a superseded plan)."""
+        self.adopt(self.kube.get_topology(self.owner.namespace, self.owner.name))
+
+
+def write_status(t: Tick, new: TopologyStatus) -> bool:
+    """Write ``new`` over ``t.status`` (merge patch, resourceVersion precondition).
+
+    Returns ``False`` (after re-reading the object) when the object changed since
+    ``t.status`` was read: the caller's decision is void and must be made again.
+    """
+    patch = status_patch(t.status, new)
+    if not patch:
+        return True
+    try:
+        obj = t.kube.patch_status_returning(
+            t.owner.namespace, t.owner.name, patch, resource_version=t.resource_version
+        )
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        t.refresh()
+        return False
+    t.adopt(obj)
+    return True
+
+
+def with_conditions(t: Tick, new: TopologyStatus, pods: Iterable[PodState]) -> TopologyStatus:
+    """``new`` with every condition derived again from it and the pods."""
+    derived = derive_conditions(t.observed or t.generation, new.dump(), pods)
+    merged = merge_conditions([c.dump() for c in new.conditions], derived)
+    return with_changes(new, conditions=[Condition.model_validate(c) for c in merged])
+
+
+def planned_pods(t: Tick, plan: PlanStatus) -> dict[str, dict[str, Any]]:
+    """The pods a recorded plan (``status.plan``) asks for: one builder for converging
+    to it and for checking that a restore step has landed."""
+    return desired_pods(
+        t.owner,
+        t.model,
+        t.graph,
+        frozenset(plan.backups),
+        plan.assignment or {},
+        plan.replicas,
+        plan.epochs,
+    )
+
+
+def pods_match(desired: Mapping[str, Mapping[str, Any]], bodies: list[Mapping[str, Any]]) -> bool:
+    """Whether the indexed pods are exactly the desired ones (same hash, none deleting
+    and none ended: a Failed or evicted pod is replaced)."""
+    have: dict[str, str | None] = {}
+    for b in bodies:
+        meta = b.get("metadata") or {}
+        if meta.get("deletionTimestamp") or is_terminal(b):
+            return False
+        have[meta["name"]] = (meta.get("annotations") or {}).get(ANN_HASH)
+    if set(have) != set(desired):
+        return False
+    return all(have[name] == m["metadata"]["annotations"][ANN_HASH] for name, m in desired.items())
+
+
+def reserve_tasks(
+    booking: Booking,
+    t: Tick,
+    plan: PlanStatus,
+    assignment: Mapping[str, str],
+    tasks: Collection[str],
+) -> None:
+    """Reserve the pods of ``tasks`` where ``assignment`` puts them (before the status write)."""
+    pods = planned_pods(t, plan.model_copy(update={"assignment": dict(assignment)}))
+    mine = {n: m for n, m in pods.items() if m["metadata"]["labels"].get(LABEL_TASK) in tasks}
+    reserve(booking, t.owner, mine, t.nodes)
+
+
+def pod_states(bodies: list[Mapping[str, Any]]) -> list[PodState]:
+    """:class:`PodState` of indexed pod bodies."""
+    out = []
+    for b in bodies:
+        meta = b.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        out.append(
+            PodState(
+                name=meta["name"],
+                task=labels.get("streams.backstop.dev/task", ""),
+                role=labels.get("streams.backstop.dev/role", "primary"),
+                phase=(b.get("status") or {}).get("phase"),
+                node=(b.get("spec") or {}).get("nodeName"),
+                deleting=meta.get("deletionTimestamp") is not None,
+                failure=pod_failure(b.get("status")),
+            )
+        )
+    return out
+
+
+def running_primaries(bodies: list[Mapping[str, Any]]) -> dict[str, str]:
+    """``{task: node}`` of the primary pods in phase Running."""
+    out: dict[str, str] = {}
+    for b in bodies:
+        labels = (b.get("metadata") or {}).get("labels") or {}
+        node = (b.get("spec") or {}).get("nodeName")
+        if (
+            (b.get("status") or {}).get("phase") == "Running"
+            and labels.get("streams.backstop.dev/role") == "primary"
+            and node
+        ):
+            out[labels.get("streams.backstop.dev/task", "")] = node
+    return out
