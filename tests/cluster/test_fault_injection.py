@@ -48,15 +48,7 @@ from tests.support.kubetools import (
 pytestmark = pytest.mark.cluster
 BOUND = 10.0
 RECONCILE_POINTS = ["after-status", "mid-pod-batch"]
-RECOVERY_POINTS = ["after-recoveryplan", "after-configmap", "mid-pod-batch"]
-AWAITING_ITEM_5 = {"recovery": ["after-status"], "restore": ["after-replan"]}
-"""Cases that FAIL on main as of this commit, not collected until issue 12 item 5 is fixed
-(the recovery state machine of branch ``statemachine``, with which both pass): after a
-crash right after a recovery step's (or a restore step's) status write, nothing writes
-that step's RecoveryPlan again, and the next tick's phase update of it answers 404 on every
-tick, so the topology never turns Ready (the restore never finishes). Add ``after-status``
-to :data:`RECOVERY_POINTS` and collect :func:`restore_case` as
-``test_fault_injection_during_restore_converges[after-replan]`` when that lands."""
+RECOVERY_POINTS = ["after-status", "after-recoveryplan", "after-configmap", "mid-pod-batch"]
 
 
 @pytest.fixture(scope="module")
@@ -369,9 +361,13 @@ def chains(name: str, pool: str) -> dict[str, Any]:
 
 
 CHAINS_BOUND = 2.5
+RESTORE_POINTS = ["after-replan"]
 
 
-def restore_case(env: Env, pool: Pool, tmp_path: Path, point: str) -> None:
+@pytest.mark.parametrize("point", RESTORE_POINTS)
+def test_fault_injection_during_restore_converges(
+    env: Env, pool: Pool, tmp_path: Path, point: str
+) -> None:
     """The re-plan after a recovery that broke the bound: a crash after the restore is
     recorded (and its first step's assignment with it) loses neither its RecoveryPlans
     nor its later steps."""
