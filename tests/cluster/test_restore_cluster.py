@@ -32,7 +32,7 @@ from tests.support.kubetools import ROOT, Env, condition, node_ready, topology_e
 pytestmark = pytest.mark.cluster
 
 SUPERVISION_PERIOD = 1.0
-"""The supervisor's tick (``handlers._supervise``): a capacity change is seen within it."""
+"""The supervisor's tick (``daemon._supervise``): a capacity change is seen within it."""
 PLANNING_ALLOWANCE = 10.0
 """Generous wall-clock room for one restore plan on a loaded 2-core machine (its budget is work)."""
 MOVE_ALLOWANCE = 15.0

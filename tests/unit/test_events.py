@@ -61,7 +61,7 @@ def test_fault10_after_the_window_the_event_comes_again_with_the_count(held: int
 def test_fault10_no_handler_asks_kopf_for_a_finalizer() -> None:
     """Kopf adds its finalizer when a handler requires one (its daemons always do); none
     does here, so deleting a topology never waits for the operator."""
-    assert handlers.supervise is not None  # importing the handlers registers them
+    assert handlers.reconcile is not None  # importing the handlers registers them (and the daemons)
     registry = kopf.get_default_registry()
     handlers_ = [*registry._spawning.get_all_handlers(), *registry._changing.get_all_handlers()]
     assert handlers_, "the operator's handlers are registered"

@@ -106,7 +106,7 @@ def test_fault01_parsed_spec_lives_in_the_objects_memo_and_only_for_its_generati
     """Kopf keys ``memo`` by the object's uid: a re-created topology (generation 1 again)
     gets a fresh memo, so the deleted object's spec can never be served to it."""
     from backstop.controller import memo as topology_memo
-    from backstop.controller.handlers import _model
+    from backstop.controller.daemon import _model
 
     old, new = topology_memo.TopologyMemo(), topology_memo.TopologyMemo()
     parsed_old = _model(old, 1, _spec("old:1", "a"))

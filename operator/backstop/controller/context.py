@@ -7,6 +7,7 @@ import this module (and not each other's internals), so there is no import cycle
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import kopf
 
@@ -14,6 +15,7 @@ from backstop.controller import faults
 from backstop.controller import settings as config
 from backstop.domain.constants import EVENT_REASONS
 from backstop.domain.events import EventFilter
+from backstop.domain.incidents import NodeInfo
 from backstop.k8s.cluster import api_client
 from backstop.k8s.kubeio import Kube
 
@@ -61,3 +63,8 @@ def post_event(body: kopf.Body, reason: str, message: str, *, warning: bool = Fa
     text = _events.admit((uid, reason, message), time.monotonic())
     if text is not None:
         (kopf.warn if warning else kopf.info)(body, reason=reason, message=text)
+
+
+def node_snapshot(index: Any) -> dict[str, NodeInfo]:
+    """A snapshot of Kopf's node index (``{name: NodeInfo}``), for one handler run or tick."""
+    return {n: info for n, infos in list(index.items()) for info in infos}

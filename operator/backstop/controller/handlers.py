@@ -12,40 +12,34 @@ with ``kopf.TemporaryError``.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from backstop.controller import faults, kopf_config
+from backstop.controller import daemon, faults, kopf_config
 from backstop.controller import memo as topology_memo
 from backstop.controller import settings as config
 from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve
-from backstop.controller.context import gone, kube, post_event
+from backstop.controller.context import kube, node_snapshot, post_event
 from backstop.controller.fencing import publish_epochs
-from backstop.controller.supervisor import supervise_once
-from backstop.controller.tick import Tick
 from backstop.domain.constants import ANN_APPLIED, GROUP, LABEL_TOPOLOGY, PLURAL, VERSION
 from backstop.domain.fencing import fenced_tasks
 from backstop.domain.incidents import NodeInfo, node_info
 from backstop.domain.planning import current_assignment, diff_pods, plan_replicas, plan_topology
-from backstop.domain.recovery import last_good_generation
 from backstop.domain.spec import (
     StreamTopologySpec,
     expand,
     parse_spec,
     spec_hash,
     unknown_fields,
-    with_operator_defaults,
 )
 from backstop.domain.status import build_plan_status, conditions_patch, pod_state
 from backstop.domain.status_types import (
     Condition,
     PlanStatus,
     Problem,
-    TopologyStatus,
     parse_status,
     status_patch,
     with_changes,
@@ -59,35 +53,6 @@ from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
 
 log = logging.getLogger("backstop.operator")
 
-HANDLER_WORKERS = 16
-"""Executor threads for handlers and indexes, besides one per running supervise daemon."""
-
-
-class ExecutorSizer:
-    """Counts running sync daemons and sizes Kopf's executor to them plus the handlers."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._daemons = 0
-        self._settings: kopf.OperatorSettings | None = None
-
-    def attach(self, settings: kopf.OperatorSettings) -> None:
-        """Size the executor of this operator run (called by the startup handler)."""
-        with self._lock:
-            self._settings = settings
-        self.add(0)
-
-    def add(self, delta: int) -> None:
-        """Count ``delta`` more running daemons and resize the executor."""
-        with self._lock:
-            self._daemons += delta
-            if self._settings is not None:
-                self._settings.execution.max_workers = HANDLER_WORKERS + self._daemons
-
-
-executor = ExecutorSizer()
-"""The one sizer of this process's Kopf executor."""
-
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
@@ -97,7 +62,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     shared through ``memo`` by the planners of every topology.
     """
     kopf_config.apply_kopf_settings(settings)
-    executor.attach(settings)
+    daemon.executor.attach(settings)
     try:  # read the environment once, now: a bad value stops the operator at startup
         config.settings()
     except ValueError as err:
@@ -151,14 +116,9 @@ def reconcile(
     if recovering and recorded.get("generation") == generation:
         logger.info("a recovery session is running; the supervisor drives the pods")
         return
-    placing = Placing(k, memo.ledger, _nodes(kwargs["node_index"]))
+    placing = Placing(k, memo.ledger, node_snapshot(kwargs["node_index"]))
     with topology_memo.of(memo).lock:
         _reconcile(placing, body, model, graph, owner, generation, recorded, status, patch, logger)
-
-
-def _nodes(index: Any) -> dict[str, NodeInfo]:
-    """A snapshot of Kopf's node index (``{name: NodeInfo}``)."""
-    return {n: info for n, infos in list(index.items()) for info in infos}
 
 
 def _warn_unknown_fields(body: kopf.Body, meta: kopf.Meta) -> None:
@@ -296,18 +256,8 @@ def _plan(
             plan = plan_topology(
                 model, graph, nodes, current=current_assignment(view.own_pods), recorded=kept
             )
-        except Infeasible as err:
-            problem = _problem(body, generation, "Infeasible", f"infeasible: {err}")
-            _record(k, namespace, name, generation, status, problem=problem)
-            if err.smallest_bound is not None:
-                return None  # the bound itself is impossible: no retry can help
-            # no usable node (yet), or too few: nodes come and go, so retry
-            raise kopf.TemporaryError(f"infeasible on the current nodes: {err}", delay=15) from None
         except PlannerError as err:
-            problem = _problem(body, generation, "Infeasible", str(err))
-            _record(k, namespace, name, generation, status, problem=problem)
-            if not nodes:  # no usable node (yet): nodes come and go, so retry
-                raise kopf.TemporaryError(f"no usable nodes: {err}", delay=15) from None
+            _planning_failed(k, body, owner, generation, status, err, has_nodes=bool(nodes))
             return None
         replicas, availability = plan_replicas(model, graph, plan.placement.assignment, nodes)
         plan_status = build_plan_status(
@@ -333,6 +283,32 @@ def _plan(
         raise
     faults.point("after-status")
     return plan_status, plan.moved
+
+
+def _planning_failed(
+    k: Kube,
+    body: kopf.Body,
+    owner: Owner,
+    generation: int,
+    status: kopf.Status,
+    err: PlannerError,
+    *,
+    has_nodes: bool,
+) -> None:
+    """Record why planning failed; raise ``kopf.TemporaryError`` when nodes may fix it.
+
+    A bound that no placement can keep (:attr:`Infeasible.smallest_bound` set) or a
+    planner refusal on usable nodes is permanent; no usable node (yet), or too few, is
+    temporary: nodes come and go, so the reconcile is retried.
+    """
+    infeasible = isinstance(err, Infeasible)
+    message = f"infeasible: {err}" if infeasible else str(err)
+    problem = _problem(body, generation, "Infeasible", message)
+    _record(k, owner.namespace, owner.name, generation, status, problem=problem)
+    if isinstance(err, Infeasible) and err.smallest_bound is None:
+        raise kopf.TemporaryError(f"infeasible on the current nodes: {err}", delay=15) from None
+    if not infeasible and not has_nodes:
+        raise kopf.TemporaryError(f"no usable nodes: {err}", delay=15) from None
 
 
 def _record(
@@ -377,152 +353,6 @@ def node_index(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
     return {name: node_info(body)}
 
 
-def _model(
-    mem: topology_memo.TopologyMemo,
-    generation: int,
-    spec: Mapping[str, Any],
-    keep: Collection[int] = (),
-) -> tuple[StreamTopologySpec, TaskGraph] | None:
-    if generation not in mem.parsed:
-        try:
-            model = parse_spec(dict(spec))
-        except InvalidTopology:
-            return None
-        cfg = config.settings()
-        model = with_operator_defaults(
-            model,
-            dict(spec),
-            grace_period_seconds=cfg.grace_period_seconds,
-            utilization_cap=cfg.utilization_cap,
-        )
-        # only the current generation (and the last good one, ``keep``) is asked for again
-        mem.parsed = {g: v for g, v in mem.parsed.items() if g in keep}
-        mem.parsed[generation] = (model, expand(model))
-    return mem.parsed[generation]
-
-
-def _fresh_status(
-    mem: topology_memo.TopologyMemo, meta: kopf.Meta, status: kopf.Status
-) -> tuple[dict[str, Any], str | None]:
-    """The newest status we know and its resourceVersion: the watched one, or what we
-    wrote if that is newer (the watch may lag behind our own writes)."""
-    seen = meta.get("resourceVersion")
-    rv, written = mem.written
-    if rv > int(seen or 0):
-        return dict(written), str(rv)
-    return dict(status), seen
-
-
-def _target(
-    mem: topology_memo.TopologyMemo, generation: int, spec: Mapping[str, Any], st: TopologyStatus
-) -> tuple[StreamTopologySpec, TaskGraph, int, bool] | None:
-    """The spec the pods follow: the current one, or while an edit is rejected (invalid,
-    or a problem recorded for it) the last good plan's (``status.plan.spec``).
-
-    Returns (model, graph, generation, fallback), or ``None`` when there is neither.
-    """
-    followed = last_good_generation(st, generation)
-    keep = {generation} | ({followed} if followed is not None else set())
-    parsed = _model(mem, generation, spec, keep)
-    rejected = st.problem is not None and st.problem.generation == generation
-    if (parsed is None or rejected) and followed is not None and st.plan and st.plan.spec:
-        good = _model(mem, followed, st.plan.spec, keep)
-        if good is not None:
-            return good[0], good[1], followed, True
-    return None if parsed is None else (parsed[0], parsed[1], generation, False)
-
-
-@kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=1.0, cancellation_timeout=5.0)
-def supervise(**kwargs: Any) -> None:
-    """Supervise one topology (:func:`_supervise`) in a thread of Kopf's executor.
-
-    A sync daemon holds its thread for the topology's lifetime, so the executor
-    grows by one while it runs: handlers and indexes always keep
-    :data:`HANDLER_WORKERS` threads (with a fixed pool, 16 topologies would
-    starve every reconcile and index update).
-    """
-    executor.add(+1)
-    try:
-        _supervise(**kwargs)
-    finally:
-        executor.add(-1)
-        # the topology is gone (or the operator stops): its capacity holds go with it
-        kwargs["memo"].ledger.release(f"{kwargs['namespace']}/{kwargs['name']}")
-
-
-def _supervise(
-    name: str,
-    namespace: str | None,
-    meta: kopf.Meta,
-    spec: kopf.Spec,
-    status: kopf.Status,
-    body: kopf.Body,
-    stopped: kopf.DaemonStopped,
-    logger: logging.Logger | logging.LoggerAdapter[Any],
-    **kwargs: Any,
-) -> None:
-    """Supervise one topology: node-loss recovery, pod convergence, derived conditions.
-
-    About once a second: detect lost/returned/new Ready nodes from the node
-    index and advance the recovery session (recorded in the status before any
-    pod is touched), drain cordoned nodes, restore a broken bound when capacity
-    allows (:mod:`backstop.controller.restore`), converge the pods to the recorded plan,
-    and rewrite the conditions when they change. Quiet unless something happens.
-    """
-    assert namespace is not None
-    pods_index: kopf.Index[tuple[str | None, str], Any] = kwargs["pods_by_topology"]
-    nodes_index: kopf.Index[str, NodeInfo] = kwargs["node_index"]
-    k = kube()
-    mem = topology_memo.of(kwargs["memo"])
-
-    def emit(reason: str, message: str, warning: bool) -> None:
-        post_event(body, reason, message, warning=warning)
-
-    while not stopped and not gone(kwargs["topologies"], namespace, name, meta["uid"]):
-        generation = int(meta.get("generation", 1))
-        current, rv = _fresh_status(mem, meta, status)
-        typed = parse_status(current).status
-        target = _target(mem, generation, spec, typed)
-        try:
-            if target is not None:
-                model, graph, followed, fallback = target
-                tick = Tick(
-                    kube=k,
-                    owner=Owner(name=name, namespace=namespace, uid=meta["uid"]),
-                    model=model,
-                    graph=graph,
-                    generation=followed,
-                    status=typed,
-                    nodes=_nodes(nodes_index),
-                    emit=emit,
-                    ledger=kwargs["memo"].ledger,
-                    memory=mem,
-                    resource_version=rv,
-                    fallback=fallback,
-                    observed=generation,
-                )
-                with mem.lock:
-                    deleted, created = supervise_once(
-                        tick, lambda: list(pods_index.get((namespace, name), []))
-                    )
-                if deleted or created:
-                    logger.info("pods: %d deleted, %d created", deleted, created)
-        except ApiException as err:
-            if err.status == 404 and k.topology_gone(namespace, name):
-                return
-            logger.warning(
-                "supervision of %s/%s: %s %s %s",
-                namespace,
-                name,
-                err.status,
-                err.reason,
-                (err.body or "")[:300],
-            )
-        except PlannerError as err:
-            logger.warning("recovery planning failed: %s", err)
-        stopped.wait(1.0)
-
-
 @kopf.on.update(GROUP, VERSION, PLURAL, field=("metadata", "annotations", ANN_APPLIED))
 def apply_reoptimized(new: Any, **kwargs: Any) -> None:
     """Run the ordinary reconcile when a re-optimized plan was written to the status.
@@ -535,7 +365,7 @@ def apply_reoptimized(new: Any, **kwargs: Any) -> None:
         reconcile(**kwargs)
 
 
-# registers the re-optimization daemon (after this module's handlers, as before)
+# registers the re-optimization daemon (after this module's handlers and the supervise daemon)
 from backstop.controller import handlers_reopt  # noqa: E402,F401
 
 kopf_config.daemons_without_finalizer(kopf.get_default_registry())

@@ -28,6 +28,7 @@ import logging
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,13 @@ from backstop.controller import settings as config
 from backstop.domain.conditions import merge_patch, now_rfc3339
 from backstop.domain.constants import ANN_APPLIED, GROUP, PLURAL, VERSION
 from backstop.domain.recommend import should_apply
-from backstop.domain.spec import ApplyMode, ReoptimizationPolicy, parse_spec, spec_hash
+from backstop.domain.spec import (
+    ApplyMode,
+    ReoptimizationPolicy,
+    StreamTopologySpec,
+    parse_spec,
+    spec_hash,
+)
 from planners import InvalidTopology
 
 log = logging.getLogger("backstop.reoptimize")
@@ -232,12 +239,9 @@ async def reoptimize_once(
     k = context.kube()
     view = await asyncio.to_thread(k.view, namespace, name, model.topology_key, model.node_selector)
     nodes = [{"name": n.name, "cpu": n.cpu, "domain": n.domain} for n in view.nodes]
-    manifest = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "StreamTopology",
-        "metadata": {"name": name, "namespace": namespace, "generation": generation},
-        "spec": dict(spec),
-    }
+    meta_ = {"name": name, "namespace": namespace, "generation": generation}
+    manifest = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamTopology", "metadata": meta_,
+                "spec": dict(spec)}  # fmt: skip
     _record(namespace, name, {"reoptimization": {**state, "running": True,
                                                  "startedAt": base["lastRun"]}})  # fmt: skip
     started = datetime.now(UTC)
@@ -256,20 +260,32 @@ async def reoptimize_once(
     if rec["result"] != "Recommended":
         _record(namespace, name, {"reoptimization": result})
         return
-    gain = float(rec["improvement"])
-    if policy.apply is ApplyMode.suggest:
-        result["result"] = "Suggested"
-    elif model.replication is not None:
-        result.update(result="Suggested", message="apply: auto does not support replication yet; "
-                      + result["message"])  # fmt: skip
-    elif not should_apply(gain, policy.min_improvement):
-        result.update(result="BelowThreshold", message=f"gain {gain:.3f} < minImprovement "
-                      f"{policy.min_improvement:g}: kept the current plan")  # fmt: skip
-    else:
+    settled = _settle(model, policy, rec, result)
+    if settled is None:
         await _apply(body, namespace, name, generation, plan, rec, result)
         return
-    _record(namespace, name, {"reoptimization": result})
-    context.post_event(body, "Reoptimized", f"{result['result']}: {rec['message']}")
+    _record(namespace, name, {"reoptimization": settled})
+    context.post_event(body, "Reoptimized", f"{settled['result']}: {rec['message']}")
+
+
+def _settle(
+    model: StreamTopologySpec,
+    policy: ReoptimizationPolicy,
+    rec: Mapping[str, Any],
+    result: dict[str, Any],
+) -> dict[str, Any] | None:
+    """What to record for a recommendation the job made; ``None`` when it is to be
+    applied now (``apply: auto``, no replication, and a gain over ``minImprovement``)."""
+    gain = float(rec["improvement"])
+    if policy.apply is ApplyMode.suggest:
+        return {**result, "result": "Suggested"}
+    if model.replication is not None:
+        return {**result, "result": "Suggested", "message": "apply: auto does not support "
+                "replication yet; " + result["message"]}  # fmt: skip
+    if not should_apply(gain, policy.min_improvement):
+        return {**result, "result": "BelowThreshold", "message": f"gain {gain:.3f} < "
+                f"minImprovement {policy.min_improvement:g}: kept the current plan"}  # fmt: skip
+    return None
 
 
 async def _apply(

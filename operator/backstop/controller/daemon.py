@@ -1,0 +1,223 @@
+"""The supervise daemon: one loop per topology, about once a second, applying the
+recovery state machine's decisions (:func:`backstop.controller.supervisor.supervise_once`).
+
+Apart from :mod:`backstop.controller.handlers` (the reconcile of spec changes) because
+the two run on different triggers: the reconcile on events of the object, this loop on
+time and on the node and pod indexes. Both take the topology's lock in its Kopf memo
+(:mod:`backstop.controller.memo`), so they never interleave.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from backstop.controller import memo as topology_memo
+from backstop.controller import settings as config
+from backstop.controller.context import gone, kube, node_snapshot, post_event
+from backstop.controller.supervisor import supervise_once
+from backstop.controller.tick import Tick
+from backstop.domain.constants import GROUP, PLURAL, VERSION
+from backstop.domain.recovery import last_good_generation
+from backstop.domain.spec import StreamTopologySpec, expand, parse_spec, with_operator_defaults
+from backstop.domain.status_types import TopologyStatus, parse_status
+from backstop.k8s.kubeio import Kube
+from backstop.k8s.manifests import Owner
+from planners import InvalidTopology, PlannerError, TaskGraph
+
+HANDLER_WORKERS = 16
+"""Executor threads for handlers and indexes, besides one per running supervise daemon."""
+
+
+class ExecutorSizer:
+    """Counts running sync daemons and sizes Kopf's executor to them plus the handlers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._daemons = 0
+        self._settings: kopf.OperatorSettings | None = None
+
+    def attach(self, settings: kopf.OperatorSettings) -> None:
+        """Size the executor of this operator run (called by the startup handler)."""
+        with self._lock:
+            self._settings = settings
+        self.add(0)
+
+    def add(self, delta: int) -> None:
+        """Count ``delta`` more running daemons and resize the executor."""
+        with self._lock:
+            self._daemons += delta
+            if self._settings is not None:
+                self._settings.execution.max_workers = HANDLER_WORKERS + self._daemons
+
+
+executor = ExecutorSizer()
+"""The one sizer of this process's Kopf executor."""
+
+
+def _model(
+    mem: topology_memo.TopologyMemo,
+    generation: int,
+    spec: Mapping[str, Any],
+    keep: Collection[int] = (),
+) -> tuple[StreamTopologySpec, TaskGraph] | None:
+    if generation not in mem.parsed:
+        try:
+            model = parse_spec(dict(spec))
+        except InvalidTopology:
+            return None
+        cfg = config.settings()
+        model = with_operator_defaults(
+            model,
+            dict(spec),
+            grace_period_seconds=cfg.grace_period_seconds,
+            utilization_cap=cfg.utilization_cap,
+        )
+        # only the current generation (and the last good one, ``keep``) is asked for again
+        mem.parsed = {g: v for g, v in mem.parsed.items() if g in keep}
+        mem.parsed[generation] = (model, expand(model))
+    return mem.parsed[generation]
+
+
+def _fresh_status(
+    mem: topology_memo.TopologyMemo, meta: kopf.Meta, status: kopf.Status
+) -> tuple[dict[str, Any], str | None]:
+    """The newest status we know and its resourceVersion: the watched one, or what we
+    wrote if that is newer (the watch may lag behind our own writes)."""
+    seen = meta.get("resourceVersion")
+    rv, written = mem.written
+    if rv > int(seen or 0):
+        return dict(written), str(rv)
+    return dict(status), seen
+
+
+def _target(
+    mem: topology_memo.TopologyMemo, generation: int, spec: Mapping[str, Any], st: TopologyStatus
+) -> tuple[StreamTopologySpec, TaskGraph, int, bool] | None:
+    """The spec the pods follow: the current one, or while an edit is rejected (invalid,
+    or a problem recorded for it) the last good plan's (``status.plan.spec``).
+
+    Returns (model, graph, generation, fallback), or ``None`` when there is neither.
+    """
+    followed = last_good_generation(st, generation)
+    keep = {generation} | ({followed} if followed is not None else set())
+    parsed = _model(mem, generation, spec, keep)
+    rejected = st.problem is not None and st.problem.generation == generation
+    if (parsed is None or rejected) and followed is not None and st.plan and st.plan.spec:
+        good = _model(mem, followed, st.plan.spec, keep)
+        if good is not None:
+            return good[0], good[1], followed, True
+    return None if parsed is None else (parsed[0], parsed[1], generation, False)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=1.0, cancellation_timeout=5.0)
+def supervise(**kwargs: Any) -> None:
+    """Supervise one topology (:func:`_supervise`) in a thread of Kopf's executor.
+
+    A sync daemon holds its thread for the topology's lifetime, so the executor
+    grows by one while it runs: handlers and indexes always keep
+    :data:`HANDLER_WORKERS` threads (with a fixed pool, 16 topologies would
+    starve every reconcile and index update).
+    """
+    executor.add(+1)
+    try:
+        _supervise(**kwargs)
+    finally:
+        executor.add(-1)
+        # the topology is gone (or the operator stops): its capacity holds go with it
+        kwargs["memo"].ledger.release(f"{kwargs['namespace']}/{kwargs['name']}")
+
+
+def _supervise(
+    name: str,
+    namespace: str | None,
+    meta: kopf.Meta,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    body: kopf.Body,
+    stopped: kopf.DaemonStopped,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    **kwargs: Any,
+) -> None:
+    """Supervise one topology: node-loss recovery, pod convergence, derived conditions.
+
+    About once a second: detect lost/returned/new Ready nodes from the node
+    index and advance the recovery session (recorded in the status before any
+    pod is touched), drain cordoned nodes, restore a broken bound when capacity
+    allows (:mod:`backstop.controller.restore`), converge the pods to the recorded plan,
+    and rewrite the conditions when they change. Quiet unless something happens.
+    """
+    assert namespace is not None
+    pods_index: kopf.Index[tuple[str | None, str], Any] = kwargs["pods_by_topology"]
+    mem = topology_memo.of(kwargs["memo"])
+    k = kube()
+    while not stopped and not gone(kwargs["topologies"], namespace, name, meta["uid"]):
+        try:
+            tick = _tick(k, mem, name, namespace, meta, spec, status, body, kwargs)
+            if tick is not None:
+                with mem.lock:
+                    deleted, created = supervise_once(
+                        tick, lambda: list(pods_index.get((namespace, name), []))
+                    )
+                if deleted or created:
+                    logger.info("pods: %d deleted, %d created", deleted, created)
+        except ApiException as err:
+            if err.status == 404 and k.topology_gone(namespace, name):
+                return
+            logger.warning(
+                "supervision of %s/%s: %s %s %s",
+                namespace,
+                name,
+                err.status,
+                err.reason,
+                (err.body or "")[:300],
+            )
+        except PlannerError as err:
+            logger.warning("recovery planning failed: %s", err)
+        stopped.wait(1.0)
+
+
+def _tick(
+    k: Kube,
+    mem: topology_memo.TopologyMemo,
+    name: str,
+    namespace: str,
+    meta: kopf.Meta,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    body: kopf.Body,
+    kwargs: Mapping[str, Any],
+) -> Tick | None:
+    """This round's :class:`~backstop.controller.tick.Tick`: the newest status we know, the
+    spec the pods follow, the node index; ``None`` while there is no spec to follow."""
+    generation = int(meta.get("generation", 1))
+    current, rv = _fresh_status(mem, meta, status)
+    typed = parse_status(current).status
+    target = _target(mem, generation, spec, typed)
+    if target is None:
+        return None
+    model, graph, followed, fallback = target
+
+    def emit(reason: str, message: str, warning: bool) -> None:
+        post_event(body, reason, message, warning=warning)
+
+    return Tick(
+        kube=k,
+        owner=Owner(name=name, namespace=namespace, uid=meta["uid"]),
+        model=model,
+        graph=graph,
+        generation=followed,
+        status=typed,
+        nodes=node_snapshot(kwargs["node_index"]),
+        emit=emit,
+        ledger=kwargs["memo"].ledger,
+        memory=mem,
+        resource_version=rv,
+        fallback=fallback,
+        observed=generation,
+    )
