@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
@@ -76,6 +77,19 @@ def test_no_operator_module_is_over_550_lines() -> None:
         for p in PACKAGE.rglob("*.py")
         if (n := len(p.read_text().splitlines())) > 550
     }
+    assert long == {}
+
+
+def test_controller_functions_stay_short() -> None:
+    """The controller reads, decides (in the pure domain) and writes: a function of the
+    Kopf layer over 60 lines is doing the domain's work or several jobs at once."""
+    long = {}
+    for p in (PACKAGE / "controller").rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno is not None
+                if (n := node.end_lineno - node.lineno + 1) > 60:
+                    long[f"{p.relative_to(PACKAGE)}:{node.name}"] = n
     assert long == {}
 
 

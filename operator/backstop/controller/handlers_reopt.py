@@ -203,6 +203,28 @@ async def reoptimizer(
         await asyncio.sleep(config.settings().reopt_tick_seconds)
 
 
+def _due_now(
+    spec: kopf.Spec, status: kopf.Status, generation: int
+) -> tuple[StreamTopologySpec, str] | None:
+    """The parsed spec and why a run is due now, or ``None``: no policy, an invalid spec
+    (the reconcile reports it), not due, this generation not planned yet, or a recovery
+    running (never re-plan during one)."""
+    if not spec.get("reoptimization"):
+        return None
+    try:
+        model = parse_spec(dict(spec))
+    except InvalidTopology:
+        return None
+    assert model.reoptimization is not None
+    reason = due(model.reoptimization, dict(status.get("reoptimization") or {}))
+    plan = status.get("plan") or {}
+    if reason is None or plan.get("generation") != generation or status.get("problem"):
+        return None
+    if (status.get("recovery") or {}).get("active"):
+        return None
+    return model, reason
+
+
 async def reoptimize_once(
     body: kopf.Body,
     spec: kopf.Spec,
@@ -214,22 +236,15 @@ async def reoptimize_once(
 ) -> None:
     """Run the re-optimization job when due, record the result, apply it with ``apply: auto``."""
     assert namespace is not None
-    if not spec.get("reoptimization"):
+    generation = int(meta.get("generation", 1))
+    found = _due_now(spec, status, generation)
+    if found is None:
         return
-    try:
-        model = parse_spec(dict(spec))
-    except InvalidTopology:
-        return  # reconcile reports it
+    model, reason = found
     policy = model.reoptimization
     assert policy is not None
     state = dict(status.get("reoptimization") or {})
-    reason = due(policy, state)
-    generation = int(meta.get("generation", 1))
     plan = dict(status.get("plan") or {})
-    if reason is None or plan.get("generation") != generation or status.get("problem"):
-        return  # not due, or the reconcile has not planned this generation yet
-    if (status.get("recovery") or {}).get("active"):
-        return  # never re-plan during a recovery
     base = {"lastRun": now_rfc3339(), "nonce": policy.nonce, "generation": generation,
             "trigger": reason, "applied": False}  # fmt: skip
     if not policy.metrics_path:
