@@ -85,7 +85,8 @@ def task_image(dest: Path) -> Path:
         {
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Entrypoint": ["/bin/sh", "-c", script]},
+            # a numeric non-root user: task pods run with runAsNonRoot (restricted)
+            "config": {"Entrypoint": ["/bin/sh", "-c", script], "User": "65532:65532"},
             "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer_id}"]},
         }
     ).encode()

@@ -338,13 +338,26 @@ def test_cli_json_shape(algorithm: str) -> None:
 
 
 def test_cli_bound_overrides_the_manifest() -> None:
-    result = runner.invoke(app, ["backups", str(SENTIMENT), "--json", "--bound", "2"])
+    restart = load_topology(SENTIMENT).spec.recovery.restart_seconds
+    result = runner.invoke(app, ["backups", str(SENTIMENT), "--json", "--bound", str(restart + 2)])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    assert out["bound"] == 2.0
+    assert out["bound"] == 2.0  # what the planners keep: R minus the pod restart
     assert out["worstRecoveryLatency"] <= 2.0
     graph = expand(load_topology(SENTIMENT).spec)
     assert check_plan(graph, bound=2.0, backups=out["backups"]) == []
+
+
+@pytest.mark.parametrize("command", ["backups", "place"])
+def test_cli_bound_below_the_restart_time_names_both(command: str) -> None:
+    """A --bound no longer than spec.recovery.restartSeconds leaves the planners a negative
+    bound; say so by name (it printed "bound -3s is infeasible" before)."""
+    restart = load_topology(SENTIMENT).spec.recovery.restart_seconds
+    assert restart > 0, "the example models the pod restart"
+    extra = ["--node-cpu", "4"] if command == "place" else []
+    result = runner.invoke(app, [command, str(SENTIMENT), "--bound", str(restart - 1), *extra])
+    assert result.exit_code == 3, result.output
+    assert "--bound" in result.output and "restartSeconds" in result.output
 
 
 def test_cli_table() -> None:

@@ -15,6 +15,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 
+from backstop.domain.spec import StreamTopologySpec
 from planners import Infeasible, InvalidTopology, PlannerError
 
 P = ParamSpec("P")
@@ -51,3 +52,19 @@ def print_json(obj: Any) -> None:
     """Print exactly one JSON object on stdout."""
     json.dump(obj, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
+
+
+def planners_bound(spec: StreamTopologySpec, bound: float | None) -> float:
+    """The bound the planners keep: R (``--bound``, else the manifest's) minus the pod
+    restart time ``spec.recovery.restartSeconds``, since a lost task restarts first and
+    then recovers within H. Exits with a message naming both when R leaves no time."""
+    r = spec.recovery_latency_bound if bound is None else bound
+    c = spec.recovery.restart_seconds
+    if r <= c:
+        source = "--bound" if bound is not None else "spec.recoveryLatencyBound"
+        fail(
+            f"the bound {r:g}s ({source}) must exceed spec.recovery.restartSeconds ({c:g}s): "
+            "a lost task's pod restart alone takes that long",
+            EXIT_INFEASIBLE,
+        )
+    return r - c

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from backstop.cli._output import guarded, print_json
+from backstop.cli._output import guarded, planners_bound, print_json
 from backstop.domain.spec import expand, load_topology
 from planners.backups import BACKUP_ALGORITHMS, plan_backups
 from planners.evaluate import recovery_latencies
@@ -68,8 +68,7 @@ def backups(
 ) -> None:
     topo = load_topology(topology)
     graph = expand(topo.spec)
-    r = topo.spec.recovery_latency_bound if bound is None else bound
-    r -= topo.spec.recovery.restart_seconds  # the planners keep H(F) + restart within R
+    r = planners_bound(topo.spec, bound)  # the planners keep H(F) + restart within R
     plan = plan_backups(graph, r, algorithm=algorithm, time_limit=time_limit)
     if as_json:
         print_json(

@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from backstop.cli._output import guarded, print_json
+from backstop.cli._output import guarded, planners_bound, print_json
 from backstop.domain.planning import DEFAULT_TIME_LIMIT
 from backstop.domain.spec import StreamTopology, expand, load_topology
 from backstop.k8s.nodes import load_nodes
@@ -111,7 +111,7 @@ def compute_plan(
     """Expand a topology and plan it; options left ``None`` come from its spec."""
     spec = topo.spec
     graph = expand(spec)
-    r = (spec.recovery_latency_bound if bound is None else bound) - spec.recovery.restart_seconds
+    r = planners_bound(spec, bound)
     name = algorithm or spec.placement_algorithm
     mode = backups or BackupsOption(spec.backups.value)
     if mode is BackupsOption.all:
