@@ -45,8 +45,12 @@ def cluster() -> Iterator[str]:
     """Path of a kubeconfig for a running local control plane."""
     started = False
     if not _reachable(KUBECONFIG):
+        # Nodes turn NotReady 15 s after their last heartbeat (the script's default is 20 s):
+        # the simulator beats every second and a real kubelet renews its Lease every 10 s,
+        # and every node-loss test waits this long once.
+        env = {**os.environ, "NODE_MONITOR_GRACE": os.environ.get("NODE_MONITOR_GRACE", "15s")}
         proc = subprocess.run(
-            [str(SCRIPT), "up"], capture_output=True, text=True, timeout=1800, check=False
+            [str(SCRIPT), "up"], capture_output=True, text=True, timeout=1800, check=False, env=env
         )
         if proc.returncode != 0 or not _reachable(KUBECONFIG):
             pytest.fail(

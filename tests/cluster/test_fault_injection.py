@@ -273,7 +273,7 @@ def test_fault05_crash_at_a_recovery_write_point_converges(
     pool.wait_ready([spare])
 
     # the armed operator resumes the topology first, then the node's heartbeats stop (it
-    # turns NotReady ~20 s later: the node-lifecycle controller's grace period)
+    # turns NotReady ~15 s later: the node-lifecycle controller's grace period)
     log = tmp_path / "armed.log"
     proc = arm(env, point, log)
     wait_for(lambda: "Handler 'reconcile' succeeded" in log.read_text(), 60, "armed resume")
