@@ -70,6 +70,11 @@ def edit_operators(env: Env, name: str, operators: list[dict[str, Any]]) -> int:
     return int(obj["metadata"]["generation"])
 
 
+def session_exists(env: Env, name: str) -> bool:
+    names = [c.metadata.name for c in env.core.list_namespaced_config_map(env.namespace).items]
+    return f"{name}-recovery" in names
+
+
 def session_doc(env: Env, name: str) -> dict[str, Any]:
     cm = env.core.read_namespaced_config_map(f"{name}-recovery", env.namespace)
     doc: dict[str, Any] = json.loads(cm.data["session.json"])
@@ -188,6 +193,8 @@ def test_fault05_recoveryplan_and_configmap_lost_after_the_status_write_come_bac
     applied = rec.get("appliedStep") == rec["lastStep"]["step"]
     phase = "Applied" if applied else "Issued"
     wait_for(lambda: ((recovery_plan() or {}).get("status") or {}).get("phase") == phase, 30, phase)
+    # the tick writes the RecoveryPlan first, then the ConfigMap: wait for the ConfigMap too
+    wait_for(lambda: session_exists(env, name), 30, "the session ConfigMap")
     doc = session_doc(env, name)
     assert (doc["session"], doc["phase"], doc["step"]) == (rec["session"], "Completed", rec["step"])
 
@@ -221,6 +228,8 @@ def test_fault05_operator_killed_right_after_a_recovery_steps_status_write(
     steps = plans(env, name)
     assert [s["spec"]["step"] for s in steps] == list(range(1, len(steps) + 1))
     assert {s["spec"]["session"] for s in steps} == {obj["status"]["recovery"]["session"]}
+    # the tick writes the RecoveryPlan first, then the ConfigMap: wait for the ConfigMap too
+    wait_for(lambda: session_exists(env, name), 30, "the session ConfigMap")
     doc = session_doc(env, name)
     assert doc["session"] == obj["status"]["recovery"]["session"]
     assert doc["phase"] == "Completed"
