@@ -11,6 +11,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from backstop.controller.settings import ENV_VARS
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import cpu_cores, expand, parse_spec
 from backstop.sim.nodesim import Simulator
@@ -26,6 +27,7 @@ from tests.support.kubetools import (
 )
 
 pytestmark = pytest.mark.cluster
+OPERATOR_GRACE = 12.5  # the operator-wide default (Helm value recovery.gracePeriodSeconds)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +35,13 @@ def env(
     cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_factory: Any
 ) -> Iterator[Env]:
     yield from topology_env(
-        cluster, kube, simulator, tmp_path_factory.mktemp("operator"), node_cpu="4", nodes=6
+        cluster,
+        kube,
+        simulator,
+        tmp_path_factory.mktemp("operator"),
+        node_cpu="4",
+        nodes=6,
+        operator_env={ENV_VARS["grace_period_seconds"]: str(OPERATOR_GRACE)},
     )
 
 
@@ -93,8 +101,17 @@ def _verify_against_evaluator(env: Env, obj: dict[str, Any]) -> None:
 
 
 def test_apply_places_pods_on_planned_nodes_and_reports_ready(env: Env) -> None:
-    env.create(topology_manifest(EXAMPLE, "senti"))
+    doc = topology_manifest(EXAMPLE, "senti")
+    doc["spec"]["recovery"] = {"mode": "incremental"}  # the grace period left to the operator
+    env.create(doc)
     obj = env.wait_condition("senti", "Ready", "True")
+    # field by field: the API server stores no default for the unset field, so the
+    # operator-wide one applies although the topology sets spec.recovery (issue 16)
+    stored = obj["spec"]["recovery"]
+    assert stored["mode"] == "incremental" and stored["restartSeconds"] == 0  # CRD defaults
+    assert "gracePeriodSeconds" not in stored and "utilizationCap" not in stored
+    assert obj["status"]["plan"]["gracePeriodSeconds"] == OPERATOR_GRACE
+    assert obj["status"]["plan"]["utilizationCap"] == 0.8  # neither sets it: the model's
     assert condition(obj, "BoundSatisfied")["status"] == "True"  # type: ignore[index]
     assert condition(obj, "Placed")["status"] == "True"  # type: ignore[index]
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]

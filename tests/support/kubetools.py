@@ -177,6 +177,8 @@ class Env:
     created: list[str] = field(default_factory=list)
     simulator: Simulator | None = None
     pool: str = ""
+    operator_env: dict[str, str] = field(default_factory=dict)
+    """Environment every start of this env's operator gets (operator-wide settings)."""
 
     def cleanup(self) -> None:
         """Delete the topologies a test created and wait for their pods to go."""
@@ -201,7 +203,8 @@ class Env:
     def restart_operator(self, extra_env: dict[str, str] | None = None) -> None:
         if self.proc is not None:
             stop_operator(self.proc)
-        self.proc = start_operator(self.kubeconfig, self.namespace, self.log, extra_env=extra_env)
+        env = {**self.operator_env, **(extra_env or {})}
+        self.proc = start_operator(self.kubeconfig, self.namespace, self.log, extra_env=env)
 
     def get(self, name: str) -> dict[str, Any]:
         obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
@@ -257,8 +260,10 @@ def topology_env(
     *,
     node_cpu: str,
     nodes: int,
+    operator_env: Mapping[str, str] | None = None,
 ) -> Iterator[Env]:
-    """A namespace, fresh simulated nodes and a running operator; all removed afterwards."""
+    """A namespace, fresh simulated nodes and a running operator (``operator_env``: its
+    operator-wide settings); all removed afterwards."""
     install_crds(kube)
     core = client.CoreV1Api(kube)
     ns = f"op-{uuid.uuid4().hex[:6]}"
@@ -272,6 +277,7 @@ def topology_env(
     e = Env(kubeconfig, ns, core, client.CustomObjectsApi(kube), names, tmp / "operator.log")
     e.simulator = simulator
     e.pool = prefix
+    e.operator_env = dict(operator_env or {})
     e.restart_operator()
     try:
         yield e

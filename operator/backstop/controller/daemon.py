@@ -24,7 +24,7 @@ from backstop.controller.supervisor import supervise_once
 from backstop.controller.tick import Tick
 from backstop.domain.constants import GROUP, PLURAL, VERSION
 from backstop.domain.recovery import last_good_generation
-from backstop.domain.spec import StreamTopologySpec, expand, parse_spec, with_operator_defaults
+from backstop.domain.spec import StreamTopologySpec, expand
 from backstop.domain.status_types import TopologyStatus, parse_status
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.manifests import Owner
@@ -68,16 +68,9 @@ def _model(
 ) -> tuple[StreamTopologySpec, TaskGraph] | None:
     if generation not in mem.parsed:
         try:
-            model = parse_spec(dict(spec))
+            model = config.parse_spec(dict(spec))
         except InvalidTopology:
             return None
-        cfg = config.settings()
-        model = with_operator_defaults(
-            model,
-            dict(spec),
-            grace_period_seconds=cfg.grace_period_seconds,
-            utilization_cap=cfg.utilization_cap,
-        )
         # only the current generation (and the last good one, ``keep``) is asked for again
         mem.parsed = {g: v for g, v in mem.parsed.items() if g in keep}
         mem.parsed[generation] = (model, expand(model))

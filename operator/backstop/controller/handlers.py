@@ -31,7 +31,6 @@ from backstop.domain.planning import current_assignment, diff_pods, plan_replica
 from backstop.domain.spec import (
     StreamTopologySpec,
     expand,
-    parse_spec,
     spec_hash,
     unknown_fields,
 )
@@ -103,7 +102,7 @@ def reconcile(
     generation = int(meta.get("generation", 1))
     k = kube()
     try:
-        model = parse_spec(dict(spec), name=name)
+        model = config.parse_spec(dict(spec), name=name)
         graph = expand(model)
     except InvalidTopology as err:
         problem = _problem(body, generation, "InvalidSpec", str(err))
@@ -266,6 +265,9 @@ def _plan(
         plan_status["specHash"] = spec_hash(dict(body["spec"]))
         # the last good spec: while a later edit is rejected, its pods stay supervised
         plan_status["spec"] = dict(body["spec"])
+        # what the operator-wide defaults resolved to (Settings.resolve), for users to read
+        plan_status.update(gracePeriodSeconds=model.recovery.grace_period_seconds,
+                           utilizationCap=model.recovery.utilization_cap)  # fmt: skip
         if recorded.get("epochs"):  # the copies running now keep theirs (no restart)
             plan_status["epochs"] = recorded["epochs"]
         try:

@@ -45,7 +45,6 @@ from backstop.domain.spec import (
     ApplyMode,
     ReoptimizationPolicy,
     StreamTopologySpec,
-    parse_spec,
     spec_hash,
 )
 from planners import InvalidTopology
@@ -212,7 +211,7 @@ def _due_now(
     if not spec.get("reoptimization"):
         return None
     try:
-        model = parse_spec(dict(spec))
+        model = config.parse_spec(dict(spec))
     except InvalidTopology:
         return None
     assert model.reoptimization is not None
@@ -255,8 +254,9 @@ async def reoptimize_once(
     view = await asyncio.to_thread(k.view, namespace, name, model.topology_key, model.node_selector)
     nodes = [{"name": n.name, "cpu": n.cpu, "domain": n.domain} for n in view.nodes]
     meta_ = {"name": name, "namespace": namespace, "generation": generation}
+    resolved = {**spec, "recovery": model.recovery.model_dump(by_alias=True, mode="json")}
     manifest = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamTopology", "metadata": meta_,
-                "spec": dict(spec)}  # fmt: skip
+                "spec": resolved}  # fmt: skip
     _record(namespace, name, {"reoptimization": {**state, "running": True,
                                                  "startedAt": base["lastRun"]}})  # fmt: skip
     started = datetime.now(UTC)

@@ -25,9 +25,11 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from backstop.domain import spec as spec_model
 
 #: field name → environment variable
 ENV_VARS: dict[str, str] = {
@@ -43,6 +45,8 @@ ENV_VARS: dict[str, str] = {
 }
 TEXT = frozenset({"spark_master", "fault_point"})
 """Settings read as text; the others are numbers."""
+RECOVERY_DEFAULTS = ("grace_period_seconds", "utilization_cap")
+"""Settings that are operator-wide defaults of the ``spec.recovery`` fields of the same name."""
 
 FaultPoint = Literal[
     "after-status", "after-recoveryplan", "after-configmap", "mid-pod-batch", "after-replan"
@@ -55,9 +59,9 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    grace_period_seconds: float | None = None
+    grace_period_seconds: float | None = Field(None, ge=0)
     """Default ``spec.recovery.gracePeriodSeconds`` for topologies that omit it."""
-    utilization_cap: float | None = None
+    utilization_cap: float | None = Field(None, gt=0, le=1)
     """Default ``spec.recovery.utilizationCap`` for topologies that omit it."""
     spark_master: str = "local[2]"
     """Spark master of the per-topology re-optimization runs."""
@@ -96,8 +100,42 @@ class Settings(BaseModel):
             var = ENV_VARS.get(str(first["loc"][0]), str(first["loc"][0]))
             raise ValueError(f"{var}: {first['msg']}, got {first.get('input')!r}") from None
 
+    def resolve(self, model: spec_model.StreamTopologySpec) -> spec_model.StreamTopologySpec:
+        """``model`` with each recovery field it leaves unset taken from these settings.
+
+        Field by field, not object by object: a topology that sets only ``recovery.mode``
+        still gets the operator's grace period, and a field the topology sets wins. The
+        CRD gives these fields no default, so "unset" survives the API server.
+
+        Examples
+        --------
+        >>> m = spec_model.parse_spec({"image": "x", "recoveryLatencyBound": 2,
+        ...     "recovery": {"mode": "blocking", "utilizationCap": 0.5},
+        ...     "operators": [{"name": "a", "reprocessingLatency": 1}]})
+        >>> r = Settings(grace_period_seconds=5, utilization_cap=0.9).resolve(m).recovery
+        >>> r.mode.value, r.grace_period_seconds, r.utilization_cap
+        ('blocking', 5.0, 0.5)
+        >>> Settings().resolve(m) is m  # no operator-wide defaults: the model's own
+        True
+        """
+        given = model.recovery.model_fields_set
+        update = {
+            name: getattr(self, name)
+            for name in RECOVERY_DEFAULTS
+            if name not in given and getattr(self, name) is not None
+        }
+        if not update:
+            return model
+        return model.model_copy(update={"recovery": model.recovery.model_copy(update=update)})
+
 
 @functools.cache
 def settings() -> Settings:
     """The process's settings, read from ``os.environ`` on first use."""
     return Settings.from_env(os.environ)
+
+
+def parse_spec(spec: Any, name: str | None = None) -> spec_model.StreamTopologySpec:
+    """A topology's spec as the operator runs it: validated, then resolved against the
+    operator-wide defaults (every handler parses through here)."""
+    return settings().resolve(spec_model.parse_spec(spec, name))

@@ -162,13 +162,32 @@ class RecoveryMode(StrEnum):
     auto = "auto"
 
 
+def _operator_default(schema: dict[str, Any]) -> None:
+    """No default in the CRD: the API server would store it, and an unset field must stay
+    unset so the operator-wide default applies (``Settings.resolve``)."""
+    schema.pop("default", None)
+
+
 class RecoveryPolicy(_Model):
     """How the operator recovers from node loss."""
 
     mode: RecoveryMode = RecoveryMode.auto
-    grace_period_seconds: float = Field(30.0, ge=0, description="NotReady time before loss.")
+    grace_period_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="NotReady time before loss; unset: the operator's default (Helm value "
+        "recovery.gracePeriodSeconds), else 30.",
+        json_schema_extra=_operator_default,
+    )
     restart_seconds: float = Field(0.0, ge=0, description="Pod (re)start of a lost task.")
-    utilization_cap: float = Field(0.8, gt=0, le=1, description="Usable share of a node's CPU.")
+    utilization_cap: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="Usable share of a node's CPU; unset: the operator's default (Helm value "
+        "recovery.utilizationCap), else 0.8.",
+        json_schema_extra=_operator_default,
+    )
     correlated_threshold: int = Field(2, ge=1, description="Lost nodes that make it correlated.")
     window_seconds: float = Field(60.0, ge=0, description="Losses within it join one session.")
     algorithm: str = registered("auto", RECOVERY_ALGORITHMS, "Recovery scheduling algorithm.")
@@ -512,39 +531,3 @@ def spec_hash(spec: Mapping[str, Any]) -> str:
     """
     rest = {k: v for k, v in spec.items() if k != "reoptimization"}
     return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def with_operator_defaults(
-    model: StreamTopologySpec,
-    raw: Mapping[str, Any],
-    *,
-    grace_period_seconds: float | None = None,
-    utilization_cap: float | None = None,
-) -> StreamTopologySpec:
-    """Fill recovery settings the manifest leaves out from the operator's defaults.
-
-    The Helm chart passes cluster-wide defaults (``BACKSTOP_GRACE_PERIOD_SECONDS``,
-    ``BACKSTOP_UTILIZATION_CAP``, read by :mod:`backstop.controller.settings`); a value
-    written in the manifest always wins.
-
-    Examples
-    --------
-    >>> m = StreamTopologySpec.model_validate({"image": "x", "recoveryLatencyBound": 2,
-    ...     "operators": [{"name": "a", "reprocessingLatency": 1}]})
-    >>> with_operator_defaults(m, {}, grace_period_seconds=5).recovery.grace_period_seconds
-    5.0
-    >>> with_operator_defaults(m, {"recovery": {"gracePeriodSeconds": 9}},
-    ...     grace_period_seconds=5) is m
-    True
-    """
-    given = raw.get("recovery") or {}
-    update: dict[str, float] = {}
-    for field_name, alias, value in (
-        ("grace_period_seconds", "gracePeriodSeconds", grace_period_seconds),
-        ("utilization_cap", "utilizationCap", utilization_cap),
-    ):
-        if alias not in given and field_name not in given and value is not None:
-            update[field_name] = float(value)
-    if not update:
-        return model
-    return model.model_copy(update={"recovery": model.recovery.model_copy(update=update)})

@@ -71,6 +71,11 @@ class PlanStatus(_Status):
     epochs: dict[str, int] = Field(default_factory=dict)
     """Fencing epoch per task recreated while an old copy may run (absent: 0); see
     :mod:`backstop.domain.fencing`."""
+    grace_period_seconds: float | None = None
+    """The ``spec.recovery.gracePeriodSeconds`` in force: the topology's, else the
+    operator-wide default (Helm value ``recovery.gracePeriodSeconds``)."""
+    utilization_cap: float | None = None
+    """The ``spec.recovery.utilizationCap`` in force, resolved the same way."""
     spec: dict[str, Any] | None = None
     """The spec this plan was computed from: while a later edit is invalid or infeasible,
     the supervisor keeps recovering the pods of this last good plan."""
