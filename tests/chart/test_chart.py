@@ -193,7 +193,8 @@ def test_dockerfile_is_multistage_non_root_lean_and_runs_the_operator() -> None:
     user = users[-1].split(":")[0]
     assert user.isdigit() and int(user) != 0, f"USER must be a numeric non-root uid, not {user!r}"
     # the chart's securityContext runs as the same uid
-    assert f"runAsUser: {user}" in (CHART / "templates" / "deployment.yaml").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["podSecurityContext"]["runAsUser"] == int(user)
     entry = [json.loads(arg) for word, arg in final if word == "ENTRYPOINT"]
     assert entry, "ENTRYPOINT in exec (JSON) form"
     assert entry[-1][-1].endswith("/backstop"), entry[-1]

@@ -38,11 +38,13 @@ log = logging.getLogger("backstop.leader")
 
 LOST_EXIT = 75
 """Exit status of a leader that lost its Lease (the pod restarts as a standby)."""
+POD_NAME_ENV = "POD_NAME"
+"""The pod's name (the chart sets it from the downward API): the candidate's identity."""
 
 
 def default_identity() -> str:
     """This candidate's name in the Lease: the pod name (hostname), the pid and a nonce."""
-    host = os.environ.get("POD_NAME") or socket.gethostname()
+    host = os.environ.get(POD_NAME_ENV) or socket.gethostname()
     return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
