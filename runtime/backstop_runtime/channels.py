@@ -5,13 +5,19 @@ What a channel retains is the failure-effect model's ``M(v)``:
 * a task with an upstream backup (``BACKSTOP_UPSTREAM_BACKUP=true``), or any task while
   the recovery session asks for adaptive buffering, keeps every batch until the consumer
   has checkpointed past it (the consumer's checkpoints in the shared store are the ack);
-* any other task keeps only what its connected consumer has not received yet, and keeps
-  nothing for a consumer that is down. A consumer that comes back then asks for batches
-  nobody has, and the task *regenerates* them by replaying its own input (``replay``).
+* any other task keeps only what its consumer has not been sent yet. A consumer that
+  comes back after a failure restores its checkpoint and asks again from there; what it
+  had been sent since (the model's state since the checkpoint) nobody has, and the task
+  *regenerates* it by replaying its own input (``replay``).
 
-The buffer is bounded (``BACKSTOP_BUFFER_ROUNDS`` batches); when it is full the task stops
-producing until the consumer catches up or checkpoints (back-pressure), so a consumer
-that is down never makes a producer's memory grow without bound.
+The buffer is bounded (``BACKSTOP_BUFFER_ROUNDS`` batches). For a connected consumer, or a
+backup, a full buffer stops the producer until the consumer catches up or checkpoints
+(back-pressure). For a consumer that is down, a task without a backup keeps what it could
+not send while it fits, and never stalls for it: when the buffer is full it drops it all,
+and the consumer's next copy regenerates the whole gap. Keeping it is beyond the model
+(``M(v)`` of a task without a backup is empty): it spares the regeneration of the input
+that arrived while the consumer was down (failure detection plus pod start, which the
+model does not count), leaving only the regeneration the model prices in ``ℓ(v)``.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ class OutChannel:
         self.sub_epoch = -1
         self.sub_token: object | None = None
         self.acked = 0
+        self.dropped = False
+        """A down consumer's buffer overflowed: keep nothing for it until it is back."""
 
     @property
     def connected(self) -> bool:
@@ -40,15 +48,20 @@ class OutChannel:
         return backup or self.connected
 
     async def append(self, r: int, frame: bytes, backup: bool) -> None:
-        """Add round ``r``; wait while the buffer is full (back-pressure)."""
+        """Add round ``r``; wait while the buffer is full (back-pressure), except for a
+        consumer that is down when there is no backup (see the module docstring)."""
         async with self.cond:
-            if not self.retains(backup):
-                return
             await self.cond.wait_for(
                 lambda: len(self.rounds) < self.cap or not self.retains(backup)
             )
             if not self.retains(backup):
-                return
+                if self.dropped:
+                    return
+                if len(self.rounds) >= self.cap:
+                    self.rounds.clear()  # its next copy regenerates the whole gap
+                    self.dropped = True
+                    self.cond.notify_all()
+                    return
             if self.rounds and self.rounds[-1][0] != r - 1:
                 self.rounds.clear()  # never keep a gap: what is missing is regenerated
             self.rounds.append((r, frame))
@@ -89,13 +102,12 @@ class OutChannel:
                 return None
             self.sub_epoch = epoch
             self.sub_token = object()
+            self.dropped = False
             self.cond.notify_all()  # an older sender sees the new token and stops
             return self.sub_token
 
     async def detach(self, token: object, backup: bool) -> None:
         async with self.cond:
             if self.sub_token is token:
-                self.sub_token = None
-                if not backup:
-                    self.rounds.clear()
+                self.sub_token = None  # what it was not sent stays, while it fits
                 self.cond.notify_all()

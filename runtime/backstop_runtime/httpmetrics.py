@@ -1,8 +1,11 @@
-"""``GET /metrics`` (Prometheus text) and ``GET /status`` (JSON) on ``BACKSTOP_METRICS_PORT``.
+"""``GET /metrics`` (Prometheus text), ``GET /status`` (JSON) and ``GET /ready`` on
+``BACKSTOP_METRICS_PORT``.
 
 The JSON-lines rows in the store feed the re-optimization job; this endpoint is for live
-scraping and for probes. It is a few lines of asyncio on purpose: the runtime image ships
-the standard library only.
+scraping and for probes. ``/ready`` is the pod's readiness probe: 503 with one line per
+producer that has not answered for ``BACKSTOP_PEER_TIMEOUT`` seconds (the operator reads
+that body into the topology's ``Ready`` condition), 200 otherwise. It is a few lines of
+asyncio on purpose: the runtime image ships the standard library only.
 """
 
 from __future__ import annotations
@@ -25,6 +28,23 @@ METRICS = (
     ("recovery_seconds", "gauge", "Start to caught up, for this copy (NaN until then)."),
     ("epoch", "gauge", "This copy's epoch (starts of the task so far)."),
 )
+
+
+REASONS = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}
+
+
+def readiness(values: dict[str, Any]) -> tuple[int, str]:
+    """The ``/ready`` answer: 503 and why while a producer does not answer.
+
+    >>> readiness({"unanswered": {}})
+    (200, 'ready\\n')
+    >>> readiness({"unanswered": {"source-0": "has not registered for 31s"}})
+    (503, 'no answer from source-0: has not registered for 31s\\n')
+    """
+    silent = values.get("unanswered") or {}
+    if not silent:
+        return 200, "ready\n"
+    return 503, "".join(f"no answer from {p}: {why}\n" for p, why in sorted(silent.items()))
 
 
 def prometheus(task: str, values: dict[str, Any]) -> str:
@@ -50,10 +70,12 @@ async def serve(port: int, task: str, snapshot: Callable[[], dict[str, Any]]) ->
                 body, ctype, code = prometheus(task, snapshot()), "text/plain; version=0.0.4", 200
             elif path == "/status":
                 body, ctype, code = json.dumps(snapshot()), "application/json", 200
+            elif path == "/ready":
+                (code, body), ctype = readiness(snapshot()), "text/plain"
             else:
                 body, ctype, code = "not found\n", "text/plain", 404
             data = body.encode()
-            head = f"HTTP/1.0 {code} {'OK' if code == 200 else 'Not Found'}\r\n"
+            head = f"HTTP/1.0 {code} {REASONS.get(code, 'Error')}\r\n"
             head += f"Content-Type: {ctype}\r\nContent-Length: {len(data)}\r\n\r\n"
             writer.write(head.encode() + data)
             await writer.drain()

@@ -25,7 +25,7 @@ from backstop_runtime.store import Store
 log = logging.getLogger("backstop_runtime.inputs")
 POLL = 0.05
 CONNECT_TIMEOUT = 2.0
-PEER_TIMEOUT = float(os.environ.get("BACKSTOP_PEER_TIMEOUT", "30"))
+PEER_TIMEOUT = float(os.environ.get("BACKSTOP_PEER_TIMEOUT", "15"))
 UNANSWERED: dict[str, tuple[float, str]] = {}
 """Producers this process cannot reach: since when (monotonic) and why. A peer that
 never answers is reported in the task's log and ``status.json`` (``unanswered``)."""

@@ -448,8 +448,12 @@ class Task:
             )
             return
         try:
-            # what exists already is a replay to this subscriber; later batches are live
-            await self._send(writer, [self._replay_marker(max(self.round, ch.last() or 0))])
+            # what exists already is a replay to this subscriber, later batches are live; a
+            # task without a backup holds only what it could not send yet (the consumer's
+            # backlog, not a replay: see ``channels``), so only what comes before is replayed
+            first = ch.first()
+            upto = max(self.round, ch.last() or 0) if self.backup or first is None else first - 1
+            await self._send(writer, [self._replay_marker(upto)])
             while True:
                 async with ch.cond:
                     await ch.cond.wait_for(

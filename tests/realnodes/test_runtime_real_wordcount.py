@@ -111,7 +111,7 @@ class Env:
     def alive(self) -> None:
         assert self.operator.poll() is None, "operator exited:\n" + self.operator_log.read_text()
 
-    def create(self, name: str, rate: float, broken_sink: bool = False) -> None:
+    def create(self, name: str, rate: float, broken_count: bool = False) -> None:
         doc = yaml.safe_load(WORDCOUNT.read_text())
         doc["metadata"] = {"name": name}
         spec = doc["spec"]
@@ -129,8 +129,8 @@ class Env:
                 )
             if op["name"] == "sink":
                 op["config"]["path"] = f"{IN_POD}/{name}/output"
-                if broken_sink:  # a config error: the runtime stops the task (exit 2)
-                    del op["config"]["path"]
+            if op["name"] == "count" and broken_count:
+                op["config"]["windowSeconds"] = -1  # a config error: the task exits (code 2)
         self.custom.create_namespaced_custom_object(
             GROUP, VERSION, self.namespace, "streamtopologies", doc
         )
@@ -280,13 +280,16 @@ def test_killing_a_real_node_mid_stream_changes_no_output_line(
     assert counts_of(lines) == dict(expected_counts(env.input))
 
 
-def test_a_task_config_error_shows_in_the_topology_status(env: Env) -> None:
-    """The sink's config lacks its ``path``: the runtime exits with a configuration error, the
-    kubelet restarts it (CrashLoopBackOff, while the pod phase stays Running) and the
-    topology's Ready condition (``kubectl get st``, ``kubectl describe st``) says which pod
-    fails and why, with the runtime's own log line (the termination message)."""
+def test_a_task_config_error_and_a_peer_that_never_answers_show_in_the_topology_status(
+    env: Env,
+) -> None:
+    """``count``'s config is invalid: the runtime exits with a configuration error, the
+    kubelet restarts it (CrashLoopBackOff, while the pod phase stays Running), and the sink,
+    whose producers never answer, turns unready (its readiness probe). The topology's Ready
+    condition (``kubectl get st``, ``kubectl describe st``) names both pods and why: the
+    runtime's own log line (the termination message) and the producers the sink waits for."""
     name = "wc-bad"
-    env.create(name, REF_RATE, broken_sink=True)
+    env.create(name, REF_RATE, broken_count=True)
 
     def reported() -> dict[str, Any] | None:
         env.alive()
@@ -295,12 +298,14 @@ def test_a_task_config_error_shows_in_the_topology_status(env: Env) -> None:
         )
         conds = {c["type"]: c for c in (st.get("status") or {}).get("conditions") or []}
         ready = conds.get("Ready") or {}
-        return ready if ready.get("reason") == "TaskFailing" else None
+        both = "NotAnswering" in ready.get("message", "") and "exit 2" in ready["message"]
+        return ready if ready.get("reason") == "TaskFailing" and both else None
 
-    ready = wait_for(reported, 120, f"{name}: Ready=False, reason TaskFailing")
+    ready = wait_for(reported, 120, f"{name}: Ready=False, reason TaskFailing, both pods")
     assert ready is not None and ready["status"] == "False"
     message = ready["message"]
-    assert f"{name}--sink-0: " in message, message
-    assert "config.path is required but missing" in message, message
-    assert "1 failing" in message, message
+    assert f"{name}--count-0: " in message, message
+    assert "config.windowSeconds must be a positive number" in message, message
+    assert f"{name}--sink-0: NotAnswering: no answer from count-0: " in message, message
+    assert "3 failing" in message, message  # count-0, count-1 and the sink
     env.delete(name)

@@ -13,11 +13,14 @@ import json
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from tests.support.kubetools import free_port
 from tests.support.runtime_data import counts_of, output_lines, wordcount_spec, write_input
 from tests.support.runtime_harness import LocalTopology
 
@@ -144,6 +147,7 @@ def test_malformed_lines_are_kept_aside_and_the_rest_is_exact(tmp_path: Path) ->
 def test_a_peer_that_never_answers_is_reported(tmp_path: Path) -> None:
     env = env_of(tmp_path, "tokenize-0")
     env["BACKSTOP_PEER_TIMEOUT"] = "0.5"
+    env["BACKSTOP_METRICS_PORT"] = str(port := free_port())
     proc = subprocess.Popen(
         [sys.executable, "-m", "backstop_runtime"], env=env, stderr=subprocess.PIPE, text=True
     )
@@ -163,6 +167,16 @@ def test_a_peer_that_never_answers_is_reported(tmp_path: Path) -> None:
             time.sleep(0.05)
         doc = json.loads(status.read_text())
         assert "has not registered" in doc["unanswered"]["source-0"]
+        # the pod's readiness probe: 503, and the reason the operator puts in the topology's
+        # Ready condition
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5)
+        assert answer.value.code == 503
+        assert (
+            answer.value.read()
+            .decode()
+            .startswith("no answer from source-0: it has not registered")
+        )
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=10)

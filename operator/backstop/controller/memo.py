@@ -39,6 +39,10 @@ class TopologyMemo:
     """The restore's last look at usable capacity: ``(node key, time)``."""
     restore_no_gain: str | None = None
     """The capacity key at which consolidation last found nothing to gain."""
+    probes: dict[str, tuple[str, float, str | None]] = field(default_factory=dict)
+    """Unready pods' own reasons (``k8s.taskprobe``): pod name → (resourceVersion, when
+    asked, reason), so a tick asks a task again only when its pod changed or every
+    :data:`~backstop.controller.tick.PROBE_EVERY` seconds."""
 
 
 def of(memo: MutableMapping[str, Any]) -> TopologyMemo:

@@ -36,6 +36,7 @@ from backstop.controller.tick import (
     pods_match,
     reserve_tasks,
     running_primaries,
+    unready_reasons,
     with_conditions,
     write_status,
 )
@@ -60,7 +61,12 @@ def recovery_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None =
         decision = _decide(t, now)
         if decision is None:
             return False
-        if write_status(t, with_conditions(t, decision.status, pod_states(indexed))):
+        if write_status(
+            t,
+            with_conditions(
+                t, decision.status, pod_states(indexed, unready_reasons(t.memory, indexed))
+            ),
+        ):
             break
     else:
         return False
@@ -221,7 +227,7 @@ def supervise_once(t: Tick, pods: Pods) -> tuple[int, int]:
     ensure_session_objects(t)
     deleted, created, _waiting = converge(t, pods(), force_nodes=dead_nodes(t))
     mark_applied(t, pods())
-    new = with_conditions(t, t.status, pod_states(pods()))
+    new = with_conditions(t, t.status, pod_states(pods(), unready_reasons(t.memory, pods())))
     before = [c.dump() for c in t.status.conditions]
     if conditions_changed(before, [c.dump() for c in new.conditions]):
         write_status(t, new)

@@ -10,7 +10,8 @@ re-reads the object and the caller decides again from what is there now.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ from backstop.domain.status_types import (
     status_patch,
     with_changes,
 )
+from backstop.k8s import taskprobe
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.ledger import Booking, CapacityLedger
 from backstop.k8s.manifests import Owner, desired_pods
@@ -150,8 +152,39 @@ def reserve_tasks(
     reserve(booking, t.owner, mine, t.nodes)
 
 
-def pod_states(bodies: list[Mapping[str, Any]]) -> list[PodState]:
-    """:class:`PodState` of indexed pod bodies."""
+PROBE_EVERY = 10.0
+"""Seconds between two questions to the same unready task (see :func:`unready_reasons`)."""
+
+
+def unready_reasons(
+    memory: TopologyMemo, bodies: Sequence[Mapping[str, Any]], now: float | None = None
+) -> dict[str, str]:
+    """Why each running-but-unready task pod is not ready, in the task's own words (a
+    producer that never answers: its readiness probe fails, and the kubelet keeps only the
+    status code). Asked again when the pod changes or after :data:`PROBE_EVERY` seconds."""
+    now = time.monotonic() if now is None else now
+    cache: dict[str, tuple[str, float, str | None]] = memory.probes
+    out: dict[str, str] = {}
+    for b in bodies:
+        meta = b.get("metadata") or {}
+        url = taskprobe.unready_address(b)
+        if url is None:
+            cache.pop(meta.get("name", ""), None)
+            continue
+        rv = str(meta.get("resourceVersion"))
+        seen = cache.get(meta["name"])
+        if seen is None or seen[0] != rv or now - seen[1] >= PROBE_EVERY:
+            seen = (rv, now, taskprobe.not_ready_reason(url))
+            cache[meta["name"]] = seen
+        if seen[2]:
+            out[meta["name"]] = seen[2]
+    return out
+
+
+def pod_states(
+    bodies: Sequence[Mapping[str, Any]], reasons: Mapping[str, str] | None = None
+) -> list[PodState]:
+    """:class:`PodState` of indexed pod bodies; ``reasons``: :func:`unready_reasons`."""
     out = []
     for b in bodies:
         meta = b.get("metadata") or {}
@@ -164,7 +197,7 @@ def pod_states(bodies: list[Mapping[str, Any]]) -> list[PodState]:
                 phase=(b.get("status") or {}).get("phase"),
                 node=(b.get("spec") or {}).get("nodeName"),
                 deleting=meta.get("deletionTimestamp") is not None,
-                failure=pod_failure(b.get("status")),
+                failure=pod_failure(b.get("status")) or (reasons or {}).get(meta["name"]),
             )
         )
     return out

@@ -231,6 +231,14 @@ def build_task_pod(
                 # a task that fails to start (a config error names the field and exits 2)
                 # shows the last lines of its log in the pod's status
                 "terminationMessagePolicy": "FallbackToLogsOnError",
+                # unready while a producer does not answer; the operator asks the task why
+                # (backstop.k8s.taskprobe) and says so in the topology's Ready condition
+                "readinessProbe": {
+                    "httpGet": {"path": "/ready", "port": "metrics"},
+                    "periodSeconds": 5,
+                    "timeoutSeconds": 2,
+                    "failureThreshold": 1,
+                },
                 "volumeMounts": [
                     {"name": "recovery", "mountPath": SESSION_MOUNT},
                     {"name": "store", "mountPath": STORE_MOUNT},
