@@ -476,10 +476,13 @@ def main() -> int:
                         )
                     )
                 if args.incremental:
-                    for mode in ("incremental", "blocking"):
-                        sessions.append(
-                            incremental.run_session(bench, mode, f"ts-{mode}", args.replace_after)
-                        )
+                    runs = [
+                        ("incremental", args.replace_after),
+                        ("blocking", args.replace_after),
+                        ("best-case", 0.0),
+                    ]
+                    for mode, after in runs:
+                        sessions.append(incremental.run_session(bench, mode, f"ts-{mode}", after))
             finally:
                 _stop_operator(op)
     finally:

@@ -10,6 +10,14 @@ before ``trending``, priority 2), and the rest when the replacement is Ready; wi
 surviving one, processing batches no further behind its sources than in the steady stream
 plus 0.5 s) is measured from the tasks' ``status.json``. Run by
 ``bench/bench_runtime_recovery.py --incremental``.
+
+The paper's Figs. 12-14 plot the *relative latency* of the failed and the normal queries
+over time (latency during recovery over latency before the failure): each query's sink lag
+(the age of the input of its last batch, ``status.json``) is sampled every 0.5 s and divided
+by its median in the steady stream; a lost sink whose new copy has not started yet produces
+no output ("down"). Besides ``incremental`` and ``blocking`` (the paper's Storm), the
+paper's *BestCase* (all replacement nodes there soon after the failure) is the incremental
+run with the replacement arriving at once.
 """
 
 from __future__ import annotations
@@ -36,6 +44,9 @@ class Session:
     replacement_ready: float = 0.0  # seconds after detection
     resumed: dict[str, float] = field(default_factory=dict)  # query sink → seconds
     steps: list[str] = field(default_factory=list)
+    series: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
+    """Per query sink: (seconds after detection, lag or None while its sink is down)."""
+    steady: dict[str, float] = field(default_factory=dict)
 
 
 def run_session(bench: Bench, mode: str, name: str, replace_after: float) -> Session:
@@ -43,7 +54,7 @@ def run_session(bench: Bench, mode: str, name: str, replace_after: float) -> Ses
     from bench.bench_runtime_recovery import CAUGHT_UP_SLACK, log, wait
 
     doc = bench.manifest(name, None)
-    doc["spec"]["recovery"]["mode"] = mode
+    doc["spec"]["recovery"]["mode"] = "incremental" if mode == "best-case" else mode
     gen = None
     victims: list[str] = []
     revived: list[str] = []
@@ -64,29 +75,38 @@ def run_session(bench: Bench, mode: str, name: str, replace_after: float) -> Ses
         t_plan = time.time()
         base = {q: bench.status(name, q) for q in QUERIES}
         out = Session(mode, victims, len(lost))
+        out.steady = {q: bench.steady.get(q, 0.0) for q in QUERIES}
         deadline = t_plan + 300
+        tail = 0.0  # keep sampling a while after the last query resumed (its settling)
         seen: dict[str, int] = {}
-        while len(out.resumed) < len(QUERIES) and time.time() < deadline:
+        while (len(out.resumed) < len(QUERIES) or time.time() < tail) and time.time() < deadline:
             now = time.time()
-            if not revived and now >= t_plan + replace_after:
+            if len(out.resumed) == len(QUERIES) and not tail:
+                tail = now + 10.0
+            if not revived and now >= t_plan + replace_after:  # best case: at once
                 bench.cli("nodes", "revive", victims[0])  # the replacement node arrives
                 revived.append(victims[0])
             if revived and not out.replacement_ready and node_ready(bench.core, victims[0]):
                 out.replacement_ready = now - t_plan
             for q in QUERIES:
-                if q in out.resumed:
-                    continue
                 s = bench.status(name, q)
                 epoch = int(before[q].get("epoch", 0))
+                down = q in lost and int(s.get("epoch", 0)) <= epoch
+                lag = None if down or s.get("lag") is None else float(s["lag"])
+                out.series.setdefault(q, []).append((now - t_plan, lag))
+                if q in out.resumed:
+                    continue
                 if q in lost:  # a new copy, back to its steady lag
                     ok = bench.caught_up(name, q, epoch, seen)
                 else:  # the surviving copy processes fresh input again
-                    lag = float(s.get("lag") or 0.0)
                     steady = bench.steady.get(q, 0.0) + CAUGHT_UP_SLACK
-                    ok = int(s.get("round", 0)) > int(base[q].get("round", 0)) and lag <= steady
+                    ok = (
+                        int(s.get("round", 0)) > int(base[q].get("round", 0))
+                        and (lag or 0.0) <= steady
+                    )
                 if ok:
                     out.resumed[q] = now - t_plan
-            time.sleep(0.25)
+            time.sleep(0.5)
         items = bench.custom.list_namespaced_custom_object(
             "streams.backstop.dev",
             "v1alpha1",
@@ -140,4 +160,43 @@ def report(sessions: list[Session], rate: float, replace_after: float) -> str:
             + " | ".join(cells)
             + f" | {'; '.join(s.steps)} |"
         )
+    return "\n".join(lines) + "\n\n" + relative_report(sessions)
+
+
+BUCKET = 5.0
+"""Seconds per row of the relative-latency table."""
+
+
+def relative(s: Session, q: str, lo: float) -> str:
+    """The worst relative latency of query ``q`` in ``[lo, lo + BUCKET)``: "down" when its
+    sink produced nothing then, "" when it was not sampled (the run had ended)."""
+    got = [lag for t, lag in s.series.get(q, []) if lo <= t < lo + BUCKET]
+    if not got:
+        return ""
+    lags = [x for x in got if x is not None]
+    if not lags:
+        return "down"
+    base = max(s.steady.get(q, 0.0), 0.05)  # a sink lag below 50 ms is noise
+    return f"{max(lags) / base:.1f}"
+
+
+def relative_report(sessions: list[Session]) -> str:
+    """The paper's Figs. 12-14 as a table: relative latency per query and mode over time."""
+    end = max((t for s in sessions for v in s.series.values() for t, _ in v), default=0.0)
+    cols = [(s, q) for s in sessions for q in QUERIES]
+    head = " | ".join(f"{s.mode}: {q.removesuffix('-0')}" for s, q in cols)
+    lines = [
+        "Relative latency (the paper's Figs. 12-14): each query's sink lag over its median "
+        "lag in the steady stream before the failure, worst value per 5 s after the loss was "
+        "detected; *down*: the query's sink is lost and its new copy has not started yet "
+        "(no output). 1.0 is the steady stream.",
+        "",
+        f"| seconds after detection | {head} |",
+        "|---|" + "---|" * len(cols),
+    ]
+    lo = 0.0
+    while lo <= end:
+        cells = [relative(s, q, lo) for s, q in cols]
+        lines.append(f"| {lo:.0f}-{lo + BUCKET:.0f} | " + " | ".join(cells) + " |")
+        lo += BUCKET
     return "\n".join(lines) + "\n"
