@@ -151,8 +151,8 @@ def test_fault08_crd_operators_are_a_map_keyed_by_name() -> None:
 
 # ---------------------------------------------------------------- unknown fields
 def test_fault08_pruned_unknown_fields_are_named_from_the_last_applied_manifest() -> None:
+    from backstop.domain.admission import unknown_fields
     from backstop.domain.constants import ANN_LAST_APPLIED
-    from backstop.domain.spec import unknown_fields
 
     applied = {
         "apiVersion": "streams.backstop.dev/v1alpha1",

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from backstop.domain.planning import plan_topology
-from backstop.domain.spec import StreamTopologySpec, expand
-from planners import Infeasible
+from backstop.domain.spec import StreamTopologySpec, expand, parse_spec
+from planners import Infeasible, InvalidTopology
 from planners.evaluate import node_failure_latency, tasks_by_node
 from planners.placement import Node
 
@@ -65,6 +65,14 @@ def test_the_restart_term_changes_the_plan() -> None:
 
 
 def test_a_restart_that_alone_breaks_the_bound_is_refused_with_both_fields() -> None:
-    s = StreamTopologySpec.model_validate(spec(4.0))
-    with pytest.raises(Infeasible, match=r"restartSeconds \(4\) must be below recoveryLatency"):
+    """The spec refuses it (CLI, operator and admission webhook alike); the planner still
+    refuses a model whose bound was overridden after validation (``backstop backups --bound``)."""
+    with pytest.raises(
+        InvalidTopology, match=r"^spec: recovery.restartSeconds \(4\) must be"
+    ):
+        parse_spec(spec(4.0))
+    s = StreamTopologySpec.model_validate(spec(1.0)).model_copy(
+        update={"recovery_latency_bound": 1.0}
+    )
+    with pytest.raises(Infeasible, match=r"restartSeconds \(1\) must be below recoveryLatency"):
         plan_topology(s, expand(s), [Node("n0", 2.0)])

@@ -99,6 +99,56 @@ def operator(
     retry_period: Annotated[
         int, typer.Option(min=1, help="Seconds between renewals and between standby attempts.")
     ] = 2,
+    webhook_port: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=65535,
+            envvar="BACKSTOP_WEBHOOK_PORT",
+            help="Serve the validating admission webhook on this port (0: no webhook).",
+        ),
+    ] = 0,
+    webhook_addr: Annotated[
+        str, typer.Option(envvar="BACKSTOP_WEBHOOK_ADDR", help="Address the webhook listens on.")
+    ] = "127.0.0.1",
+    webhook_host: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BACKSTOP_WEBHOOK_HOST",
+            help="Host the API server calls (https://HOST:PORT/); default: --webhook-addr.",
+        ),
+    ] = None,
+    webhook_service: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BACKSTOP_WEBHOOK_SERVICE",
+            help="NAMESPACE/NAME of a Service (port 443) to the operator pods that the API "
+            "server calls instead of a URL.",
+        ),
+    ] = None,
+    webhook_cert_dir: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BACKSTOP_WEBHOOK_CERT_DIR",
+            help="Directory with tls.crt, tls.key (and ca.crt), e.g. from cert-manager; "
+            "default: a self-signed certificate.",
+        ),
+    ] = None,
+    webhook_cert_secret: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BACKSTOP_WEBHOOK_CERT_SECRET",
+            help="NAMESPACE/NAME of a Secret that keeps the self-signed certificate, shared "
+            "by every replica (created on first use).",
+        ),
+    ] = None,
+    webhook_configuration: Annotated[
+        str,
+        typer.Option(
+            envvar="BACKSTOP_WEBHOOK_CONFIGURATION",
+            help="ValidatingWebhookConfiguration the operator keeps up to date ('': none).",
+        ),
+    ] = "backstop.streams.backstop.dev",
 ) -> None:
     """Run the Backstop operator (Kopf) until interrupted.
 
@@ -126,9 +176,14 @@ def operator(
         os.environ["BACKSTOP_UTILIZATION_CAP"] = str(utilization_cap)
     if recoveryplan_history is not None:
         os.environ["BACKSTOP_RECOVERYPLAN_HISTORY"] = str(recoveryplan_history)
+    for ref, flag in ((webhook_service, "service"), (webhook_cert_secret, "cert-secret")):
+        if ref is not None and ref.count("/") != 1:
+            typer.echo(f"error: --webhook-{flag} must be NAMESPACE/NAME, got {ref!r}", err=True)
+            raise typer.Exit(2)
     import kopf
 
     import backstop.controller.handlers  # noqa: F401  (registers the handlers)
+    from backstop.controller import admission
 
     kopf.configure(
         verbose=log_level == "debug",
@@ -137,6 +192,19 @@ def operator(
     logging.getLogger().setLevel(log_level.upper())
     settings = kopf.OperatorSettings()
     settings.scanning.disabled = not cluster_scanning
+    webhook = None
+    if webhook_port:
+        webhook = admission.Webhook(
+            port=webhook_port,
+            addr=webhook_addr,
+            host=webhook_host,
+            service=webhook_service,
+            cert_dir=webhook_cert_dir,
+            cert_secret=webhook_cert_secret,
+            configuration=webhook_configuration or None,
+            persistent=leader_elect,  # one replica stopping must not unregister the others
+        )
+        admission.configure(settings, kopf.get_default_registry(), webhook)
 
     def run() -> None:
         kopf.run(
@@ -166,7 +234,15 @@ def operator(
     except ClusterUnavailable as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    run_elected(api, election, run, health=liveness or None)
+    standby = None
+    if webhook is not None:
+        standby = admission.serve_while_standby(
+            webhook,
+            namespaces=list(namespace or []),
+            clusterwide=all_namespaces,
+            scanning=cluster_scanning,
+        )
+    run_elected(api, election, run, health=liveness or None, standby=standby)
 
 
 def crd(

@@ -24,16 +24,12 @@ from backstop.controller import settings as config
 from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve
 from backstop.controller.context import kube, node_snapshot, post_event
 from backstop.controller.fencing import publish_epochs
+from backstop.domain.admission import unknown_fields
 from backstop.domain.constants import ANN_APPLIED, GROUP, LABEL_TOPOLOGY, PLURAL, VERSION
 from backstop.domain.fencing import fenced_tasks
 from backstop.domain.incidents import NodeInfo, node_info
 from backstop.domain.planning import current_assignment, diff_pods, plan_replicas, plan_topology
-from backstop.domain.spec import (
-    StreamTopologySpec,
-    expand,
-    spec_hash,
-    unknown_fields,
-)
+from backstop.domain.spec import StreamTopologySpec, expand, spec_hash
 from backstop.domain.status import build_plan_status, conditions_patch, pod_state
 from backstop.domain.status_types import (
     Condition,

@@ -21,6 +21,15 @@ OPERATOR_NAME_MAX = 40
 #: A topology's name is a label value of every object it owns: at most 63 characters.
 TOPOLOGY_NAME_MAX = 63
 POD_NAME_SEPARATOR = "--"
+#: Size limits the CRD's schema states (``maxItems``/``maxLength``/``maximum``), so the API
+#: server refuses an oversized spec before any webhook or planner sees it.
+MAX_OPERATORS = 100
+MAX_INPUTS = 100
+IMAGE_MAX = 1024
+#: A label key: an optional DNS-1123 subdomain prefix (253) + ``/`` + a name (63).
+LABEL_KEY_MAX = 317
+#: Seconds: no latency, grace, restart or window in a spec exceeds a day.
+SECONDS_MAX = 86400.0
 
 LABEL_TOPOLOGY = f"{GROUP}/topology"
 LABEL_OPERATOR = f"{GROUP}/operator"

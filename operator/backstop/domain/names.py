@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Collection
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from backstop.domain.constants import DNS_LABEL, TOPOLOGY_NAME_MAX
 from planners import InvalidTopology
@@ -68,3 +68,12 @@ def field_path(loc: tuple[int | str, ...], prefix: str) -> str:
     for part in loc:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path or "<root>"
+
+
+def format_validation_error(err: ValidationError, prefix: str = "") -> str:
+    """One line per problem, each naming the field path: ``spec.operators[1].name: ...``."""
+    lines = []
+    for e in err.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"{field_path(e['loc'], prefix)}: {msg}")
+    return "\n".join(lines)

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import networkx as nx
 import yaml
@@ -29,18 +29,29 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from backstop.domain.constants import (
-    ANN_LAST_APPLIED,
     DNS_LABEL,
     DNS_SUBDOMAIN,
+    IMAGE_MAX,
+    LABEL_KEY_MAX,
+    MAX_INPUTS,
+    MAX_OPERATORS,
     OPERATOR_NAME,
     OPERATOR_NAME_MAX,
+    SECONDS_MAX,
     TOPOLOGY_NAME_MAX,
 )
-from backstop.domain.names import check_topology_name, field_path, one_of, registered
+from backstop.domain.names import (
+    check_topology_name,
+    format_validation_error,
+    one_of,
+    registered,
+)
 from planners import InvalidTopology, TaskGraph
 from planners.placement import PLACEMENT_ALGORITHMS
 from planners.recovery import RECOVERY_ALGORITHMS
 from planners.replication import STRATEGIES
+
+Seconds = Annotated[float, Field(ge=0, le=SECONDS_MAX)]
 
 
 class _Model(BaseModel):
@@ -61,7 +72,11 @@ class Grouping(StrEnum):
 class Input(_Model):
     """One upstream operator of an operator."""
 
-    operator: str = Field(description="Name of the upstream operator.")
+    operator: str = Field(
+        pattern=OPERATOR_NAME,
+        max_length=OPERATOR_NAME_MAX,
+        description="Name of the upstream operator.",
+    )
     grouping: Grouping = Field(
         Grouping.shuffle,
         description="forward: task i -> task i (equal parallelism); shuffle/broadcast: "
@@ -137,12 +152,16 @@ class OperatorSpec(_Model):
         "`<topology>--<operator>-<index>`).",
     )
     parallelism: int = Field(1, ge=1, le=1000, description="Number of tasks.")
-    image: str | None = Field(None, description="Task image; default spec.image.")
+    image: str | None = Field(
+        None, min_length=1, max_length=IMAGE_MAX, description="Task image; default spec.image."
+    )
     resources: Resources = Field(default_factory=Resources)
     reprocessing_latency: float = Field(
-        gt=0, description="Seconds a task needs to reprocess from its last checkpoint (t_v)."
+        gt=0,
+        le=SECONDS_MAX,
+        description="Seconds a task needs to reprocess from its last checkpoint (t_v).",
     )
-    inputs: list[Input] = Field(default_factory=list)
+    inputs: list[Input] = Field(default_factory=list, max_length=MAX_INPUTS)
     output: bool | None = Field(
         None, description="Whether this operator is a query output; default: no consumers."
     )
@@ -172,14 +191,13 @@ class RecoveryPolicy(_Model):
     """How the operator recovers from node loss."""
 
     mode: RecoveryMode = RecoveryMode.auto
-    grace_period_seconds: float = Field(
+    grace_period_seconds: Seconds = Field(
         30.0,
-        ge=0,
         description="NotReady time before loss; unset: the operator's default (Helm value "
         "recovery.gracePeriodSeconds), else 30.",
         json_schema_extra=_operator_default,
     )
-    restart_seconds: float = Field(0.0, ge=0, description="Pod (re)start of a lost task.")
+    restart_seconds: Seconds = Field(0.0, description="Pod (re)start of a lost task.")
     utilization_cap: float = Field(
         0.8,
         gt=0,
@@ -188,8 +206,10 @@ class RecoveryPolicy(_Model):
         "recovery.utilizationCap), else 0.8.",
         json_schema_extra=_operator_default,
     )
-    correlated_threshold: int = Field(2, ge=1, description="Lost nodes that make it correlated.")
-    window_seconds: float = Field(60.0, ge=0, description="Losses within it join one session.")
+    correlated_threshold: int = Field(
+        2, ge=1, le=10000, description="Lost nodes that make it correlated."
+    )
+    window_seconds: Seconds = Field(60.0, description="Losses within it join one session.")
     algorithm: str = registered("auto", RECOVERY_ALGORITHMS, "Recovery scheduling algorithm.")
     replan_on_violation: bool = Field(
         True,
@@ -237,7 +257,9 @@ class ApplyMode(StrEnum):
 class ReoptimizationPolicy(_Model):
     """Periodic re-estimation and re-planning on Spark (docs/reoptimization.md)."""
 
-    interval_seconds: float = Field(3600.0, ge=60, description="Seconds between runs.")
+    interval_seconds: float = Field(
+        3600.0, ge=60, le=30 * SECONDS_MAX, description="Seconds between runs (60 s to 30 days)."
+    )
     apply: ApplyMode = Field(
         ApplyMode.suggest,
         description="auto: apply a better plan; suggest: only record it in status.",
@@ -245,9 +267,10 @@ class ReoptimizationPolicy(_Model):
     min_improvement: float = Field(
         0.1, ge=0, le=1, description="Smallest relative gain that is applied (hysteresis)."
     )
-    nonce: str | None = Field(None, description="Change it to run once on demand.")
+    nonce: str | None = Field(None, max_length=253, description="Change it to run once on demand.")
     metrics_path: str | None = Field(
         None,
+        max_length=4096,
         description="Directory with tasks.{parquet,jsonl} and nodes.{parquet,jsonl} "
         "(the operator reads it; rows of other topologies are ignored).",
     )
@@ -261,10 +284,13 @@ class BackupMode(StrEnum):
 class StreamTopologySpec(_Model):
     """The desired state of a stream topology."""
 
-    image: str = Field(description="Default task image.")
-    recovery_latency_bound: float = Field(gt=0, description="Seconds (R of the seeds).")
+    image: str = Field(min_length=1, max_length=IMAGE_MAX, description="Default task image.")
+    recovery_latency_bound: float = Field(
+        gt=0, le=SECONDS_MAX, description="Seconds (R of the seeds)."
+    )
     operators: list[OperatorSpec] = Field(
         min_length=1,
+        max_length=MAX_OPERATORS,
         description="Keyed by name: the API server refuses two operators of one name.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
@@ -275,7 +301,9 @@ class StreamTopologySpec(_Model):
         description="Labels a node must carry to run this topology's tasks (a node pool).",
     )
     topology_key: str | None = Field(
-        None, description="Node label of a failure domain (zone/rack) the plan must survive."
+        None,
+        max_length=LABEL_KEY_MAX,
+        description="Node label of a failure domain (zone/rack) the plan must survive.",
     )
     store: dict[str, Any] = Field(
         default_factory=dict,
@@ -304,13 +332,23 @@ class StreamTopologySpec(_Model):
         one_of("placement algorithm", PLACEMENT_ALGORITHMS)
     )
 
-    @model_validator(mode="after")
-    def _unique_names(self) -> StreamTopologySpec:
+    @field_validator("operators")
+    @classmethod
+    def _unique_names(cls, operators: list[OperatorSpec]) -> list[OperatorSpec]:
         seen: set[str] = set()
-        for op in self.operators:
+        for op in operators:
             if op.name in seen:
                 raise ValueError(f"duplicate operator name {op.name!r}")
             seen.add(op.name)
+        return operators
+
+    @model_validator(mode="after")
+    def _bound_above_restart(self) -> StreamTopologySpec:
+        if self.planning_bound <= 0:  # a restart alone breaks the bound: nothing keeps it
+            c, r = self.recovery.restart_seconds, self.recovery_latency_bound
+            raise ValueError(
+                f"recovery.restartSeconds ({c:g}) must be below recoveryLatencyBound ({r:g})"
+            )
         return self
 
     @property
@@ -331,48 +369,6 @@ class StreamTopology(_Model):
     kind: Literal["StreamTopology"] = "StreamTopology"
     metadata: Metadata
     spec: StreamTopologySpec
-
-
-def format_validation_error(err: ValidationError, prefix: str = "") -> str:
-    """One line per problem, each naming the field path: ``spec.operators[1].name: ...``."""
-    lines = []
-    for e in err.errors():
-        msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"{field_path(e['loc'], prefix)}: {msg}")
-    return "\n".join(lines)
-
-
-def unknown_fields(annotations: Mapping[str, str]) -> list[str]:
-    """Fields of the last ``kubectl apply`` (its annotation) that the spec does not know.
-
-    The CRD's schema is structural, so the API server silently prunes unknown fields
-    (``kubectl apply`` refuses them first, unless ``--validate=false``); the pruned
-    object is all the operator sees. The client-side apply annotation still holds what
-    the user wrote, so the operator can name the dropped fields in a Warning Event.
-
-    Examples
-    --------
-    >>> doc = {"spec": {"image": "x", "recoveryLatencyBound": 1, "placementAlgoritm": "auto",
-    ...     "operators": [{"name": "a", "reprocessingLatency": 1, "paralelism": 2}]}}
-    >>> unknown_fields({ANN_LAST_APPLIED: json.dumps(doc)})
-    ['spec.operators[0].paralelism', 'spec.placementAlgoritm']
-    >>> unknown_fields({})
-    []
-    """
-    try:
-        applied = json.loads(annotations.get(ANN_LAST_APPLIED) or "{}")
-    except ValueError:
-        return []
-    if not isinstance(applied, dict) or not isinstance(applied.get("spec"), dict):
-        return []
-    try:
-        StreamTopologySpec.model_validate(applied["spec"])
-    except ValidationError as err:
-        found = {
-            field_path(e["loc"], "spec") for e in err.errors() if e["type"] == "extra_forbidden"
-        }
-        return sorted(found)
-    return []
 
 
 def parse_topology(doc: Any) -> StreamTopology:
@@ -439,8 +435,7 @@ def expand(spec: StreamTopologySpec) -> TaskGraph:
     Raises
     ------
     InvalidTopology
-        Unknown input operator, forward grouping with unequal parallelism, an
-        operator cycle (named), or duplicate names.
+        Naming the field: an unknown input, forward grouping of unequal parallelism, a cycle.
 
     Examples
     --------
@@ -452,22 +447,23 @@ def expand(spec: StreamTopologySpec) -> TaskGraph:
     >>> g.tasks, [g.tasks[u] for u in g.preds[2]]
     (('src-0', 'src-1', 'sink-0'), ['src-0', 'src-1'])
     """
-    ops = {op.name: op for op in spec.operators}
-    if len(ops) != len(spec.operators):
-        raise InvalidTopology("duplicate operator names")
+    ops = {op.name: op for op in spec.operators}  # unique: the model refuses duplicates
+    index = {op.name: i for i, op in enumerate(spec.operators)}
     og: nx.DiGraph = nx.DiGraph()
     og.add_nodes_from(ops)
-    for op in spec.operators:
-        for inp in op.inputs:
+    for i, op in enumerate(spec.operators):
+        for j, inp in enumerate(op.inputs):
+            at = f"spec.operators[{i}].inputs[{j}]"
             if inp.operator not in ops:
                 raise InvalidTopology(
-                    f"operator {op.name!r} reads from unknown operator {inp.operator!r}"
+                    f"{at}.operator: operator {op.name!r} reads from unknown operator "
+                    f"{inp.operator!r}"
                 )
             up = ops[inp.operator]
             if inp.grouping is Grouping.forward and up.parallelism != op.parallelism:
                 raise InvalidTopology(
-                    f"forward grouping {up.name!r} -> {op.name!r} needs equal parallelism "
-                    f"({up.parallelism} != {op.parallelism})"
+                    f"{at}.grouping: forward grouping {up.name!r} -> {op.name!r} needs equal "
+                    f"parallelism ({up.parallelism} != {op.parallelism})"
                 )
             og.add_edge(inp.operator, op.name)
     try:
@@ -476,7 +472,10 @@ def expand(spec: StreamTopologySpec) -> TaskGraph:
         cycle = []
     if cycle:
         names = [str(e[0]) for e in cycle] + [str(cycle[0][0])]
-        raise InvalidTopology("the topology has a cycle: " + " -> ".join(names))
+        first = min(index[str(e[1])] for e in cycle)
+        raise InvalidTopology(
+            f"spec.operators[{first}].inputs: the topology has a cycle: " + " -> ".join(names)
+        )
     marked = [op.name for op in spec.operators if op.output]
     out_ops = set(marked) if marked else {n for n in ops if og.out_degree(n) == 0}
     tasks: list[str] = []

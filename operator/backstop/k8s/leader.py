@@ -192,13 +192,20 @@ def release(api: client.ApiClient, e: Election) -> None:
 
 
 def run_elected(
-    api: client.ApiClient, e: Election, lead: Callable[[], None], *, health: str | None = None
+    api: client.ApiClient,
+    e: Election,
+    lead: Callable[[], None],
+    *,
+    health: str | None = None,
+    standby: Callable[[threading.Event], None] | None = None,
 ) -> None:
     """Wait for the Lease, then ``lead()`` in this thread; give the Lease up when it returns.
 
     ``lead`` runs in the calling (main) thread, as Kopf wants for its signal
     handlers; the election renews the Lease in a daemon thread and ends the
-    process if it is lost.
+    process if it is lost. ``standby(stop)``, if given, runs in a thread while this
+    candidate waits (the admission webhook every replica serves) and is stopped, and
+    joined, before ``lead()`` starts.
     """
     # the client's election logs every renewal and every standby attempt at INFO
     logging.getLogger("leaderelection").setLevel(logging.WARNING)
@@ -218,8 +225,18 @@ def run_elected(
         target=leaderelection.LeaderElection(config).run, name="backstop-election", daemon=True
     )
     elector.start()
+    stop_standby = threading.Event()
+    serving = None
+    if standby is not None:
+        serving = threading.Thread(
+            target=standby, args=(stop_standby,), name="backstop-standby", daemon=True
+        )
+        serving.start()
     warm(api)
     leading.wait()
+    stop_standby.set()
+    if serving is not None:
+        serving.join(timeout=30)
     log.info("leader election: %s leads (Lease %s/%s)", e.identity, e.namespace, e.name)
     threading.Thread(
         target=_watchdog, args=(lock, e), name="backstop-lease-watchdog", daemon=True

@@ -1,0 +1,173 @@
+"""The validating admission webhook: Kopf serves it, :mod:`backstop.domain.admission` decides.
+
+``kubectl apply`` of a StreamTopology the operator would mark ``InvalidSpec`` (a cycle, an
+unknown input, a negative CPU, an unknown algorithm, a bound not above the restart time, an
+unknown field) is refused at once with one line naming the field. The handler is Kopf's
+(``@kopf.on.validate``, registered at startup only when a webhook port is given); Kopf runs
+the HTTPS server and keeps the ``ValidatingWebhookConfiguration`` up to date
+(``settings.admission.managed``).
+
+Scope and failure policy (docs/admission.md): only CREATE and UPDATE of
+``streamtopologies`` (never ``/status``, never Pods, ConfigMaps or RecoveryPlans), and
+``failurePolicy: Ignore``: while no operator answers, changes are admitted as before and the
+operator marks a bad spec ``InvalidSpec`` when it is back. Recovery writes only status and
+other kinds, so the webhook can never block it; an update that leaves the spec alone (the
+operator's own annotations, its finalizer) is always admitted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Callable, Collection
+from pathlib import Path
+from typing import Any
+
+import kopf
+
+from backstop.domain.admission import admission_problem
+from backstop.domain.constants import GROUP, PLURAL, VERSION
+from backstop.k8s.cluster import api_client
+from backstop.k8s.webhookcert import self_signed, shared_certificate
+
+CONFIGURATION = f"backstop.{GROUP}"
+"""Default name of the ValidatingWebhookConfiguration the operator manages."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Webhook:
+    """Where the webhook listens, how the API server reaches it and where its certificate is."""
+
+    port: int
+    addr: str = "127.0.0.1"
+    """Address to listen on (``0.0.0.0`` in a pod)."""
+    host: str | None = None
+    """Host the API server calls (``https://host:port/``); default ``addr``."""
+    service: str | None = None
+    """``namespace/name`` of a Service to the operator pods: the API server calls it (port
+    443) instead of a URL."""
+    cert_dir: str | None = None
+    """A directory with ``tls.crt``, ``tls.key`` and ``ca.crt`` (e.g. cert-manager's Secret);
+    Kopf reloads them when they change."""
+    cert_secret: str | None = None
+    """``namespace/name`` of a Secret holding the self-signed certificate shared by replicas
+    (created on first use); none: each process makes its own."""
+    configuration: str | None = CONFIGURATION
+    """The ValidatingWebhookConfiguration Kopf keeps up to date; ``None``: not managed."""
+    persistent: bool = False
+    """Keep the webhook registered when this process stops (other replicas still serve)."""
+
+    def hostnames(self) -> list[str]:
+        """The names the API server may call this server by (the certificate's SANs)."""
+        if self.service:
+            ns, name = self.service.split("/", 1)
+            return [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local", f"{name}.{ns}"]
+        return [self.host or self.addr]
+
+
+def validate(body: kopf.Body, old: kopf.Body | None, operation: str | None, **_: Any) -> None:
+    """Refuse a create/update whose spec the operator would refuse (one line, naming the field)."""
+    meta = body.get("metadata", {})
+    problem = admission_problem(
+        body.get("spec"),
+        name=meta.get("name"),
+        annotations=meta.get("annotations") or {},
+        old_spec=old.get("spec") if old and operation == "UPDATE" else None,
+        old_annotations=(old.get("metadata", {}).get("annotations") or {}) if old else None,
+    )
+    if problem is not None:
+        raise kopf.AdmissionError(problem, code=422)
+
+
+def register(registry: kopf.OperatorRegistry, webhook: Webhook) -> None:
+    """Register :func:`validate` for CREATE/UPDATE of StreamTopologies (not ``/status``)."""
+    kopf.on.validate(
+        GROUP,
+        VERSION,
+        PLURAL,
+        id="spec",
+        operations=["CREATE", "UPDATE"],
+        ignore_failures=True,
+        persistent=webhook.persistent,
+        registry=registry,
+    )(validate)
+
+
+class ServiceWebhookServer(kopf.WebhookServer):  # type: ignore[misc]
+    """Kopf's server, announced to the API server as a Service rather than a URL."""
+
+    def __init__(self, *, service: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.service_ref = service
+
+    async def __call__(self, fn: Any) -> AsyncIterator[dict[str, Any]]:
+        ns, name = self.service_ref.split("/", 1)
+        async for config in super().__call__(fn):
+            service = {"namespace": ns, "name": name, "port": 443, "path": ""}
+            yield {"service": service, "caBundle": config.get("caBundle")}
+
+
+def build_server(webhook: Webhook) -> kopf.WebhookServer:
+    """Kopf's HTTPS server with the certificate the configuration asks for."""
+    if webhook.cert_dir:
+        d = Path(webhook.cert_dir)
+        files = {"certfile": str(d / "tls.crt"), "pkeyfile": str(d / "tls.key")}
+        if (d / "ca.crt").exists():
+            files["cafile"] = str(d / "ca.crt")
+    else:
+        if webhook.cert_secret:
+            ns, name = webhook.cert_secret.split("/", 1)
+            cert, key = shared_certificate(api_client(), ns, name, webhook.hostnames())
+        else:
+            cert, key = self_signed(webhook.hostnames())
+        d = Path(tempfile.mkdtemp(prefix="backstop-webhook-"))
+        (d / "tls.crt").write_bytes(cert)
+        (d / "tls.key").write_bytes(key)
+        (d / "tls.key").chmod(0o600)
+        files = {"certfile": str(d / "tls.crt"), "pkeyfile": str(d / "tls.key")}
+    common: dict[str, Any] = {"addr": webhook.addr, "port": webhook.port, **files}
+    if webhook.service:
+        return ServiceWebhookServer(service=webhook.service, **common)
+    return kopf.WebhookServer(host=webhook.host or webhook.addr, **common)
+
+
+def configure(
+    settings: kopf.OperatorSettings, registry: kopf.OperatorRegistry, webhook: Webhook
+) -> None:
+    """Serve admission from this operator: the handler, the server and the managed configuration."""
+    register(registry, webhook)
+    settings.admission.server = build_server(webhook)
+    settings.admission.managed = webhook.configuration
+
+
+def serve_while_standby(
+    webhook: Webhook, *, namespaces: Collection[str], clusterwide: bool, scanning: bool
+) -> Callable[[threading.Event], None]:
+    """What a standby replica runs until it leads: admission only, in its own Kopf.
+
+    With leader election only the leader runs the operator's handlers, but every replica
+    answers admission requests behind the Service, so losing the leader never leaves the
+    webhook without a server. The standby's Kopf has a registry with the validating handler
+    alone (it watches nothing) and stops when ``stop`` is set, before the leader's Kopf starts
+    on the same port.
+    """
+
+    def serve(stop: threading.Event) -> None:
+        registry = kopf.OperatorRegistry()
+        settings = kopf.OperatorSettings()
+        settings.scanning.disabled = not scanning
+        configure(settings, registry, webhook)
+        asyncio.run(
+            kopf.operator(
+                registry=registry,
+                settings=settings,
+                standalone=True,
+                clusterwide=clusterwide,
+                namespaces=list(namespaces),
+                stop_flag=stop,
+            )
+        )
+
+    return serve

@@ -1,0 +1,113 @@
+"""What the admission webhook decides about a StreamTopology: one line naming the field, or
+nothing.
+
+The webhook (:mod:`backstop.controller.admission`) runs the very checks the operator runs
+when it reconciles (:func:`~backstop.domain.spec.parse_spec`: the pydantic model, then the
+graph checks of :func:`~backstop.domain.spec.expand`), so ``kubectl apply`` of a spec the
+operator would mark ``InvalidSpec`` fails at once instead, with the same words. The API
+server shows one line of the answer per refusal, so several problems are joined with
+``; `` on one line.
+
+Unknown fields: the CRD's schema is structural, so the API server prunes what it does not
+know *before* any webhook sees the object. What the user wrote is still in the
+``kubectl apply`` annotation (client-side apply writes it), and the webhook refuses a spec
+whose last-applied form names a field the model does not know. ``kubectl apply`` refuses
+such a manifest itself first (its schema validation); the webhook catches
+``--validate=false``. A client that writes no such annotation (``kubectl create``,
+server-side apply, a program) still gets unknown fields pruned silently: the docs say so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from backstop.domain.constants import ANN_LAST_APPLIED
+from backstop.domain.names import field_path
+from backstop.domain.spec import StreamTopologySpec, parse_spec
+from planners import InvalidTopology
+
+
+def unknown_fields(annotations: Mapping[str, str]) -> list[str]:
+    """Fields of the last ``kubectl apply`` (its annotation) that the spec does not know.
+
+    The CRD's schema is structural, so the API server silently prunes unknown fields
+    (``kubectl apply`` refuses them first, unless ``--validate=false``); the pruned
+    object is all the operator sees. The client-side apply annotation still holds what
+    the user wrote, so the webhook can refuse it and the operator can name the dropped
+    fields in a Warning Event.
+
+    Examples
+    --------
+    >>> doc = {"spec": {"image": "x", "recoveryLatencyBound": 1, "placementAlgoritm": "auto",
+    ...     "operators": [{"name": "a", "reprocessingLatency": 1, "paralelism": 2}]}}
+    >>> unknown_fields({ANN_LAST_APPLIED: json.dumps(doc)})
+    ['spec.operators[0].paralelism', 'spec.placementAlgoritm']
+    >>> unknown_fields({})
+    []
+    """
+    try:
+        applied = json.loads(annotations.get(ANN_LAST_APPLIED) or "{}")
+    except ValueError:
+        return []
+    if not isinstance(applied, dict) or not isinstance(applied.get("spec"), dict):
+        return []
+    try:
+        StreamTopologySpec.model_validate(applied["spec"])
+    except ValidationError as err:
+        found = {
+            field_path(e["loc"], "spec") for e in err.errors() if e["type"] == "extra_forbidden"
+        }
+        return sorted(found)
+    return []
+
+
+def one_line(message: str) -> str:
+    """Several problems (one per line, each naming its field) as one line, ``; `` apart.
+
+    >>> one_line("spec.a: bad\\nspec.b: worse")
+    'spec.a: bad; spec.b: worse'
+    """
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
+def admission_problem(
+    spec: Any,
+    *,
+    name: str | None,
+    annotations: Mapping[str, str],
+    old_spec: Any = None,
+    old_annotations: Mapping[str, str] | None = None,
+) -> str | None:
+    """Why a create/update of a StreamTopology must be refused, in one line; ``None``: admit.
+
+    An update that changes neither the spec nor the last-applied manifest (the operator's own
+    annotations and finalizer, a label) is always admitted, so an object stored before the
+    webhook or the CRD's limits existed can still be patched, finalized and deleted.
+
+    Examples
+    --------
+    >>> spec = {"image": "x", "recoveryLatencyBound": 2, "operators": [
+    ...     {"name": "a", "reprocessingLatency": 1, "inputs": [{"operator": "foo"}]}]}
+    >>> admission_problem(spec, name="t", annotations={})
+    "spec.operators[0].inputs[0].operator: operator 'a' reads from unknown operator 'foo'"
+    >>> admission_problem(spec, name="t", annotations={}, old_spec=spec, old_annotations={})
+    >>> admission_problem({**spec, "operators": [{"name": "a", "reprocessingLatency": -1,
+    ...     "resources": {"cpu": "-1"}}]}, name="t", annotations={})  # doctest: +ELLIPSIS
+    "spec.operators[0].resources.cpu: '-1' must be positive; spec.operators[0].reproc...
+    """
+    old_applied = (old_annotations or {}).get(ANN_LAST_APPLIED)
+    unchanged = old_spec == spec and old_applied == annotations.get(ANN_LAST_APPLIED)
+    if old_spec is not None and unchanged:
+        return None
+    dropped = unknown_fields(annotations)
+    if dropped:
+        return "; ".join(f"{path}: unknown field" for path in dropped)
+    try:
+        parse_spec(spec, name)
+    except InvalidTopology as err:
+        return one_line(str(err))
+    return None
