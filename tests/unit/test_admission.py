@@ -170,3 +170,110 @@ def test_fault08_pruned_unknown_fields_are_named_from_the_last_applied_manifest(
     assert unknown_fields({ANN_LAST_APPLIED: json.dumps({"spec": BASE})}) == []
     assert unknown_fields({}) == []
     assert unknown_fields({ANN_LAST_APPLIED: "{not json"}) == []
+
+
+# ---------------------------------------------------------------- the admission webhook (issue 16)
+def _ops(*ops: dict[str, Any]) -> dict[str, Any]:
+    return {**BASE, "operators": list(ops)}
+
+
+def _op(name: str, *inputs: str) -> dict[str, Any]:
+    return {"name": name, "reprocessingLatency": 1, "inputs": [{"operator": i} for i in inputs]}
+
+
+FORWARD_FROM_A = {"operator": "a", "grouping": "forward"}
+# (id, spec, the field the one line must start with, a word of the reason)
+WEBHOOK_TABLE: list[tuple[str, dict[str, Any], str, str]] = [
+    ("cycle", _ops(_op("a", "c"), _op("b", "a"), _op("c", "b")),
+     "spec.operators[0].inputs: ", "cycle"),
+    ("unknown-input", _ops(_op("a"), _op("b"), _op("c", "foo")),
+     "spec.operators[2].inputs[0].operator: ", "unknown operator 'foo'"),
+    ("duplicate-names", _ops(_op("a"), _op("a")),
+     "spec.operators: ", "duplicate operator name 'a'"),
+    ("negative-cpu", _ops({**_op("a"), "resources": {"cpu": "-250m"}}),
+     "spec.operators[0].resources.cpu: ", "must be positive"),
+    ("unknown-algorithm", {**BASE, "placementAlgorithm": "rtap-bff"},
+     "spec.placementAlgorithm: ", "unknown placement algorithm 'rtap-bff'"),
+    ("bound-not-above-restart", {**BASE, "recovery": {"restartSeconds": 2}},
+     "spec: recovery.restartSeconds (2) must be below recoveryLatencyBound (2)", ""),
+    ("bad-operator-name", _ops(_op("Src")), "spec.operators[0].name: ", "pattern"),
+    ("too-many-operators", _ops(*[_op(f"o{i}") for i in range(101)]),
+     "spec.operators: ", "at most 100"),
+    ("forward-parallelism",
+     _ops({**_op("a"), "parallelism": 2}, {**_op("b"), "inputs": [FORWARD_FROM_A]}),
+     "spec.operators[1].inputs[0].grouping: ", "2 != 1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "word"),
+    [(s, f, w) for _, s, f, w in WEBHOOK_TABLE],
+    ids=[i for i, *_ in WEBHOOK_TABLE],
+)
+def test_admission_refuses_in_one_line_naming_the_field(
+    spec: dict[str, Any], field: str, word: str
+) -> None:
+    from backstop.domain.admission import admission_problem
+
+    line = admission_problem(spec, name="t", annotations={})
+    assert line is not None and "\n" not in line
+    assert line.startswith(field) and word in line, line
+
+
+def test_admission_joins_several_problems_on_one_line() -> None:
+    from backstop.domain.admission import admission_problem
+
+    spec = _ops({**_op("a"), "reprocessingLatency": 0, "resources": {"cpu": "-1"}})
+    line = admission_problem(spec, name="t", annotations={})
+    assert line is not None and "\n" not in line
+    assert line.split("; ")[0].startswith("spec.operators[0].")
+    assert len(line.split("; ")) == 2, line
+
+
+def test_admission_refuses_unknown_fields_of_the_last_applied_manifest() -> None:
+    from backstop.domain.admission import admission_problem
+    from backstop.domain.constants import ANN_LAST_APPLIED
+
+    applied = {"spec": {**BASE, "placementAlgoritm": "auto"}}
+    ann = {ANN_LAST_APPLIED: json.dumps(applied)}
+    assert admission_problem(BASE, name="t", annotations=ann) == (
+        "spec.placementAlgoritm: unknown field"
+    )
+
+
+def test_admission_admits_a_good_spec_and_metadata_only_updates_of_a_bad_one() -> None:
+    """The operator's own patches (annotations, finalizer) of an object stored before the
+    webhook existed must pass, or it could never be finalized and deleted."""
+    from backstop.domain.admission import admission_problem
+
+    assert admission_problem(BASE, name="t", annotations={}) is None
+    bad = _ops(_op("a", "a"))
+    assert admission_problem(bad, name="t", annotations={"x": "1"}, old_spec=bad,
+                             old_annotations={}) is None  # fmt: skip
+    # ... but a spec change is checked on update
+    assert admission_problem(bad, name="t", annotations={}, old_spec=BASE, old_annotations={})
+    # and so is the name
+    assert (admission_problem(BASE, name="Bad", annotations={}) or "").startswith("metadata.name")
+
+
+def test_webhook_scope_is_create_and_update_of_topologies_with_failure_ignored() -> None:
+    """What makes recovery safe from the webhook: never status, never other kinds, and an
+    unreachable webhook admits (the operator flags a bad spec when it is back)."""
+    import kopf
+
+    from backstop.controller.admission import Webhook, register
+
+    registry = kopf.OperatorRegistry()
+    register(registry, Webhook(port=1))
+    (handler,) = registry._webhooks.get_all_handlers()
+    assert sorted(handler.operations or ["*"]) == ["CREATE", "UPDATE"]
+    assert handler.subresource is None and handler.ignore_failures is True
+    assert handler.selector is not None and handler.selector.plural == "streamtopologies"
+
+
+def test_webhook_certificate_names_what_the_api_server_calls() -> None:
+    from backstop.controller.admission import Webhook
+
+    assert Webhook(port=1, addr="127.0.0.1").hostnames() == ["127.0.0.1"]
+    svc = Webhook(port=1, addr="0.0.0.0", service="ops/backstop-webhook").hostnames()
+    assert svc[0] == "backstop-webhook.ops.svc"

@@ -67,9 +67,7 @@ def test_the_restart_term_changes_the_plan() -> None:
 def test_a_restart_that_alone_breaks_the_bound_is_refused_with_both_fields() -> None:
     """The spec refuses it (CLI, operator and admission webhook alike); the planner still
     refuses a model whose bound was overridden after validation (``backstop backups --bound``)."""
-    with pytest.raises(
-        InvalidTopology, match=r"^spec: recovery.restartSeconds \(4\) must be"
-    ):
+    with pytest.raises(InvalidTopology, match=r"^spec: recovery.restartSeconds \(4\) must be"):
         parse_spec(spec(4.0))
     s = StreamTopologySpec.model_validate(spec(1.0)).model_copy(
         update={"recovery_latency_bound": 1.0}

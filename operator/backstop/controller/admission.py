@@ -67,8 +67,9 @@ class Webhook:
         return [self.host or self.addr]
 
 
-def validate(body: kopf.Body, old: kopf.Body | None, operation: str | None, **_: Any) -> None:
+def validate(body: kopf.Body, **kwargs: Any) -> None:
     """Refuse a create/update whose spec the operator would refuse (one line, naming the field)."""
+    old, operation = kwargs.get("old"), kwargs.get("operation")
     meta = body.get("metadata", {})
     problem = admission_problem(
         body.get("spec"),
@@ -84,9 +85,9 @@ def validate(body: kopf.Body, old: kopf.Body | None, operation: str | None, **_:
 def register(registry: kopf.OperatorRegistry, webhook: Webhook) -> None:
     """Register :func:`validate` for CREATE/UPDATE of StreamTopologies (not ``/status``)."""
     kopf.on.validate(
-        GROUP,
-        VERSION,
-        PLURAL,
+        group=GROUP,
+        version=VERSION,
+        plural=PLURAL,
         id="spec",
         operations=["CREATE", "UPDATE"],
         ignore_failures=True,
@@ -95,18 +96,20 @@ def register(registry: kopf.OperatorRegistry, webhook: Webhook) -> None:
     )(validate)
 
 
-class ServiceWebhookServer(kopf.WebhookServer):  # type: ignore[misc]
+class ServiceWebhookServer(kopf.WebhookServer):
     """Kopf's server, announced to the API server as a Service rather than a URL."""
 
     def __init__(self, *, service: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.service_ref = service
 
-    async def __call__(self, fn: Any) -> AsyncIterator[dict[str, Any]]:
+    async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
         ns, name = self.service_ref.split("/", 1)
         async for config in super().__call__(fn):
-            service = {"namespace": ns, "name": name, "port": 443, "path": ""}
-            yield {"service": service, "caBundle": config.get("caBundle")}
+            yield kopf.WebhookClientConfig(
+                service=kopf.WebhookClientConfigService(namespace=ns, name=name, port=443, path=""),
+                caBundle=config.get("caBundle"),
+            )
 
 
 def build_server(webhook: Webhook) -> kopf.WebhookServer:
