@@ -43,7 +43,13 @@ def env(
 ) -> Iterator[Env]:
     # the module's own nodes stay unused: every test makes a labelled pool of its own
     yield from topology_env(
-        cluster, kube, simulator, tmp_path_factory.mktemp("nodeloss"), node_cpu="1", nodes=1
+        cluster,
+        kube,
+        simulator,
+        tmp_path_factory.mktemp("nodeloss"),
+        node_cpu="1",
+        nodes=1,
+        metrics=True,
     )
 
 
@@ -202,6 +208,12 @@ def test_single_node_loss_recovers_onto_spare_capacity(env: Env, pool: Pool) -> 
     before = nodes_of(env, name)
     victim = before["gold-0"]
     failed = {t for t, n in before.items() if n == victim}
+    scraped = wait_for(lambda: _series(env, name), 10, "the topology's metrics")
+    assert scraped["backstop_topology_worst_recovery_seconds"] == pytest.approx(
+        obj["status"]["plan"]["worstRecoveryLatency"]
+    )
+    assert scraped["backstop_recovery_session_active"] == 0.0
+    assert scraped.get("backstop_recovery_first_plan_seconds_count{since=not_ready}") is None
     pool.sim.kill(victim)
     wait_for(lambda: recovery(env, name).get("session"), 60, "a recovery session")
     obj = wait_recovered(env, name)
@@ -219,6 +231,48 @@ def test_single_node_loss_recovers_onto_spare_capacity(env: Env, pool: Pool) -> 
     assert {"NodeLost", "RecoveryPlanIssued", "TaskRecovered", "Recovered"} <= reasons
     cm = env.core.read_namespaced_config_map(f"{name}-recovery", env.namespace)
     assert '"phase": "Completed"' in cm.data["session.json"]
+    _check_recovery_metrics(env, name, obj, steps=rec["step"])
+
+
+def _series(env: Env, name: str) -> dict[str, float]:
+    """The operator's /metrics series of one topology, ``name{label=value}`` (other labels)."""
+    out = {}
+    for (sample, labels), value in env.scrape().items():
+        have = dict(labels)
+        if have.pop("namespace", None) != env.namespace or have.pop("topology", None) != name:
+            continue
+        extra = ",".join(f"{k}={v}" for k, v in sorted(have.items()))
+        out[f"{sample}{{{extra}}}" if extra else sample] = value
+    return out
+
+
+def _check_recovery_metrics(env: Env, name: str, obj: dict[str, Any], steps: int) -> None:
+    """After one node lost (grace 1 s) and recovered in ``steps`` RecoveryPlans: the
+    operator's /metrics (over HTTP) moved; once the topology is deleted, its series go."""
+    grace = obj["spec"]["recovery"]["gracePeriodSeconds"]
+
+    def settled() -> dict[str, float]:
+        s = _series(env, name)
+        return s if s.get("backstop_recovery_session_active") == 0.0 else {}
+
+    s = wait_for(settled, 10, "the session's end in /metrics")
+    triggers = [k for k in s if k.startswith("backstop_recovery_steps_total{")]
+    assert sum(s[k] for k in triggers) == steps >= 1
+    assert s["backstop_recovery_steps_total{trigger=NodeLost}"] >= 1
+    assert s["backstop_recovery_first_plan_seconds_count{since=not_ready}"] == 1.0
+    from_not_ready = s["backstop_recovery_first_plan_seconds_sum{since=not_ready}"]
+    from_grace = s["backstop_recovery_first_plan_seconds_sum{since=grace_expiry}"]
+    assert from_not_ready == pytest.approx(from_grace + grace)
+    assert 0.0 <= from_grace < 30.0
+    assert s["backstop_recovery_tasks_lost"] == 0.0
+    assert s["backstop_recovery_queries_down"] == 0.0
+    assert s["backstop_topology_worst_recovery_seconds"] == pytest.approx(
+        env.get(name)["status"]["plan"]["worstRecoveryLatency"]
+    )
+    env.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, env.namespace, "streamtopologies", name
+    )
+    wait_for(lambda: _series(env, name) == {}, 15, "the deleted topology's series to go")
 
 
 def test_two_nodes_lost_replacements_arrive_one_by_one(env: Env, pool: Pool) -> None:

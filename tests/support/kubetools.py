@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.sim.nodesim import NodeShape, Simulator
@@ -179,6 +181,8 @@ class Env:
     pool: str = ""
     operator_env: dict[str, str] = field(default_factory=dict)
     """Environment every start of this env's operator gets (operator-wide settings)."""
+    metrics_port: int | None = None
+    """The operator serves ``/metrics`` on this port (``--metrics-port``) when set."""
 
     def cleanup(self) -> None:
         """Delete the topologies a test created and wait for their pods to go."""
@@ -204,7 +208,20 @@ class Env:
         if self.proc is not None:
             stop_operator(self.proc)
         env = {**self.operator_env, **(extra_env or {})}
-        self.proc = start_operator(self.kubeconfig, self.namespace, self.log, extra_env=env)
+        extra = () if self.metrics_port is None else ("--metrics-port", str(self.metrics_port))
+        self.proc = start_operator(self.kubeconfig, self.namespace, self.log, extra, extra_env=env)
+
+    def scrape(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        """The operator's ``/metrics`` over HTTP: ``{(sample, labels): value}``."""
+        assert self.metrics_port is not None
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+        return {
+            (s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
 
     def get(self, name: str) -> dict[str, Any]:
         obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
@@ -261,9 +278,10 @@ def topology_env(
     node_cpu: str,
     nodes: int,
     operator_env: Mapping[str, str] | None = None,
+    metrics: bool = False,
 ) -> Iterator[Env]:
     """A namespace, fresh simulated nodes and a running operator (``operator_env``: its
-    operator-wide settings); all removed afterwards."""
+    operator-wide settings; serving ``/metrics`` with ``metrics``); all removed afterwards."""
     install_crds(kube)
     core = client.CoreV1Api(kube)
     ns = f"op-{uuid.uuid4().hex[:6]}"
@@ -278,6 +296,7 @@ def topology_env(
     e.simulator = simulator
     e.pool = prefix
     e.operator_env = dict(operator_env or {})
+    e.metrics_port = free_port() if metrics else None
     e.restart_operator()
     try:
         yield e

@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from backstop.k8s.cluster import ClusterUnavailable, api_client
 from backstop.k8s.crd import CRDS, render
 from backstop.k8s.leader import Election, run_elected
+
+if TYPE_CHECKING:
+    from backstop.controller.metrics import OperatorMetrics
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -58,6 +61,15 @@ def operator(
             envvar="BACKSTOP_RECOVERYPLAN_HISTORY",
             help="RecoveryPlans kept per topology (the newest; older ones are deleted)."
             "  [default: 20]",
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            envvar="BACKSTOP_METRICS_PORT",
+            help="Serve Prometheus /metrics on this port (every replica; unset: no endpoint).",
         ),
     ] = None,
     cluster_scanning: Annotated[
@@ -180,10 +192,14 @@ def operator(
         if ref is not None and ref.count("/") != 1:
             typer.echo(f"error: --webhook-{flag} must be NAMESPACE/NAME, got {ref!r}", err=True)
             raise typer.Exit(2)
+    if metrics_port is not None:
+        os.environ["BACKSTOP_METRICS_PORT"] = str(metrics_port)
     import kopf
 
     import backstop.controller.handlers  # noqa: F401  (registers the handlers)
     from backstop.controller import admission
+
+    metrics = _serve_metrics()
 
     kopf.configure(
         verbose=log_level == "debug",
@@ -207,7 +223,9 @@ def operator(
         admission.configure(settings, kopf.get_default_registry(), webhook)
 
     def run() -> None:
+        metrics.leader.set(1)
         kopf.run(
+            memo=kopf.Memo(metrics=metrics),
             settings=settings,
             standalone=True,
             clusterwide=all_namespaces,
@@ -243,6 +261,27 @@ def operator(
             scanning=cluster_scanning,
         )
     run_elected(api, election, run, health=liveness or None, standby=standby)
+
+
+def _serve_metrics() -> OperatorMetrics:
+    """The process's :class:`~backstop.controller.metrics.OperatorMetrics`, served on the
+    configured port (before the election, so a standby answers scrapes too)."""
+    from backstop.controller import metrics as module
+    from backstop.controller import settings as config
+
+    try:
+        port = config.settings().metrics_port
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    metrics = module.OperatorMetrics()
+    if port is not None:
+        try:
+            module.serve(metrics, port)
+        except OSError as err:
+            typer.echo(f"error: --metrics-port {port}: {err.strerror or err}", err=True)
+            raise typer.Exit(2) from None
+    return metrics
 
 
 def crd(

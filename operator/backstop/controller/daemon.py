@@ -122,8 +122,10 @@ def supervise(**kwargs: Any) -> None:
         _supervise(**kwargs)
     finally:
         executor.add(-1)
-        # the topology is gone (or the operator stops): its capacity holds go with it
+        # the topology is gone (or the operator stops): its capacity holds go with it,
+        # and its metric series
         kwargs["memo"].ledger.release(f"{kwargs['namespace']}/{kwargs['name']}")
+        kwargs["memo"].metrics.forget(kwargs["namespace"], kwargs["name"])
 
 
 def _supervise(
@@ -151,14 +153,15 @@ def _supervise(
     k = kube()
     while not stopped and not gone(kwargs["topologies"], namespace, name, meta["uid"]):
         try:
-            tick = _tick(k, mem, name, namespace, meta, spec, status, body, kwargs)
-            if tick is not None:
-                with mem.lock:
-                    deleted, created = supervise_once(
-                        tick, lambda: list(pods_index.get((namespace, name), []))
-                    )
-                if deleted or created:
-                    logger.info("pods: %d deleted, %d created", deleted, created)
+            with kwargs["memo"].metrics.timed("supervise"):
+                tick = _tick(k, mem, name, namespace, meta, spec, status, body, kwargs)
+                if tick is not None:
+                    with mem.lock:
+                        deleted, created = supervise_once(
+                            tick, lambda: list(pods_index.get((namespace, name), []))
+                        )
+                    if deleted or created:
+                        logger.info("pods: %d deleted, %d created", deleted, created)
         except ApiException as err:
             if err.status == 404 and k.topology_gone(namespace, name):
                 return
@@ -213,4 +216,5 @@ def _tick(
         resource_version=rv,
         fallback=fallback,
         observed=generation,
+        metrics=kwargs["memo"].metrics,
     )

@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from backstop.controller import daemon, faults, kopf_config
+from backstop.controller import daemon, faults, kopf_config, metrics
 from backstop.controller import memo as topology_memo
 from backstop.controller import settings as config
 from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve
@@ -54,7 +54,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     """Keep Kopf's bookkeeping under our own domain; post no log lines as Events.
 
     Also starts the process's one capacity ledger (:mod:`backstop.k8s.ledger`),
-    shared through ``memo`` by the planners of every topology.
+    shared through ``memo`` by the planners of every topology, and the process's
+    metrics (:mod:`backstop.controller.metrics`) unless the CLI put them there.
     """
     kopf_config.apply_kopf_settings(settings)
     daemon.executor.attach(settings)
@@ -63,6 +64,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     except ValueError as err:
         raise kopf.PermanentError(str(err)) from None
     memo.ledger = CapacityLedger()
+    if memo.get("metrics") is None:  # `backstop operator` passes the one it serves
+        memo.metrics = metrics.OperatorMetrics()
     memo.pod_feed = PodFeed(kube().api, memo.ledger).start()
 
 
@@ -81,6 +84,7 @@ def _problem(body: kopf.Body, generation: int, reason: str, message: str) -> Pro
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, PLURAL)
+@metrics.instrumented("reconcile")
 def reconcile(
     body: kopf.Body,
     spec: kopf.Spec,

@@ -8,8 +8,14 @@ startup with the variable's name instead of failing every reconcile).
 Examples
 --------
 >>> s = Settings.from_env({"BACKSTOP_GRACE_PERIOD_SECONDS": "5", "BACKSTOP_REOPT_TICK": ""})
->>> s.grace_period_seconds, s.utilization_cap, s.reopt_tick_seconds
-(5.0, None, 5.0)
+>>> s.grace_period_seconds, s.utilization_cap, s.reopt_tick_seconds, s.metrics_port
+(5.0, None, 5.0, None)
+>>> Settings.from_env({"BACKSTOP_METRICS_PORT": "9090"}).metrics_port
+9090
+>>> Settings.from_env({"BACKSTOP_METRICS_PORT": "0"})
+Traceback (most recent call last):
+...
+ValueError: BACKSTOP_METRICS_PORT: Input should be greater than or equal to 1, got 0.0
 >>> Settings.from_env({"BACKSTOP_REOPT_TIMEOUT": "soon"})
 Traceback (most recent call last):
 ...
@@ -42,6 +48,7 @@ ENV_VARS: dict[str, str] = {
     "fault_point": "BACKSTOP_FAULT_POINT",
     "fault_after": "BACKSTOP_FAULT_AFTER",
     "recoveryplan_history": "BACKSTOP_RECOVERYPLAN_HISTORY",
+    "metrics_port": "BACKSTOP_METRICS_PORT",
 }
 TEXT = frozenset({"spark_master", "fault_point"})
 """Settings read as text; the others are numbers."""
@@ -77,6 +84,9 @@ class Settings(BaseModel):
     """... at the N-th time it reaches that point."""
     recoveryplan_history: int = Field(20, ge=2)
     """RecoveryPlans kept per topology, the newest (older ones are deleted)."""
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    """Port of the Prometheus ``/metrics`` endpoint (:mod:`backstop.controller.metrics`);
+    unset: not served."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

@@ -49,6 +49,7 @@ from backstop.domain.podfaults import drain_held
 from backstop.domain.status_types import PlanStatus, with_changes
 from backstop.k8s.ledger import manifest_holds
 from backstop.k8s.manifests import build_recoveryplan, build_session_configmap
+from planners.recovery import failed_queries
 
 Pods = Callable[[], list[Mapping[str, Any]]]
 """The topology's pods as the index holds them now."""
@@ -58,6 +59,7 @@ def recovery_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None =
     """Advance the recovery session by at most one step; whether anything was written."""
     now = time.time() if now is None else now
     for _ in range(2):  # once more if the status changed under us (409)
+        before = t.status
         decision = _decide(t, now)
         if decision is None:
             return False
@@ -70,6 +72,8 @@ def recovery_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None =
             break
     else:
         return False
+    grace = t.model.recovery.grace_period_seconds
+    t.metrics.observe_decision(*_labels(t), before, decision, t.nodes, grace, now)
     faults.point("after-status")
     for n in decision.notices:
         t.emit(n.reason, n.message, n.warning)
@@ -231,4 +235,11 @@ def supervise_once(t: Tick, pods: Pods) -> tuple[int, int]:
     before = [c.dump() for c in t.status.conditions]
     if conditions_changed(before, [c.dump() for c in new.conditions]):
         write_status(t, new)
+    failed = recovery.ordered(t.graph, t.status.recovery_or_empty.failed)
+    down = len(failed_queries(t.graph, failed))
+    t.metrics.observe_status(*_labels(t), t.status, queries_down=down)
     return deleted, created
+
+
+def _labels(t: Tick) -> tuple[str, str]:
+    return t.owner.namespace, t.owner.name

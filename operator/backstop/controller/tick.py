@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.controller.capacity import reserve
 from backstop.controller.memo import TopologyMemo
+from backstop.controller.metrics import OperatorMetrics
 from backstop.domain.conditions import merge_conditions
 from backstop.domain.constants import ANN_HASH, LABEL_TASK
 from backstop.domain.incidents import NodeInfo
@@ -67,6 +68,8 @@ class Tick:
     """The current spec is invalid or infeasible: supervising the last good plan."""
     observed: int | None = None
     """The object's current generation (differs from ``generation`` in fallback)."""
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    """The process's metrics (Kopf's root memo); updated from what the round decides."""
 
     def adopt(self, obj: Mapping[str, Any]) -> None:
         """Take the status and resourceVersion of an object the API server returned."""
