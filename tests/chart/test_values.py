@@ -59,10 +59,9 @@ AWAITING: dict[str, str] = {
     "BACKSTOP_SPARK_IMAGE": "issue 16 item 6: reoptimization.sparkImage",
     "BACKSTOP_SPARK_RESOURCES": "issue 16 item 6: reoptimization.resources",
     "BACKSTOP_SPARK_SERVICE_ACCOUNT": "issue 16 item 6: reoptimization.driverServiceAccount",
-    "BACKSTOP_METRICS_PORT": "issue 16 item 3 (the Prometheus endpoint): metrics.port",
 }
 """Env vars the chart sets that the operator does not read yet, each with the issue item
-that makes it real (engineers "reopt" and "metrics" are on them)."""
+that makes it real (engineer "reopt" is on them)."""
 
 PROCESS_ENV: dict[str, str] = {
     "HOME": "Python and Spark/Ivy want a writable home; the root filesystem is read-only",
