@@ -49,6 +49,7 @@ PASSED_THROUGH: dict[str, str] = {
     "affinity": "the operator pod's affinity, as given (replaces podAntiAffinity)",
     "serviceAccount.annotations": "the ServiceAccount's annotations, as given",
     "reoptimization.resources": "JSON in BACKSTOP_SPARK_RESOURCES (the Job container's)",
+    "metrics.dashboard.labels": "labels of the dashboard ConfigMap (Grafana's sidecar), as given",
 }
 """Values the templates hand on whole: Kubernetes (or the operator) reads their keys."""
 
