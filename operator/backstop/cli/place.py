@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from backstop.cli._output import guarded, planners_bound, print_json
+from backstop.domain.incidents import topology_tolerations
 from backstop.domain.planning import DEFAULT_TIME_LIMIT
 from backstop.domain.spec import StreamTopology, expand, load_topology
 from backstop.k8s.nodes import load_nodes
@@ -173,7 +174,13 @@ def _plan_from_cluster(
         spec = spec.model_copy(update={"recovery_latency_bound": bound})
     try:
         kube = Kube(api_client())
-        view = kube.view(namespace, topo.metadata.name, spec.topology_key, spec.node_selector)
+        view = kube.view(
+            namespace,
+            topo.metadata.name,
+            spec.topology_key,
+            spec.node_selector,
+            topology_tolerations(spec),
+        )
         recorded = _recorded(kube, namespace, topo.metadata.name)
     except ClusterUnavailable as err:
         raise PlannerError(str(err)) from None

@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from kubernetes.utils.quantity import parse_quantity
-
 from backstop.domain.incidents import NodeInfo
+from backstop.domain.podmerge import task_pod_requests
 from backstop.domain.spec import StreamTopologySpec
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.ledger import (
@@ -48,10 +47,15 @@ def allocatable(nodes: Mapping[str, NodeInfo], names: Iterable[str]) -> dict[str
 
 
 def task_profile(model: StreamTopologySpec) -> tuple[float, float]:
-    """``(smallest task CPU, largest task memory)`` of a topology, for :func:`planner_cpu`."""
-    cpu = min(op.resources.cpu_cores for op in model.operators)
-    memory = max(float(parse_quantity(op.resources.memory)) for op in model.operators)
-    return cpu, memory
+    """``(smallest task CPU, largest task memory)`` of a topology, for :func:`planner_cpu`
+    (a task pod's requests: its template's sidecars and init containers included)."""
+    pods = [
+        task_pod_requests(
+            model.pod_template, op.pod_template, op.resources.cpu, op.resources.memory
+        )
+        for op in model.operators
+    ]
+    return min(cpu for cpu, _ in pods), max(memory for _, memory in pods)
 
 
 def step_capacity(

@@ -23,6 +23,7 @@ from backstop.controller.context import gone, kube, node_snapshot, post_event
 from backstop.controller.supervisor import supervise_once
 from backstop.controller.tick import Tick
 from backstop.domain.constants import GROUP, PLURAL, VERSION
+from backstop.domain.incidents import for_topology
 from backstop.domain.recovery import last_good_generation
 from backstop.domain.spec import StreamTopologySpec, expand
 from backstop.domain.status_types import TopologyStatus, parse_status
@@ -209,7 +210,7 @@ def _tick(
         graph=graph,
         generation=followed,
         status=typed,
-        nodes=node_snapshot(kwargs["node_index"]),
+        nodes=for_topology(node_snapshot(kwargs["node_index"]), model),  # its tolerations
         emit=emit,
         ledger=kwargs["memo"].ledger,
         memory=mem,

@@ -27,7 +27,7 @@ from backstop.controller.fencing import publish_epochs
 from backstop.domain.admission import unknown_fields
 from backstop.domain.constants import ANN_APPLIED, GROUP, LABEL_TOPOLOGY, PLURAL, VERSION
 from backstop.domain.fencing import fenced_tasks
-from backstop.domain.incidents import NodeInfo, node_info
+from backstop.domain.incidents import NodeInfo, node_info, topology_tolerations
 from backstop.domain.planning import current_assignment, diff_pods, plan_replicas, plan_topology
 from backstop.domain.spec import StreamTopologySpec, expand, spec_hash
 from backstop.domain.status import build_plan_status, conditions_patch, pod_state
@@ -141,7 +141,9 @@ def _reconcile(
     logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> None:
     k, namespace, name = p.kube, owner.namespace, owner.name
-    view = k.view(namespace, name, model.topology_key, model.node_selector)
+    view = k.view(
+        namespace, name, model.topology_key, model.node_selector, topology_tolerations(model)
+    )
     this_spec = spec_hash(dict(body["spec"]))
     same_spec = recorded.get("generation") == generation or recorded.get("specHash") == this_spec
     reuse = (

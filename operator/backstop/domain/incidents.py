@@ -10,13 +10,14 @@ resumed by a restarted operator.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from backstop.domain.conditions import now_rfc3339
-from backstop.domain.spec import RecoveryMode, RecoveryPolicy, cpu_cores
+from backstop.domain.podmerge import hard_taints, operator_tolerations, taints_tolerated
+from backstop.domain.spec import RecoveryMode, RecoveryPolicy, StreamTopologySpec, cpu_cores
 from planners import TaskGraph
 from planners.recovery import RecoveryStep
 
@@ -31,13 +32,16 @@ class NodeInfo:
     """Epoch seconds of the Ready condition's last transition."""
     cpu: float
     schedulable: bool
-    """Not cordoned and without NoSchedule/NoExecute taints."""
+    """Ready, not cordoned and without NoSchedule/NoExecute taints (in a topology's view,
+    :func:`for_topology`: without taints that its pods do not tolerate)."""
     cordoned: bool
     labels: tuple[tuple[str, str], ...] = ()
     memory: float = 0.0
     """Allocatable memory in bytes."""
     pods: int = 0
     """Allocatable pod slots (the kubelet's ``maxPods``)."""
+    taints: tuple[tuple[str, str, str], ...] = ()
+    """``(key, value, effect)`` of its NoSchedule and NoExecute taints."""
 
     def matches(self, selector: Mapping[str, str]) -> bool:
         """Whether the node carries every label of ``selector``."""
@@ -63,19 +67,59 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
             since = _epoch(c.get("lastTransitionTime"))
     allocatable = status.get("allocatable") or {}
     cpu_raw = allocatable.get("cpu") or "0"
-    tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
+    taints = tuple(
+        (str(t.get("key") or ""), str(t.get("value") or ""), str(t["effect"]))
+        for t in hard_taints(spec.get("taints") or [])
+    )
     cordoned = bool(spec.get("unschedulable"))
     return NodeInfo(
         name=str(meta.get("name")),
         ready=ready,
         since=since,
         cpu=cpu_cores(cpu_raw),
-        schedulable=ready and not cordoned and not tainted,
+        schedulable=ready and not cordoned and not taints,
         cordoned=cordoned,
         labels=tuple(sorted((meta.get("labels") or {}).items())),
         memory=cpu_cores(allocatable.get("memory") or "0"),
         pods=int(cpu_cores(allocatable.get("pods") or "0")),
+        taints=taints,
     )
+
+
+def topology_tolerations(spec: StreamTopologySpec) -> tuple[tuple[dict[str, Any], ...], ...]:
+    """The tolerations of each operator's task pods (its template merged over the topology's)."""
+    return operator_tolerations(spec.pod_template, (op.pod_template for op in spec.operators))
+
+
+def for_topology(nodes: Mapping[str, NodeInfo], spec: StreamTopologySpec) -> dict[str, NodeInfo]:
+    """The node index as one topology sees it: a tainted node is ``schedulable`` when it is
+    Ready, not cordoned, and every operator's pods tolerate its taints
+    (:func:`backstop.domain.podmerge.taints_tolerated`; never the node condition taints).
+
+    Examples
+    --------
+    >>> from backstop.domain.spec import StreamTopologySpec
+    >>> tainted = NodeInfo("a", True, 0.0, 2, False, False,
+    ...                    taints=(("dedicated", "stream", "NoSchedule"),))
+    >>> doc = {"image": "x", "recoveryLatencyBound": 2,
+    ...        "operators": [{"name": "a", "reprocessingLatency": 1}]}
+    >>> for_topology({"a": tainted}, StreamTopologySpec.model_validate(doc))["a"].schedulable
+    False
+    >>> doc["podTemplate"] = {"spec": {"containers": [{"name": "task"}],
+    ...     "tolerations": [{"key": "dedicated", "operator": "Exists"}]}}
+    >>> for_topology({"a": tainted}, StreamTopologySpec.model_validate(doc))["a"].schedulable
+    True
+    """
+    tolerations = topology_tolerations(spec)
+    return {name: _seen_by(info, tolerations) for name, info in nodes.items()}
+
+
+def _seen_by(info: NodeInfo, tolerations: Sequence[Sequence[Mapping[str, Any]]]) -> NodeInfo:
+    if not info.taints:
+        return info
+    taints = [{"key": k, "value": v, "effect": e} for k, v, e in info.taints]
+    usable = info.ready and not info.cordoned and taints_tolerated(taints, tolerations)
+    return info if usable == info.schedulable else replace(info, schedulable=usable)
 
 
 def detect_lost(

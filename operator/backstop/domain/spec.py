@@ -46,6 +46,8 @@ from backstop.domain.names import (
     one_of,
     registered,
 )
+from backstop.domain.podmerge import check_templates, pod_weight
+from backstop.domain.podtemplate import OPERATOR_TEMPLATE, TOPOLOGY_TEMPLATE, PodTemplate
 from planners import InvalidTopology, TaskGraph
 from planners.placement import PLACEMENT_ALGORITHMS
 from planners.recovery import RECOVERY_ALGORITHMS
@@ -173,6 +175,7 @@ class OperatorSpec(_Model):
         "(`module:Class`), the rest is the class's own (e.g. `path`).",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
+    pod_template: PodTemplate | None = OPERATOR_TEMPLATE
 
 
 class RecoveryMode(StrEnum):
@@ -324,6 +327,7 @@ class StreamTopologySpec(_Model):
         description="Mount the ServiceAccount's API token in the task pods (only if the tasks "
         "call the Kubernetes API).",
     )
+    pod_template: PodTemplate | None = TOPOLOGY_TEMPLATE
     recovery: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
     replication: ReplicationPolicy | None = None
     reoptimization: ReoptimizationPolicy | None = None
@@ -331,6 +335,7 @@ class StreamTopologySpec(_Model):
     _placement = field_validator("placement_algorithm")(
         one_of("placement algorithm", PLACEMENT_ALGORITHMS)
     )
+    _templates = model_validator(mode="after")(check_templates)  # merged: mounts, limits
 
     @field_validator("operators")
     @classmethod
@@ -466,11 +471,8 @@ def expand(spec: StreamTopologySpec) -> TaskGraph:
                     f"parallelism ({up.parallelism} != {op.parallelism})"
                 )
             og.add_edge(inp.operator, op.name)
-    try:
+    if not nx.is_directed_acyclic_graph(og):
         cycle = nx.find_cycle(og)
-    except nx.NetworkXNoCycle:
-        cycle = []
-    if cycle:
         names = [str(e[0]) for e in cycle] + [str(cycle[0][0])]
         first = min(index[str(e[1])] for e in cycle)
         raise InvalidTopology(
@@ -485,12 +487,12 @@ def expand(spec: StreamTopologySpec) -> TaskGraph:
     priority: dict[str, float] = {}
     outputs: list[str] = []
     edges: list[tuple[str, str]] = []
-    for op in spec.operators:
+    for op, pod_cpu in ((o, pod_weight(spec, o)) for o in spec.operators):  # sidecars' too
         for i in range(op.parallelism):
             t = task_id(op.name, i)
             tasks.append(t)
             latency[t] = op.reprocessing_latency
-            weight[t] = op.resources.cpu_cores
+            weight[t] = pod_cpu
             operator[t] = op.name
             priority[t] = float(op.priority)
             if op.name in out_ops:

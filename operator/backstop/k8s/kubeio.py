@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import ANN_NODE, GROUP, LABEL_TOPOLOGY, VERSION
 from backstop.domain.planning import PodDiff
+from backstop.domain.podmerge import taints_tolerated
 from backstop.k8s.nodes import nodes_from_manifests
 from planners.placement import Node
 
@@ -137,8 +138,14 @@ class Kube:
         topology: str,
         topology_key: str | None,
         node_selector: Mapping[str, str] | None = None,
+        tolerations: Sequence[Sequence[Mapping[str, Any]]] = ((),),
     ) -> ClusterView:
-        """Nodes with the CPU left for this topology (other pods' requests subtracted)."""
+        """Nodes with the CPU left for this topology (other pods' requests subtracted).
+
+        A node with NoSchedule/NoExecute taints is left out unless every operator's pods
+        tolerate them (``tolerations``: one list per operator,
+        :func:`backstop.domain.incidents.topology_tolerations`).
+        """
         node_list = [
             n
             for n in self.core.list_node().items
@@ -156,7 +163,11 @@ class Kube:
             elif pod_node(pod):
                 others.append(_pod_stub(pod))
         nodes = nodes_from_manifests(node_dicts, topology_key, pods=others)
-        tainted = {n.metadata.name for n in node_list if _tainted(n)}
+        tainted = {
+            d["metadata"]["name"]
+            for d in node_dicts
+            if not taints_tolerated((d.get("spec") or {}).get("taints") or [], tolerations)
+        }
         usable = [n for n in nodes if n.name not in tainted]
         return ClusterView(usable, own, {n.metadata.name: n for n in node_list})
 
@@ -380,8 +391,3 @@ class Kube:
 def selected(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
     """Whether node ``labels`` satisfy a ``nodeSelector``."""
     return all(labels.get(k) == v for k, v in selector.items())
-
-
-def _tainted(node: Any) -> bool:
-    """Whether a node carries a NoSchedule/NoExecute taint our task pods don't tolerate."""
-    return any(t.effect in ("NoSchedule", "NoExecute") for t in node.spec.taints or [])

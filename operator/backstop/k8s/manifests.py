@@ -32,6 +32,7 @@ from backstop.domain.constants import (
     VERSION,
 )
 from backstop.domain.incidents import replay_sources
+from backstop.domain.podmerge import build_pod_spec, merge_templates
 from backstop.domain.spec import OperatorSpec, StreamTopologySpec
 from planners import TaskGraph
 
@@ -176,6 +177,9 @@ def build_task_pod(
     the task its id, its upstream tasks and whether it keeps an upstream backup.
     The ``spec-hash`` annotation lets the operator tell a pod whose node or role
     changed (delete and recreate) from one that is already right (leave alone).
+    ``spec.podTemplate`` and the operator's ``podTemplate`` are merged in
+    (:func:`backstop.domain.podmerge.build_pod_spec`); the operator's own fields
+    (:func:`owned_pod_spec`) and labels win.
     """
     op = _operator(spec, role.operator)
     name = (
@@ -196,7 +200,74 @@ def build_task_pod(
     ]
     if role.epoch:  # absent for the first copy, so adding epochs restarts no running pod
         env.append({"name": "BACKSTOP_EPOCH", "value": str(role.epoch)})
-    pod_spec: dict[str, Any] = {
+    base = _base_pod_spec(owner, spec, op, role, env)
+    template = merge_templates(spec.pod_template, op.pod_template)
+    pod_spec = build_pod_spec(base, template.get("spec") or {}, owned_pod_spec(base))
+    labels = {
+        LABEL_TOPOLOGY: owner.name,
+        LABEL_OPERATOR: role.operator,
+        LABEL_TASK: role.task,
+        LABEL_ROLE: "primary" if replica is None else "replica",
+    }
+    meta = template.get("metadata") or {}
+    # the template's metadata is hashed only when there is one: no restart of older pods
+    hashed = {"spec": pod_spec, "metadata": meta} if meta else pod_spec
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": owner.namespace,
+            "labels": {**meta.get("labels", {}), **labels},
+            "annotations": {
+                **meta.get("annotations", {}),
+                ANN_HASH: _hash(hashed),
+                ANN_NODE: role.node,
+                ANN_EPOCH: str(role.epoch),
+            },
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": pod_spec,
+    }
+
+
+def owned_pod_spec(base: Mapping[str, Any]) -> dict[str, Any]:
+    """The operator's fields of a task pod: no template changes them (they win the merge).
+
+    Placement, the restart policy, the operator's two volumes, and in the task container
+    its image, ``BACKSTOP_*`` env, ports, mounts and the requests (plus the limits that
+    ``operators[].resources`` sets). The security contexts, ``enableServiceLinks`` and the
+    ServiceAccount settings are defaults a template may change.
+    """
+    task = base["containers"][0]
+    resources = {k: v for k, v in task["resources"].items() if k in ("requests", "limits")}
+    return {
+        "restartPolicy": base["restartPolicy"],
+        "nodeSelector": base["nodeSelector"],
+        "affinity": base["affinity"],
+        "containers": [
+            {
+                "name": task["name"],
+                "image": task["image"],
+                "env": task["env"],
+                "resources": resources,
+                "ports": task["ports"],
+                "volumeMounts": task["volumeMounts"],
+            }
+        ],
+        "volumes": base["volumes"],
+    }
+
+
+def _base_pod_spec(
+    owner: Owner,
+    spec: StreamTopologySpec,
+    op: OperatorSpec,
+    role: TaskRole,
+    env: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The task pod the operator makes without templates (its defaults and its fields)."""
+    return {
         "restartPolicy": "Always",
         "nodeSelector": dict(spec.node_selector),
         "enableServiceLinks": False,
@@ -255,28 +326,6 @@ def build_task_pod(
             },
             {"name": "store", **(dict(spec.store) or {"emptyDir": {}})},
         ],
-    }
-    labels = {
-        LABEL_TOPOLOGY: owner.name,
-        LABEL_OPERATOR: role.operator,
-        LABEL_TASK: role.task,
-        LABEL_ROLE: "primary" if replica is None else "replica",
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": owner.namespace,
-            "labels": labels,
-            "annotations": {
-                ANN_HASH: _hash(pod_spec),
-                ANN_NODE: role.node,
-                ANN_EPOCH: str(role.epoch),
-            },
-            "ownerReferences": [owner.reference()],
-        },
-        "spec": pod_spec,
     }
 
 
