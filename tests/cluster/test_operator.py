@@ -163,8 +163,21 @@ def test_spec_change_moves_only_pods_whose_node_or_role_changes(env: Env) -> Non
         ),
         (lambda s: s["operators"][1]["inputs"].append({"operator": "nope"}), "InvalidSpec", "nope"),
         (lambda s: s.update(recoveryLatencyBound=0.2), "Infeasible", "infeasible"),
+        (
+            lambda s: s.update(
+                podTemplate={
+                    "spec": {
+                        "containers": [
+                            {"name": "task", "env": [{"name": "BACKSTOP_TASK_ID", "value": "x"}]}
+                        ]
+                    }
+                }
+            ),
+            "InvalidSpec",
+            "podtemplate",
+        ),
     ],
-    ids=["cycle", "unknown-input", "infeasible-bound"],
+    ids=["cycle", "unknown-input", "infeasible-bound", "pod-template-owned-env"],
 )
 def test_invalid_manifest_gets_a_condition_an_event_and_no_pods(
     env: Env, mutate: Any, reason: str, needle: str
@@ -178,6 +191,8 @@ def test_invalid_manifest_gets_a_condition_an_event_and_no_pods(
     planned = condition(obj, "Planned")
     assert planned is not None and planned["reason"] == reason
     assert needle in planned["message"].lower()
+    if needle == "podtemplate":  # the field and why, as the model says it
+        assert "env BACKSTOP_TASK_ID is the operator's" in planned["message"]
     assert condition(obj, "Ready")["status"] == "False"  # type: ignore[index]
     time.sleep(2)
     assert env.pods(name) == []

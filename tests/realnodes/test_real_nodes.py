@@ -55,6 +55,11 @@ pytestmark = pytest.mark.cluster
 
 TASK_IMAGE = "backstop/test-task:1"
 POOL = "test.backstop.dev/real-pool"
+SHOW_TEMPLATE = (
+    'echo "$SECRET_TOKEN|${WHO:-none}|$BACKSTOP_NODE_NAME"; cat /etc/settings/greeting.txt'
+)
+"""Run in a task's container: the env from the Secret and the template, the mounted file."""
+DEDICATED = {"key": "test.backstop.dev/dedicated", "value": "streams", "effect": "NoSchedule"}
 
 
 # ---------------------------------------------------------------- fixtures
@@ -70,7 +75,7 @@ def task_image(dest: Path) -> Path:
     layer = io.BytesIO()
     with tarfile.open(fileobj=layer, mode="w") as tar:
         tar.add(root / "bin" / "busybox", arcname="bin/busybox")
-        for tool in ("sh", "sleep", "echo"):
+        for tool in ("sh", "sleep", "echo", "cat"):
             info = tarfile.TarInfo(f"bin/{tool}")
             info.type = tarfile.SYMTYPE
             info.linkname = "busybox"
@@ -236,27 +241,84 @@ def test_cli_refuses_unknown_nodes_and_real_nodes_of_another_cluster(
     assert "Traceback" not in result.output
 
 
+def pod_template(secret: str, settings: str) -> dict[str, Any]:
+    """The topology's pod template: env from a Secret, a ConfigMap volume, a toleration."""
+    return {
+        "metadata": {"labels": {"team": "streams"}},
+        "spec": {
+            "tolerations": [{**DEDICATED, "operator": "Equal"}],
+            "volumes": [{"name": "settings", "configMap": {"name": settings}}],
+            "containers": [
+                {
+                    "name": "task",
+                    "env": [
+                        {
+                            "name": "SECRET_TOKEN",
+                            "valueFrom": {"secretKeyRef": {"name": secret, "key": "token"}},
+                        }
+                    ],
+                    "volumeMounts": [
+                        {"name": "settings", "mountPath": "/etc/settings", "readOnly": True}
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def exec_in(kubectl: str, cluster: str, namespace: str, pod: str, script: str) -> str | None:
+    """``kubectl exec POD -- sh -c SCRIPT``: its output, or ``None`` while it fails."""
+    out = subprocess.run(
+        [kubectl, "--kubeconfig", cluster, "exec", "-n", namespace, pod, "--", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return out.stdout if out.returncode == 0 else None
+
+
 def test_kubectl_logs_of_task_pods_on_every_real_node(
     real_nodes: list[str], kube: client.ApiClient, cluster: str, namespace: str, tmp_path: Path
 ) -> None:
-    """The operator places a topology on the real nodes; kubectl logs works on each task pod."""
+    """The operator places a topology on the real nodes; kubectl logs works on each task pod.
+
+    One of the two nodes is tainted NoSchedule and the topology's pod template tolerates
+    it (issue 16): the plan needs both nodes, so it uses the tainted one, and the task
+    there sees the env value from the Secret and the file of the mounted ConfigMap.
+    """
     kubectl = shutil.which("kubectl") or str(ROOT / ".tools" / "bin" / "kubectl")
     assert os.access(kubectl, os.X_OK), "kubectl missing: run `make tools`"
     install_crds(kube)
     core = client.CoreV1Api(kube)
     custom = client.CustomObjectsApi(kube)
+    token = f"s3cret-{uuid.uuid4().hex[:8]}"
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "creds"}, "stringData": {"token": token}}
+    )
+    core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "settings"}, "data": {"greeting.txt": "hello, tasks"}}
+    )
+    tainted = real_nodes[1]
+    core.patch_node(tainted, {"spec": {"taints": [DEDICATED]}})
     # each source task takes over half a node, so the plan needs both real nodes
     cpu = float(core.read_node(real_nodes[0]).status.allocatable["cpu"])
     spec = {
         "image": TASK_IMAGE,
         "recoveryLatencyBound": 1.5,
         "nodeSelector": {POOL: real_nodes[0]},
+        "podTemplate": pod_template("creds", "settings"),
         "operators": [
             {
                 "name": "src",
                 "parallelism": 2,
                 "resources": {"cpu": f"{int(cpu * 550)}m", "memory": "32Mi"},
                 "reprocessingLatency": 0.5,
+                "podTemplate": {
+                    "spec": {
+                        "containers": [{"name": "task", "env": [{"name": "WHO", "value": "src"}]}]
+                    }
+                },
             },
             {
                 "name": "sink",
@@ -294,6 +356,20 @@ def test_kubectl_logs_of_task_pods_on_every_real_node(
         pods = wait_for(running, 120, "3 task pods Running in containerd containers")
         assert pods is not None
         assert {p.spec.node_name for p in pods} == set(real_nodes), "tasks on both real nodes"
+        on_tainted = [p for p in pods if p.spec.node_name == tainted]
+        assert on_tainted, f"no task on the tainted node {tainted}"
+        for pod in on_tainted:
+            assert pod.metadata.labels["team"] == "streams"
+            out = exec_in(
+                kubectl,
+                cluster,
+                namespace,
+                pod.metadata.name,
+                SHOW_TEMPLATE,
+            )
+            assert out is not None, f"kubectl exec into {pod.metadata.name} failed"
+            who = "src" if pod.metadata.labels[f"{GROUP}/operator"] == "src" else "none"
+            assert out.splitlines() == [f"{token}|{who}|{tainted}", "hello, tasks"], out
         for pod in pods:
             task = pod.metadata.labels[f"{GROUP}/task"]
 
@@ -327,6 +403,7 @@ def test_kubectl_logs_of_task_pods_on_every_real_node(
         wait_for(gone, 60, "the topology deleted (operator's finalizer released)")
     finally:
         stop_operator(proc)
+        core.patch_node(tainted, {"spec": {"taints": None}})
         with contextlib.suppress(ApiException):
             custom.patch_namespaced_custom_object(
                 GROUP,
