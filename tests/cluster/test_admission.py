@@ -125,6 +125,11 @@ BAD_MANIFESTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("too-many", {"operators": _ops(*[(f"o{i}",) for i in range(101)])},
      "spec.operators: ", "at most 100"),
     ("unknown-field", {"placementAlgoritm": "auto"}, "spec.placementAlgoritm: ", "unknown field"),
+    ("no-container", {"podTemplate": {"spec": {"volumes": []}}},
+     "spec.podTemplate.spec.containers: ", "at least one container"),
+    ("owned-env", {"podTemplate": {"spec": {"containers": [
+        {"name": "task", "env": [{"name": "BACKSTOP_TASK_ID", "value": "x"}]}]}}},
+     "spec.podTemplate.spec.containers[0]: ", "env BACKSTOP_TASK_ID is the operator's"),
 ]  # fmt: skip
 
 

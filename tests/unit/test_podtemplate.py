@@ -172,8 +172,8 @@ def test_sidecar_requests_count_in_the_tasks_weight() -> None:
 
 # ------------------------------------------------------------------ refused, naming the field
 BAD = [
-    (template(containers=[]), "containers: a pod template needs at least one container"),
-    ({"spec": {"volumes": []}}, "containers: a pod template needs at least one container"),
+    (template(containers=[]), "spec.containers: a pod template needs at least one container"),
+    ({"spec": {"volumes": []}}, "spec.containers: a pod template needs at least one container"),
     (
         {
             "spec": {
@@ -283,8 +283,8 @@ BAD = [
         "resources.limits.memory 64Mi is below the memory request 128Mi",
     ),
     (
-        {"spec": {"containers": [{"name": "task"}, {"name": "task", "image": "x"}]}},
-        "task given twice",
+        {"spec": {"containers": [{"name": "log", "image": "x"}, {"name": "log", "image": "y"}]}},
+        "containers: log given twice",
     ),
 ]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from kubernetes.utils.quantity import parse_quantity
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
@@ -132,6 +132,7 @@ class Container(_Open):
                         f"container {self.name}: resources.{part}.{kind}: {value!r} is not "
                         "a Kubernetes quantity"
                     ) from None
+        _check_container(self)
         return self
 
 
@@ -180,6 +181,7 @@ class PodSpecTemplate(_Open):
 
     containers: list[Container] = Field(
         default_factory=list,
+        validate_default=True,
         description="At least one: `name: task` is merged into the task's own container; "
         "any other name is a sidecar (with its own `image`).",
     )
@@ -199,13 +201,18 @@ class PodSpecTemplate(_Open):
                 raise ValueError("restartPolicy is the operator's (Always)")
         return data
 
+    @field_validator("containers")
+    @classmethod
+    def _some(cls, containers: list[Container]) -> list[Container]:
+        if not containers:
+            raise ValueError(
+                "a pod template needs at least one container (`name: task` adds to the "
+                "task's own container; any other name is a sidecar)"
+            )
+        return containers
+
     @model_validator(mode="after")
     def _checked(self) -> PodSpecTemplate:
-        if not self.containers:
-            raise ValueError(
-                "containers: a pod template needs at least one container (`name: task` "
-                "adds to the task's own container; any other name is a sidecar)"
-            )
         names = [c.name for c in [*self.containers, *self.init_containers]]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -218,8 +225,6 @@ class PodSpecTemplate(_Open):
                 raise ValueError(f"volumes: {name} given twice")
             if name in OWNED_VOLUMES:
                 raise ValueError(f"volumes: {name} is the operator's ({', '.join(OWNED_VOLUMES)})")
-        for c in [*self.containers, *self.init_containers]:
-            _check_container(c)
         return self
 
 
