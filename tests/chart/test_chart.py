@@ -320,7 +320,8 @@ def test_fault09_default_render_is_hardened_and_watches_only_the_release_namespa
     # cluster-wide nothing but reads (Nodes, and Pods for the capacity ledger)
     # (and the leader election's Lease, also in the release namespace)
     roles = {r["metadata"]["name"]: r for r in of_kind(docs, "Role")}
-    assert set(roles) == {"rel-backstop", "rel-backstop-leader-election"}
+    # (the webhook's Role and ClusterRole: test_webhook_objects_render_with_a_shared_...)
+    assert set(roles) == {"rel-backstop", "rel-backstop-leader-election", "rel-backstop-webhook"}
     role = roles["rel-backstop"]
     assert role["metadata"]["namespace"] == "ops"
     assert rules_of(role) == NAMESPACED_RULES
@@ -332,16 +333,17 @@ def test_fault09_default_render_is_hardened_and_watches_only_the_release_namespa
         "kind": "Role",
         "name": "rel-backstop",
     }
-    (cluster_role,) = of_kind(docs, "ClusterRole")
+    cluster_role = one(docs, "ClusterRole", "rel-backstop-cluster")
     assert rules_of(cluster_role) == CLUSTER_RULES_NAMESPACED_MODE
     for verbs in rules_of(cluster_role).values():
         assert verbs <= {"get", "list", "watch"}, "cluster-wide: read-only"
-    (crb,) = of_kind(docs, "ClusterRoleBinding")
+    crb = one(docs, "ClusterRoleBinding", "rel-backstop-cluster")
     assert crb["roleRef"]["name"] == cluster_role["metadata"]["name"]
     assert crb["subjects"] == [
         {"kind": "ServiceAccount", "name": "rel-backstop", "namespace": "ops"}
     ]
-    assert of_kind(docs, "Service") == [], "no metrics Service unless metrics.enabled"
+    services = [d["metadata"]["name"] for d in of_kind(docs, "Service")]
+    assert services == ["rel-backstop-webhook"], "no metrics Service unless metrics.enabled"
 
 
 @pytest.mark.helm
@@ -363,7 +365,7 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
     assert {"--grace-period-seconds=45", "--utilization-cap=0.7"} <= set(args)
     assert "--liveness=http://0.0.0.0:8081/healthz" in args
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"health": 8081, "metrics": 9464}
+    assert ports == {"health": 8081, "metrics": 9464, "webhook": 9443}
     assert c["livenessProbe"]["httpGet"]["port"] == "health"
     env = env_of(c)
     assert env["BACKSTOP_REOPTIMIZE_INTERVAL"] == "30m"
@@ -373,7 +375,7 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
     assert env["BACKSTOP_SPARK_SERVICE_ACCOUNT"] == "spark-driver"
     assert json.loads(env["BACKSTOP_SPARK_RESOURCES"]) == NON_DEFAULT["reoptimization"]["resources"]
     assert env["BACKSTOP_METRICS_PORT"] == "9464"
-    svc = one(docs, "Service")
+    svc = one(docs, "Service", "rel-backstop-metrics")
     assert svc["spec"]["ports"][0]["targetPort"] == "metrics"
     assert svc["spec"]["selector"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
 
@@ -426,9 +428,11 @@ def test_fault09_cluster_wide_only_when_asked_for_by_name(helm: str, tmp_path: P
     docs = render(helm, tmp_path, {"watchAllNamespaces": True})
     args = container(docs)["args"]
     assert "--all-namespaces" in args and not any(a.startswith("--namespace") for a in args)
-    # no namespaced Role but the leader election's Lease in the release namespace
+    # no namespaced Role but the leader election's Lease and the webhook's certificate Secret
+    # in the release namespace
     assert [r["metadata"]["name"] for r in of_kind(docs, "Role")] == [
-        "rel-backstop-leader-election"
+        "rel-backstop-leader-election",
+        "rel-backstop-webhook",
     ]
     assert rules_of(one(docs, "ClusterRole", "rel-backstop")) == NAMESPACED_RULES
     assert rules_of(one(docs, "ClusterRole", "rel-backstop-cluster")) == {
@@ -516,7 +520,8 @@ def test_fault07_chart_renders_replicas_lease_spreading_and_fast_replacement(
     sdep = one(single, "Deployment")
     assert sdep["spec"]["replicas"] == 1 and sdep["spec"]["strategy"] == {"type": "Recreate"}
     assert not any(a.startswith("--leader-elect") for a in container(single)["args"])
-    assert [r["metadata"]["name"] for r in of_kind(single, "Role")] == ["rel-backstop"]
+    roles = [r["metadata"]["name"] for r in of_kind(single, "Role")]
+    assert roles == ["rel-backstop", "rel-backstop-webhook"]
     assert of_kind(single, "PodDisruptionBudget") == []
     assert "affinity" not in sdep["spec"]["template"]["spec"]
 
@@ -563,14 +568,20 @@ def test_fault07_chart_refuses_unsafe_ha_values(
 def test_spark_rbac_only_when_enabled(helm: str, tmp_path: Path) -> None:
     local_job = render(helm, tmp_path, {"reoptimization": {"mode": "job"}})
     lease = "rel-backstop-leader-election"  # the leader election's Role is always there
+    webhook = "rel-backstop-webhook"  # and the webhook's (its certificate Secret)
     assert sorted(r["metadata"]["name"] for r in of_kind(local_job, "Role")) == [
         "rel-backstop",
         lease,
         "rel-backstop-reoptimize",
+        webhook,
     ]
     assert len(of_kind(local_job, "ServiceAccount")) == 1, "no driver SA with a local master"
     off = render(helm, tmp_path, {"reoptimization": {"enabled": False, "mode": "job"}})
-    assert sorted(r["metadata"]["name"] for r in of_kind(off, "Role")) == ["rel-backstop", lease]
+    assert sorted(r["metadata"]["name"] for r in of_kind(off, "Role")) == [
+        "rel-backstop",
+        lease,
+        webhook,
+    ]
     env = env_of(container(off))
     assert env["BACKSTOP_REOPTIMIZE"] == "false" and "BACKSTOP_SPARK_MASTER" not in env
 
@@ -692,7 +703,9 @@ def service_account_token(core: client.CoreV1Api, namespace: str, name: str) -> 
     return base64.b64decode(value).decode()
 
 
-def start_chart_operator(args: list[str], kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_chart_operator(
+    args: list[str], kubeconfig: Path, log: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Run ``backstop`` out of cluster with the Deployment's own args (liveness on a free port)."""
     port = free_port()
     argv = [
@@ -700,7 +713,7 @@ def start_chart_operator(args: list[str], kubeconfig: Path, log: Path) -> subpro
         for a in args
     ]
     argv = [a for a in argv if not a.startswith("--log-format=")] + ["--log-format=plain"]
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), **(extra_env or {})}
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "backstop", *argv],
@@ -809,8 +822,17 @@ def test_install_then_operator_runs_on_the_chart_service_account_alone(
         assert forbidden(lambda: sa_core.patch_node(nodes[0], {"metadata": {"labels": {"x": "y"}}}))
         assert core.read_node(nodes[0]).metadata.name == nodes[0]
 
-        # sufficient: the demo scenario with the operator on that token alone
-        proc = start_chart_operator(args, tmp_path / "sa.kubeconfig", log)
+        # sufficient: the demo scenario with the operator on that token alone, serving the
+        # admission webhook with the chart's settings (its self-signed certificate Secret and
+        # its configuration), at a URL on this host: no kube-proxy here to reach the Service
+        env = {
+            e["name"]: e["value"]
+            for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+            if e["name"].startswith("BACKSTOP_WEBHOOK_")
+        }
+        env.pop("BACKSTOP_WEBHOOK_SERVICE")
+        env.update(BACKSTOP_WEBHOOK_PORT=str(free_port()), BACKSTOP_WEBHOOK_ADDR="127.0.0.1")
+        proc = start_chart_operator(args, tmp_path / "sa.kubeconfig", log, env)
         doc = topology_manifest(EXAMPLE, "senti")
         custom.create_namespaced_custom_object(GROUP, VERSION, watched_ns, "streamtopologies", doc)
 
@@ -824,6 +846,12 @@ def test_install_then_operator_runs_on_the_chart_service_account_alone(
 
         obj = wait_for(ready, 120, "senti Ready=True under the chart's RBAC")
         assert obj is not None
+        refusal = _webhook_refuses_a_cycle(custom, watched_ns, doc)
+        assert refusal.startswith("spec.operators[0].inputs: the topology has a cycle"), refusal
+        tls = core.read_namespaced_secret(
+            env["BACKSTOP_WEBHOOK_CERT_SECRET"].split("/")[1], release_ns
+        )
+        assert set(tls.data) == {"tls.crt", "tls.key"}, "the shared certificate"
         assignment = obj["status"]["plan"]["assignment"]
         pods = core.list_namespaced_pod(watched_ns, label_selector=f"{GROUP}/topology=senti").items
         assert sorted(p.metadata.labels[f"{GROUP}/task"] for p in pods) == sorted(assignment)
@@ -881,3 +909,112 @@ def test_install_then_operator_runs_on_the_chart_service_account_alone(
         if r.metadata.name.startswith(release)
     ]
     assert leftovers == [], "helm uninstall removes the ClusterRoles"
+    configs = client.AdmissionregistrationV1Api(kube).list_validating_webhook_configuration()
+    leftover = [c.metadata.name for c in configs.items if c.metadata.name.startswith(release)]
+    assert leftover == [], "helm uninstall removes the webhook configuration the operator filled"
+
+
+def _webhook_refuses_a_cycle(custom: client.CustomObjectsApi, namespace: str, doc: Doc) -> str:
+    """Create a copy of ``doc`` with a cycle (as the admin); the webhook's one line."""
+    bad = {**doc, "metadata": {"name": "cyclic"}}
+    ops = [dict(o) for o in doc["spec"]["operators"]]
+    ops[0] = {**ops[0], "inputs": [{"operator": ops[-1]["name"]}]}
+    bad["spec"] = {**doc["spec"], "operators": ops}
+
+    def refused() -> str | None:  # the webhook may still be starting: Ignore admits then
+        try:
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, "streamtopologies", bad
+            )
+        except ApiException as err:
+            message = str(json.loads(err.body)["message"])
+            return message.split("denied the request: ", 1)[-1]
+        custom.delete_namespaced_custom_object(
+            GROUP, VERSION, namespace, "streamtopologies", "cyclic"
+        )
+        return None
+
+    line = wait_for(refused, 30, "the webhook refusing a cycle")
+    assert line is not None
+    return line
+
+
+# ---------------------------------------------------------------- the admission webhook
+@pytest.mark.helm
+def test_webhook_objects_render_with_a_shared_self_signed_certificate(
+    helm: str, tmp_path: Path
+) -> None:
+    """Issue 16, item 4: a Service to every replica, the configuration the operator fills
+    (rendered empty, so uninstall removes it), RBAC limited to those names, and the env the
+    operator reads to serve it."""
+    from backstop.controller.admission import Webhook
+
+    docs = render(helm, tmp_path)
+    c = container(docs)
+    env = env_of(c)
+    svc = one(docs, "Service", "rel-backstop-webhook")
+    assert svc["spec"]["selector"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    (port,) = svc["spec"]["ports"]
+    assert port["port"] == 443 and port["targetPort"] == "webhook"
+    assert {"name": "webhook", "containerPort": int(env["BACKSTOP_WEBHOOK_PORT"])} in c["ports"]
+    assert env["BACKSTOP_WEBHOOK_ADDR"] == "0.0.0.0"
+    assert env["BACKSTOP_WEBHOOK_SERVICE"] == "ops/rel-backstop-webhook"
+    assert env["BACKSTOP_WEBHOOK_CERT_SECRET"] == "ops/rel-backstop-webhook-tls"
+    assert "BACKSTOP_WEBHOOK_CERT_DIR" not in env
+    # the certificate names what the API server calls: the Service's DNS name
+    webhook = Webhook(port=9443, service=env["BACKSTOP_WEBHOOK_SERVICE"])
+    assert "rel-backstop-webhook.ops.svc" in webhook.hostnames()
+
+    name = env["BACKSTOP_WEBHOOK_CONFIGURATION"]
+    vwc = one(docs, "ValidatingWebhookConfiguration", name)
+    assert "webhooks" not in vwc, "the operator fills it; Helm upgrades must not reset it"
+    one(docs, "MutatingWebhookConfiguration", name)
+    cluster_role = one(docs, "ClusterRole", "rel-backstop-webhook")
+    by_names = [r for r in cluster_role["rules"] if r.get("resourceNames")]
+    assert [r["resourceNames"] for r in by_names] == [[name]]
+    assert sorted(by_names[0]["verbs"]) == ["get", "patch"]
+    unnamed = [r for r in cluster_role["rules"] if not r.get("resourceNames")]
+    assert [r["verbs"] for r in unnamed] == [["create"]]
+    role = one(docs, "Role", "rel-backstop-webhook")
+    assert role["metadata"]["namespace"] == "ops"
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named == [
+        {"apiGroups": [""], "resources": ["secrets"],
+         "resourceNames": ["rel-backstop-webhook-tls"], "verbs": ["get"]}
+    ]  # fmt: skip
+    one(docs, "ClusterRoleBinding", "rel-backstop-webhook")
+    one(docs, "RoleBinding", "rel-backstop-webhook")
+    assert of_kind(docs, "Certificate") == []
+
+
+@pytest.mark.helm
+def test_webhook_with_cert_manager_mounts_its_secret_and_injects_the_ca(
+    helm: str, tmp_path: Path
+) -> None:
+    docs = render(helm, tmp_path, {"webhook": {"enabled": True, "port": 9443,
+                                               "certificate": "cert-manager"}})  # fmt: skip
+    c = container(docs)
+    env = env_of(c)
+    cert = one(docs, "Certificate", "rel-backstop-webhook-tls")
+    assert "rel-backstop-webhook.ops.svc" in cert["spec"]["dnsNames"]
+    assert cert["spec"]["issuerRef"]["name"] == one(docs, "Issuer")["metadata"]["name"]
+    mount = next(m for m in c["volumeMounts"] if m["mountPath"] == env["BACKSTOP_WEBHOOK_CERT_DIR"])
+    volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    volume = next(v for v in volumes if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == cert["spec"]["secretName"]
+    vwc = one(docs, "ValidatingWebhookConfiguration")
+    assert vwc["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "ops/rel-backstop-webhook-tls"
+    }
+    assert "BACKSTOP_WEBHOOK_CERT_SECRET" not in env
+    assert "rel-backstop-webhook" not in [r["metadata"]["name"] for r in of_kind(docs, "Role")]
+
+
+@pytest.mark.helm
+def test_webhook_disabled_renders_none_of_it(helm: str, tmp_path: Path) -> None:
+    docs = render(helm, tmp_path, {"webhook": {"enabled": False, "port": 9443,
+                                               "certificate": "self-signed"}})  # fmt: skip
+    assert not [k for k in env_of(container(docs)) if k.startswith("BACKSTOP_WEBHOOK_")]
+    kinds = {d["kind"] for d in docs}
+    assert not kinds & {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+    assert all(not d["metadata"]["name"].endswith("-webhook") for d in docs)

@@ -99,3 +99,17 @@ watchNamespaces (each once). Empty when watchAllNamespaces is true (every namesp
 {{- prepend .Values.watchNamespaces .Release.Namespace | uniq | toJson -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The admission webhook's objects (templates/webhook.yaml). */}}
+{{- define "backstop.webhookService" -}}
+{{- printf "%s-webhook" (include "backstop.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "backstop.webhookSecret" -}}
+{{- printf "%s-webhook-tls" (include "backstop.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Cluster-scoped, so the release namespace is part of it: one per installation. */}}
+{{- define "backstop.webhookConfiguration" -}}
+{{- printf "%s.%s.backstop.dev" (include "backstop.fullname" .) .Release.Namespace -}}
+{{- end -}}
