@@ -388,6 +388,7 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
         ("backstop-system", "rel-backstop-reoptimize"),
         ("backstop-system", "rel-backstop-spark"),
         ("backstop-system", "rel-backstop-leader-election"),
+        ("backstop-system", "rel-backstop-webhook"),
     }
     assert rules_of(roles[("backstop-system", "rel-backstop-leader-election")]) == LEASE_RULES
     for ns in ("backstop-system", "team-a", "team-b"):
@@ -399,10 +400,12 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
         assert bindings[(ns, "rel-backstop")]["subjects"] == [
             {"kind": "ServiceAccount", "name": "rel-backstop", "namespace": "backstop-system"}
         ]
-    # cluster-wide: read-only nodes and the pod list for capacity, nothing else
-    (cluster_role,) = of_kind(docs, "ClusterRole")
+    # cluster-wide: read-only nodes and the pod list for capacity, nothing else (but the
+    # webhook's own configuration, by name: test_webhook_objects_render_with_a_shared_...)
+    cluster_role = one(docs, "ClusterRole", "rel-backstop-cluster")
     assert rules_of(cluster_role) == CLUSTER_RULES_NAMESPACED_MODE
-    (crb,) = of_kind(docs, "ClusterRoleBinding")
+    assert len(of_kind(docs, "ClusterRole")) == 2
+    crb = one(docs, "ClusterRoleBinding", "rel-backstop-cluster")
     assert crb["roleRef"]["name"] == cluster_role["metadata"]["name"]
 
     # re-optimization as a Job: Jobs only in the release namespace
