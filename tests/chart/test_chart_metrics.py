@@ -56,7 +56,7 @@ def test_metrics_values_render_port_service_monitors_and_dashboard(
         "prometheus.io/port": "9464",
         "prometheus.io/path": "/metrics",
     }
-    svc = one(docs, "Service")
+    svc = one(docs, "Service", "rel-backstop-metrics")
     assert "annotations" not in svc["metadata"], "only the pods carry scrape annotations"
     assert svc["spec"]["ports"] == [{"name": "metrics", "port": 9464, "targetPort": "metrics"}]
 
@@ -80,10 +80,15 @@ def test_metrics_values_render_port_service_monitors_and_dashboard(
     assert json.loads(cm["data"]["backstop.json"]) == json.loads(shipped)
 
 
+def metrics_services(docs: list[Doc]) -> list[Doc]:
+    """Services other than the admission webhook's (always there with webhook.enabled)."""
+    return [d for d in of_kind(docs, "Service") if not d["metadata"]["name"].endswith("-webhook")]
+
+
 def test_each_metrics_switch_turns_its_part_off(helm: str, tmp_path: Path) -> None:
     off = render(helm, tmp_path)
     assert "BACKSTOP_METRICS_PORT" not in env_of(container(off))
-    assert of_kind(off, "Service") == [] and of_kind(off, "ConfigMap") == []
+    assert metrics_services(off) == [] and of_kind(off, "ConfigMap") == []
     assert "annotations" not in one(off, "Deployment")["spec"]["template"]["metadata"]
 
     quiet: Doc = {
@@ -92,7 +97,7 @@ def test_each_metrics_switch_turns_its_part_off(helm: str, tmp_path: Path) -> No
     docs = render(helm, tmp_path, quiet)
     assert env_of(container(docs))["BACKSTOP_METRICS_PORT"] == "9090"
     assert "annotations" not in one(docs, "Deployment")["spec"]["template"]["metadata"]
-    assert of_kind(docs, "Service") == []
+    assert metrics_services(docs) == []
     assert of_kind(docs, "ServiceMonitor") == of_kind(docs, "PodMonitor") == []
 
 
