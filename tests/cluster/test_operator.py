@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +21,7 @@ from planners.evaluate import check_plan, worst_node_failure
 from tests.support.kubetools import (
     EXAMPLE,
     POOL_LABEL,
+    ROOT,
     Env,
     condition,
     topology_env,
@@ -291,3 +294,20 @@ def test_selective_replication_runs_replicas_off_their_primarys_node(env: Env) -
             assert _env_of(c)["BACKSTOP_ROLE"] == "replica"
     n_replicas = sum(len(ns) for ns in replicas.values())
     assert len(pods) == len(graph) + n_replicas
+
+
+def test_kubectl_matches_the_api_server(cluster: str) -> None:
+    """The kubectl tests, the demo and the e2e use (``make tools``: hack/get-kubectl.sh) is
+    built from the API server's source tree: the same version, not 14 minors apart."""
+    kubectl = ROOT / ".tools" / "bin" / "kubectl"
+    assert kubectl.exists(), "kubectl is missing: run `make tools`"
+    out = subprocess.run(
+        [str(kubectl), "--kubeconfig", cluster, "version", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    versions = json.loads(out.stdout)
+    client_version = versions["clientVersion"]["gitVersion"]
+    assert client_version == versions["serverVersion"]["gitVersion"], versions
