@@ -6,6 +6,8 @@
 #              $E2E_NODES real nodes (kubelet + containerd each, hack/real-node.sh) and kube-proxy
 #   install    helm install charts/backstop: the operator Deployment runs on a real node, on the
 #              chart's ServiceAccount and RBAC, watching only the e2e namespace
+#   admission  kubectl apply of a bad manifest (an unknown input) is refused by the operator's
+#              validating webhook, served in-cluster behind the chart's Service, in one line
 #   apply      kubectl apply -f examples/twitter-sentiment.yaml: every task pod Running in a real
 #              container (a containerd container ID) on a real node; no operator on the host.
 #              Its store is the hostPath /srv/backstop (created 1777 if missing, removed again),
@@ -142,6 +144,29 @@ for pid in $(pgrep -f "backstop operator" || true); do
 done
 done_phase "operator $op_pod on real node $op_node (SA $op_sa, ${op_cid:0:25}…)"
 
+phase admission "kubectl apply of a bad manifest: refused by the in-cluster webhook"
+# an operator reading from one that does not exist: the operator's webhook (behind the chart's
+# Service, reached by the API server through kube-proxy) refuses it in one line naming the field
+BAD=$(cat <<YAML
+apiVersion: $GROUP/v1alpha1
+kind: StreamTopology
+metadata: {name: e2e-bad}
+spec:
+  image: none
+  recoveryLatencyBound: 5
+  operators:
+  - {name: src, reprocessingLatency: 1}
+  - {name: sink, reprocessingLatency: 1, inputs: [{operator: nowhere}]}
+YAML
+)
+refused_by_webhook() { ! kubectl apply -n $NS --dry-run=server -f - <<<"$BAD" 2>&1 | grep -q "created"; }
+wait_until 60 "the webhook to answer" refused_by_webhook
+if out=$(kubectl apply -n $NS -f - <<<"$BAD" 2>&1); then fail "admitted: $out"; fi
+grep -q 'denied the request: spec.operators\[1\].inputs\[0\].operator: .*unknown operator' <<<"$out" \
+  || fail "refused, but not by the webhook naming the field: $out"
+[[ $(wc -l <<<"$out") == 1 ]] || fail "the refusal is not one line: $out"
+done_phase "refused: ${out##*denied the request: }"
+
 phase apply "kubectl apply -f $EXAMPLE"
 if grep -q "path: $STORE" "$EXAMPLE"; then store_up; fi
 kubectl apply -n $NS -f "$EXAMPLE" >/dev/null
@@ -188,6 +213,7 @@ wait_until 60 "the operator pod to go" bash -c "[[ -z \$(kubectl get pods -n $RE
 left=$( { kubectl get sa,role,rolebinding,deploy,pods,svc -n $RELEASE_NS -o name | grep -v '^serviceaccount/default$'
           kubectl get role,rolebinding -n $NS -o name
           kubectl get clusterrole,clusterrolebinding -o name | grep "/$RELEASE"
+          kubectl get validatingwebhookconfigurations,mutatingwebhookconfigurations -o name | grep "/$RELEASE"
           kubectl get pods,recoveryplans,st -n $NS -o name; } 2>/dev/null || true)
 [[ -z $left ]] || fail "left behind after helm uninstall: $left"
 done_phase "nothing of the release left (CRDs stay: helm never deletes them)"
