@@ -193,3 +193,34 @@ def test_a_2sp_plan_that_breaks_the_bound_is_reported(tmp_path: Path, topology: 
     assert code == 1 and "bound BROKEN: losing" in out
     code, _, err = _invoke(*args, "--backups", "planned")  # the joint plan refuses it
     assert code == EXIT_INFEASIBLE and "'bfdh-2sp' breaks the bound" in err
+
+
+def test_place_uses_a_tainted_node_only_when_the_topology_tolerates_it(tmp_path: Path) -> None:
+    """As the operator (issue 16): NoSchedule-tainted nodes count only if tolerated."""
+    taint = {"key": "dedicated", "value": "streams", "effect": "NoSchedule"}
+    tainted = {**_node("gpu", "4", "z1"), "spec": {"taints": [taint]}}
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(yaml.safe_dump_all([tainted, _node("small", "1", "z2")]))
+    path = tmp_path / "topology.yaml"
+    path.write_text(yaml.safe_dump(TOPOLOGY))
+    code, _, err = _invoke("place", str(path), "--nodes", str(nodes), "--json")
+    assert code == EXIT_INFEASIBLE, err  # 3 CPU of tasks on the 1-CPU node alone
+    doc = json.loads(json.dumps(TOPOLOGY))
+    toleration = {"key": "dedicated", "operator": "Equal", "value": "streams"}
+    doc["spec"]["podTemplate"] = {
+        "spec": {"containers": [{"name": "task"}], "tolerations": [toleration]}
+    }
+    path.write_text(yaml.safe_dump(doc))
+    code, out, err = _invoke("place", str(path), "--nodes", str(nodes), "--json")
+    assert code == 0, err
+    placed = json.loads(out)
+    assert "gpu" in placed["assignment"].values()
+    graph = expand(load_topology(path).spec)
+    capacity = {"gpu": 4.0, "small": 1.0}
+    assert not check_plan(
+        graph,
+        bound=2.0,
+        backups=placed["backups"],
+        assignment=placed["assignment"],
+        capacity=capacity,
+    )

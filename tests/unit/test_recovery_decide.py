@@ -15,7 +15,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backstop.domain.incidents import NodeInfo
+from backstop.domain.incidents import NodeInfo, for_topology
+from backstop.domain.podtemplate import PodTemplate
 from backstop.domain.recovery import (
     RETRY_SECONDS,
     Capacity,
@@ -281,3 +282,35 @@ def test_ticks_keep_every_task_once_never_overbook_and_finish(
         plan = status.plan
         assert plan is not None and plan.assignment is not None
         assert set(plan.assignment) == set(GRAPH.tasks)
+
+
+def test_recovery_uses_a_tainted_node_only_when_the_topology_tolerates_it() -> None:
+    """Issue 16: the supervisor sees the node index through ``for_topology`` (its pods'
+    tolerations); a NoSchedule-tainted node is a recovery target only when tolerated."""
+    taint = (("dedicated", "streams", "NoSchedule"),)
+    index = {f"n{i}": node(f"n{i}") for i in range(4)}
+    index["big"] = NodeInfo("big", True, 0.0, 4.0, schedulable=False, cordoned=False, taints=taint)
+    index["n0"] = node("n0", ready=False, since=90.0)
+    status = recorded(GRAPH, FOUR)
+    d = tick(status, for_topology(index, SPEC), 100.0)
+    assert d.issued is None, "untolerated: big is not used, nothing else has room"
+    tolerating = SPEC.model_copy(
+        update={
+            "pod_template": PodTemplate.model_validate(
+                {
+                    "spec": {
+                        "containers": [{"name": "task"}],
+                        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                    }
+                }
+            )
+        }
+    )
+    d = tick(status, for_topology(index, tolerating), 100.0, spec=tolerating)
+    lost = {t for t, n in FOUR.items() if n == "n0"}
+    assert d.issued is not None and set(d.issued.recover) == lost
+    assert set(d.issued.recover.values()) == {"big"}
+    plan = d.status.plan
+    assert plan is not None and plan.assignment is not None
+    worst = worst_node_failure(GRAPH, plan.backups, plan.assignment)[0]
+    assert plan.worst_recovery_latency == round(worst, 6)

@@ -89,7 +89,9 @@ TimeLimitOpt = Annotated[
 ]
 
 
-def _pool(node_cpu: float | None, nodes: Path | None, topology_key: str | None) -> NodePool:
+def _pool(
+    node_cpu: float | None, nodes: Path | None, topology_key: str | None, topo: StreamTopology
+) -> NodePool:
     if (node_cpu is None) == (nodes is None):
         raise PlannerError("give exactly one of --node-cpu CPU or --nodes NODES.yaml")
     if node_cpu is not None:
@@ -97,7 +99,8 @@ def _pool(node_cpu: float | None, nodes: Path | None, topology_key: str | None) 
             raise PlannerError("--topology-key needs --nodes (identical nodes have no labels)")
         return NodePool.uniform(node_cpu)
     assert nodes is not None
-    return NodePool.of(load_nodes(nodes, topology_key))
+    # tainted nodes as the operator sees them: usable only if every operator's pods tolerate
+    return NodePool.of(load_nodes(nodes, topology_key, topology_tolerations(topo.spec)))
 
 
 def compute_plan(
@@ -218,7 +221,7 @@ def place_command(
 ) -> None:
     """Place every task on a node so that any node failure recovers within the bound."""
     topo = load_topology(topology)
-    pool = _pool(node_cpu, nodes, _key(topology_key, topo) if nodes else topology_key)
+    pool = _pool(node_cpu, nodes, _key(topology_key, topo) if nodes else topology_key, topo)
     graph, plan = compute_plan(
         topo, pool, algorithm=algorithm, backups=backups, bound=bound, time_limit=time_limit
     )
@@ -273,7 +276,7 @@ def plan_command(
     else:
         if nodes is None and node_cpu is None:
             raise PlannerError("give --nodes NODES.yaml, --node-cpu CPU or --from-cluster")
-        pool = _pool(node_cpu, nodes, _key(topology_key, topo) if nodes else topology_key)
+        pool = _pool(node_cpu, nodes, _key(topology_key, topo) if nodes else topology_key, topo)
         graph, plan = compute_plan(
             topo, pool, algorithm=algorithm, backups=backups, bound=bound, time_limit=time_limit
         )

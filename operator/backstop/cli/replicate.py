@@ -78,7 +78,7 @@ def replicate_command(
 ) -> None:
     """Choose active replicas for a topology's spare CPU and rate the availability they buy."""
     topo = load_topology(topology)
-    pool = _pool(node_cpu, nodes, None)
+    pool = _pool(node_cpu, nodes, None, topo)
     graph, plan = compute_plan(topo, pool, algorithm=algorithm, time_limit=time_limit)
     policy = topo.spec.replication
     p = host_failure_prob

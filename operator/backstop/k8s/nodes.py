@@ -11,7 +11,7 @@ the tests need no cluster.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import yaml
 from kubernetes.utils.quantity import parse_quantity
 
 from backstop.domain.constants import NODE_KIND_LABEL
+from backstop.domain.podmerge import taints_tolerated
 from planners import PlannerError
 from planners.placement import Node
 
@@ -115,6 +116,7 @@ def nodes_from_manifests(
     topology_key: str | None = None,
     *,
     pods: Iterable[Any] = (),
+    tolerations: Sequence[Sequence[Mapping[str, Any]]] | None = None,
 ) -> list[Node]:
     """Nodes a plan may use, from Node manifests (and optionally bound Pods).
 
@@ -129,6 +131,10 @@ def nodes_from_manifests(
     pods:
         More Pod objects; with those in ``docs``, the CPU requests of pods bound
         to a node (``spec.nodeName``) and not finished are subtracted from it.
+    tolerations:
+        One toleration list per operator: a node with NoSchedule/NoExecute taints is
+        left out unless all of them tolerate its taints
+        (:func:`backstop.domain.podmerge.taints_tolerated`); ``None``: taints are not looked at.
 
     Returns
     -------
@@ -174,6 +180,9 @@ def nodes_from_manifests(
             raise InvalidNodes("a Node has no metadata.name")
         if (d.get("spec") or {}).get("unschedulable") or not _ready(d):
             continue
+        taints = (d.get("spec") or {}).get("taints") or []
+        if tolerations is not None and not taints_tolerated(taints, tolerations):
+            continue
         status = d.get("status") or {}
         cpu = (status.get("allocatable") or {}).get("cpu")
         if cpu is None:
@@ -189,7 +198,11 @@ def nodes_from_manifests(
     return out
 
 
-def load_nodes(path: str | Path, topology_key: str | None = None) -> list[Node]:
+def load_nodes(
+    path: str | Path,
+    topology_key: str | None = None,
+    tolerations: Sequence[Sequence[Mapping[str, Any]]] | None = None,
+) -> list[Node]:
     """Read :func:`nodes_from_manifests` input from a (multi-document) YAML file.
 
     Raises
@@ -204,7 +217,7 @@ def load_nodes(path: str | Path, topology_key: str | None = None) -> list[Node]:
         raise InvalidNodes(f"cannot read {p}: {err.strerror}") from None
     except yaml.YAMLError as err:
         raise InvalidNodes(f"{p} is not valid YAML: {err}") from None
-    nodes = nodes_from_manifests(docs, topology_key)
+    nodes = nodes_from_manifests(docs, topology_key, tolerations=tolerations)
     if not nodes:
         raise InvalidNodes(f"{p} holds no schedulable Node with CPU available")
     return nodes
