@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from itertools import combinations
+from math import comb
+
 from planners.backups.common import (
+    EPS,
     BackupPlan,
+    _ell,
     _finish,
     _forced,
     _require_feasible,
@@ -16,7 +21,40 @@ from planners.backups.local import _improve
 from planners.budget import WorkBudget
 from planners.graph import TaskGraph
 
+PROOF_MAX_WORK = 200_000
+"""Most task visits (plans tried × tasks and edges) ``auto`` spends enumerating the plans
+of one backup fewer before it hands the proof to CP-SAT (a few tens of milliseconds)."""
+
 # --------------------------------------------------------------------------- auto, registry
+
+
+def _fewer(graph: TaskGraph, bound: float, flags: list[bool], forced: list[bool]) -> bool | None:
+    """Whether ``flags`` is minimum, by trying every plan with one backup fewer.
+
+    Feasibility is monotone (backing up one more task only removes terms of eq. 3), so
+    when no plan of ``k - 1`` backups (with every forced one) keeps the bound, none
+    smaller does either. Sinks never need a backup, so only the other free tasks are
+    tried. Lowers ``flags`` in place while a smaller plan is found; returns ``True``
+    once proven minimum, ``None`` when the next step would try more than
+    :data:`PROOF_MAX_WORK` allows (CP-SAT decides then).
+    """
+    free = [u for u, ss in enumerate(graph.succs) if ss and not forced[u]]
+    size = len(graph) + sum(len(ps) for ps in graph.preds)
+    while True:
+        k = sum(flags) - 1 - sum(forced)  # free backups in a plan of one fewer
+        if k < 0:
+            return True
+        if comb(len(free), k) * size > PROOF_MAX_WORK:
+            return None
+        for combo in combinations(free, k):
+            trial = list(forced)
+            for u in combo:
+                trial[u] = True
+            if max(_ell(graph, trial)) <= bound + EPS:
+                flags[:] = trial
+                break
+        else:
+            return True
 
 
 def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -> BackupPlan:
@@ -35,8 +73,10 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     -------
     BackupPlan
         ``algorithm`` names the method used: ``auto:tree`` (line(s) and trees,
-        always optimal), ``auto:dag+local`` (the heuristic met a lower bound or
-        the solver did not beat it), or ``auto:exact``.
+        always optimal), ``auto:dag+local`` (the heuristic met a lower bound, no
+        plan of one backup fewer keeps the bound, or the solver did not beat it),
+        ``auto:enumerate`` (a plan of fewer backups found by trying them all), or
+        ``auto:exact``.
 
     Raises
     ------
@@ -57,7 +97,8 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     the seed's DAG heuristic (O(N²) worst case), local search (drop each
     backup that is not needed; add one task where that lets two backups go),
     each move checked incrementally against the bound; if the result does
-    not meet the lower bound of forced backups, CP-SAT starts from it and
+    not meet the lower bound of forced backups and trying every plan of one
+    backup fewer (where there are few) does not settle it, CP-SAT starts from it and
     keeps whichever plan is smaller when the budget ends, or earlier once the
     solver has found nothing better for a tenth of the budget (at least 0.5 s).
 
@@ -73,8 +114,13 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     lower = sum(_forced(graph, bound))
     if sum(flags) == lower:
         return _finish(graph, bound, "auto:dag+local", flags, True)
+    heuristic = sum(flags)
+    proven = _fewer(graph, bound, flags, _forced(graph, bound))
+    method = "auto:dag+local" if sum(flags) == heuristic else "auto:enumerate"
+    if proven:
+        return _finish(graph, bound, method, flags, True)
     patience = max(0.5, 0.1 * time_limit)
     exact, proven = _exact(graph, bound, max(0.05, budget.seconds_left()), flags, patience)
     if exact is not None and sum(exact) <= sum(flags):
         return _finish(graph, bound, "auto:exact", exact, proven)
-    return _finish(graph, bound, "auto:dag+local", flags, False)
+    return _finish(graph, bound, method, flags, False)

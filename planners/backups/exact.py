@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
-
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING, Any
 
 from planners.backups.common import EPS, BackupPlan, _finish, _forced, _require_feasible
 from planners.backups.dag import _ftc_dag
 from planners.backups.local import _improve
 from planners.budget import CP_SAT_WORK_PER_SECOND, WorkBudget, deterministic_cp_sat
 from planners.graph import TaskGraph
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
 
 # --------------------------------------------------------------------------- exact (CP-SAT)
 
@@ -60,6 +61,10 @@ def _solve_cpsat(
     for that many (deterministic) seconds (what ``auto`` wants on large graphs).
     The work used is CP-SAT's deterministic time in seconds.
     """
+    # Imported here, as in every planner that uses a solver: importing ortools costs
+    # about a second (it pulls in pandas), and most callers never reach CP-SAT.
+    from ortools.sat.python import cp_model
+
     n = len(graph)
     preds, succs = graph.preds, graph.succs
     model = cp_model.CpModel()
@@ -127,6 +132,8 @@ def _solve_with_patience(
     every machine, unlike a wall-clock watchdog. Returns (status of the best
     solve, its backup flags, deterministic seconds left).
     """
+    from ortools.sat.python import cp_model
+
     best_status: Any = cp_model.UNKNOWN
     best: dict[int, bool] = {}
     best_obj = math.inf

@@ -183,6 +183,18 @@ def test_auto_is_never_worse_than_the_seed_heuristic(case: tuple[TaskGraph, floa
         assert len(auto.backups) == len(backups_exhaustive(g, bound).backups)
 
 
+@FAST
+@given(dags(max_tasks=8))
+def test_auto_proves_small_dags_without_the_solver(case: tuple[TaskGraph, float]) -> None:
+    """On graphs this small, trying every plan of one backup fewer is cheaper than starting
+    CP-SAT (whose import alone takes a second): auto settles them itself, optimally."""
+    g, bound = case
+    auto = plan_backups(g, bound, time_limit=2)
+    assert auto.algorithm != "auto:exact"
+    assert auto.optimal is True
+    assert len(auto.backups) == len(backups_exhaustive(g, bound).backups)
+
+
 # ----------------------------------------------------------------------------- the seed
 
 

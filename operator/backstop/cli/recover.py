@@ -26,6 +26,7 @@ from rich.table import Table
 from backstop.cli._output import fail, guarded, print_json
 from backstop.domain.incidents import recovery_json
 from backstop.domain.spec import expand, load_topology
+from backstop.domain.yamlio import load_all
 from backstop.k8s.nodes import nodes_from_manifests
 from planners import TaskGraph
 from planners.recovery import (
@@ -82,7 +83,7 @@ def _node_names(docs: Iterable[Any]) -> Iterator[str]:
 def load_node_cpu(path: Path) -> tuple[dict[str, float], set[str]]:
     """Allocatable CPU of the usable (Ready, schedulable) nodes, and every node name listed."""
     try:
-        docs = list(yaml.safe_load_all(path.read_text()))
+        docs = load_all(path.read_text())
     except OSError as err:
         fail(f"cannot read {path}: {err.strerror}")
     except yaml.YAMLError as err:

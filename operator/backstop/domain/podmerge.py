@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from kubernetes.utils.quantity import parse_quantity
-
 from backstop.domain.podtemplate import TASK_CONTAINER, PodTemplate
+from backstop.domain.quantity import parse_quantity
 
 NODE_CONDITION_TAINTS = "node.kubernetes.io/"
 """Taints the node lifecycle controller and the kubelet set (``not-ready``,

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from kubernetes.utils.quantity import parse_quantity
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
 from backstop.domain.constants import DNS_LABEL, GROUP, SESSION_MOUNT, STORE_MOUNT
+from backstop.domain.quantity import parse_quantity
 
 TASK_CONTAINER = "task"
 """Name of the task's own container: a template container of this name is merged into it."""

@@ -8,6 +8,7 @@ CLI's validation and the operator's validation can never disagree.
 
 from __future__ import annotations
 
+import graphlib
 import hashlib
 import json
 from collections.abc import Mapping
@@ -15,9 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import networkx as nx
 import yaml
-from kubernetes.utils.quantity import parse_quantity
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -48,6 +47,8 @@ from backstop.domain.names import (
 )
 from backstop.domain.podmerge import check_templates, pod_weight
 from backstop.domain.podtemplate import OPERATOR_TEMPLATE, TOPOLOGY_TEMPLATE, PodTemplate
+from backstop.domain.quantity import parse_quantity
+from backstop.domain.yamlio import load_all
 from planners import InvalidTopology, TaskGraph
 from planners.placement import PLACEMENT_ALGORITHMS
 from planners.recovery import RECOVERY_ALGORITHMS
@@ -413,7 +414,7 @@ def load_topology(path: str | Path) -> StreamTopology:
     """Read and validate a manifest file (the first StreamTopology document in it)."""
     p = Path(path)
     try:
-        docs = [d for d in yaml.safe_load_all(p.read_text()) if d is not None]
+        docs = [d for d in load_all(p.read_text()) if d is not None]
     except OSError as err:
         raise InvalidTopology(f"cannot read {p}: {err.strerror}") from None
     except yaml.YAMLError as err:
@@ -454,8 +455,7 @@ def expand(spec: StreamTopologySpec) -> TaskGraph:
     """
     ops = {op.name: op for op in spec.operators}  # unique: the model refuses duplicates
     index = {op.name: i for i, op in enumerate(spec.operators)}
-    og: nx.DiGraph = nx.DiGraph()
-    og.add_nodes_from(ops)
+    upstream: dict[str, list[str]] = {name: [] for name in ops}
     for i, op in enumerate(spec.operators):
         for j, inp in enumerate(op.inputs):
             at = f"spec.operators[{i}].inputs[{j}]"
@@ -470,16 +470,18 @@ def expand(spec: StreamTopologySpec) -> TaskGraph:
                     f"{at}.grouping: forward grouping {up.name!r} -> {op.name!r} needs equal "
                     f"parallelism ({up.parallelism} != {op.parallelism})"
                 )
-            og.add_edge(inp.operator, op.name)
-    if not nx.is_directed_acyclic_graph(og):
-        cycle = nx.find_cycle(og)
-        names = [str(e[0]) for e in cycle] + [str(cycle[0][0])]
-        first = min(index[str(e[1])] for e in cycle)
+            upstream[op.name].append(inp.operator)
+    try:
+        graphlib.TopologicalSorter(upstream).prepare()
+    except graphlib.CycleError as err:
+        names = [str(n) for n in err.args[1]]  # in data-flow order, the first name last again
+        first = min(index[n] for n in names)
         raise InvalidTopology(
             f"spec.operators[{first}].inputs: the topology has a cycle: " + " -> ".join(names)
-        )
+        ) from None
     marked = [op.name for op in spec.operators if op.output]
-    out_ops = set(marked) if marked else {n for n in ops if og.out_degree(n) == 0}
+    consumed = {u for ups in upstream.values() for u in ups}
+    out_ops = set(marked) if marked else {n for n in ops if n not in consumed}
     tasks: list[str] = []
     latency: dict[str, float] = {}
     weight: dict[str, float] = {}

@@ -40,6 +40,7 @@ from backstop.domain.recommend import (
     SimulationParams,
 )
 from backstop.domain.spec import expand, parse_topology
+from backstop.domain.yamlio import load_all
 from backstop.jobs.sparkio import InputError, read_metrics, spark_session, topologies_frame
 from backstop.jobs.transforms import run_job
 from backstop.k8s.nodes import InvalidNodes, load_nodes
@@ -203,7 +204,7 @@ def _load_manifests(paths: Sequence[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for p in paths:
         try:
-            docs = list(yaml.safe_load_all(Path(p).read_text()))
+            docs = load_all(Path(p).read_text())
         except OSError as err:
             raise InputError(f"cannot read {p}: {err.strerror}") from None
         except yaml.YAMLError as err:

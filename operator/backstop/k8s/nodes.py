@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes.utils.quantity import parse_quantity
 
 from backstop.domain.constants import NODE_KIND_LABEL
 from backstop.domain.podmerge import taints_tolerated
+from backstop.domain.quantity import parse_quantity
+from backstop.domain.yamlio import load_all
 from planners import PlannerError
 from planners.placement import Node
 
@@ -212,7 +213,7 @@ def load_nodes(
     """
     p = Path(path)
     try:
-        docs = list(yaml.safe_load_all(p.read_text()))
+        docs = load_all(p.read_text())
     except OSError as err:
         raise InvalidNodes(f"cannot read {p}: {err.strerror}") from None
     except yaml.YAMLError as err:
