@@ -22,6 +22,7 @@ from typing import Any
 
 from backstop_runtime import httpmetrics, inputs, wire
 from backstop_runtime import session as sessions
+from backstop_runtime import stopping as stopping_
 from backstop_runtime.api import Context, Operator, Sink, Source
 from backstop_runtime.channels import OutChannel
 from backstop_runtime.config import ConfigError, Fenced, TaskConfig
@@ -55,6 +56,7 @@ class Task:
         self.started = time.time()
         self.epoch = 0
         self.round = 0
+        self.stepped = 0  # the last round the state holds
         self.eos = False
         self.session = sessions.read(cfg.recovery_dir)
         self.adaptive = self.session.adaptive
@@ -141,6 +143,8 @@ class Task:
             for f in done:
                 if f is not stopping and f.exception() is not None:
                     raise f.exception()
+            if stopping in done:  # SIGTERM: the operator stops this pod on purpose
+                stopping_.final_checkpoint(self)
         finally:
             for f in [work, stopping, *helpers]:
                 f.cancel()
@@ -181,7 +185,7 @@ class Task:
             )
         self.proc = Processor(self.cfg, self.op, self.counters, self.dead, sink=self.sink)
         self.proc.restore(ckpt)
-        self.round = int(ckpt["round"]) if ckpt else 0
+        self.round = self.stepped = int(ckpt["round"]) if ckpt else 0
         self.eos = self.proc.eos
         if self.sink is not None:
             self.sink.open(int(ckpt.get("sink", 0)) if ckpt else 0)
@@ -244,6 +248,7 @@ class Task:
                     self.replayed_from.update(b.via)  # a replay: where it came from
                     batches.append(b)
                 outs = self.proc.step(r, batches)
+                self.stepped = r  # the state now holds round r (published or not)
                 if r % self.period == 0 or self.proc.eos:
                     # before publishing: no consumer can checkpoint round r before we have
                     # (a regenerating replay restores our checkpoint at its round)

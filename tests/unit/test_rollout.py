@@ -32,7 +32,9 @@ def instances(draw: st.DrawFn) -> Instance:
     old_b = frozenset(draw(st.sets(st.sampled_from(tasks))))
     new_b = frozenset(draw(st.sets(st.sampled_from(tasks)))) if draw(st.booleans()) else old_b
     changed = sorted(draw(st.sets(st.sampled_from(tasks), min_size=1)))
-    changed = sorted(set(changed) | {t for t in tasks if old[t] != new[t] or _flag(t, old_b, new_b)})
+    changed = sorted(
+        set(changed) | {t for t in tasks if old[t] != new[t] or _flag(t, old_b, new_b)}
+    )
     bound = draw(st.sampled_from([1.0, 1.5, 2.0, 3.0, 5.0]))
     limit = draw(st.sampled_from([0, 0, 1, 2]))
     return graph, RolloutState(old, old_b), RolloutState(new, new_b), changed, bound, limit
@@ -53,9 +55,7 @@ def _worst(
     return worst
 
 
-def _state(
-    old: RolloutState, new: RolloutState, done: set[str]
-) -> tuple[dict[str, str], set[str]]:
+def _state(old: RolloutState, new: RolloutState, done: set[str]) -> tuple[dict[str, str], set[str]]:
     assert old.backups is not None and new.backups is not None
     assignment = {t: (new.assignment[t] if t in done else n) for t, n in old.assignment.items()}
     backups = {t for t in assignment if t in (new.backups if t in done else old.backups)}

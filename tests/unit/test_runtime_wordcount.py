@@ -141,3 +141,50 @@ def test_metrics_endpoint_counts_what_the_sink_wrote(data: Path, tmp_path: Path)
     lines = output_lines(tmp_path / "out")
     assert float(values['backstop_task_tuples_in_total{task="sink-0"}']) == len(lines)
     assert status["eos"] is True and status["epoch"] == 1
+
+
+def test_sigterm_takes_a_final_checkpoint_that_the_next_copy_restores(
+    data: Path, tmp_path: Path
+) -> None:
+    """A suspend as the runtime sees it: every task gets SIGTERM mid-stream (its pod is
+    deleted gracefully), checkpoints the last round it processed, reports it in its
+    termination message and exits 0; the resumed copies restore exactly those rounds and
+    the output is still exact."""
+    topo = LocalTopology(
+        "wordcount",
+        wordcount_spec(data, tmp_path / "out", rate=RATE, batch=BATCH),
+        tmp_path / "store",
+    )
+    term = {t: tmp_path / f"term-{t}" for t in topo.tasks}
+    for t, path in term.items():
+        path.touch()  # the kubelet creates the file; the runtime only writes it if it exists
+        topo.env[t]["BACKSTOP_TERMINATION_LOG"] = str(path)
+    topo.start_all()
+    try:
+        topo.wait("progress", lambda: topo.status("sink-0").get("round", 0) >= 25)
+        procs = dict(topo.procs)
+        for p in procs.values():
+            p.terminate()
+        assert {t: p.wait(timeout=15) for t, p in procs.items()} == dict.fromkeys(procs, 0)
+        topo.procs.clear()
+        reported = {}
+        for t, path in term.items():
+            text = path.read_text()
+            assert text.startswith("backstop-checkpoint round="), (t, text)
+            reported[t] = int(text.split("round=")[1].split()[0])
+        assert not topo.status("sink-0").get("eos"), "stopped too late to test a resume"
+        for t, r in reported.items():
+            if not t.startswith("source"):  # a source's checkpoint is its batch log
+                ckpts = tmp_path / "store" / "wordcount" / "tasks" / t / "ckpt"
+                assert (ckpts / f"{r:012d}.json").exists(), (t, r)
+                assert max(int(p.stem) for p in ckpts.glob("*.json")) == r
+        topo.start_all()
+        for t, r in reported.items():
+            if not t.startswith("source"):
+                topo.wait(f"{t} restored", lambda t=t, r=r: f"restored round {r}\n" in topo.log(t))
+        topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True)
+        assert topo.crashed() == {}
+    finally:
+        topo.stop_all()
+    lines = output_lines(tmp_path / "out")
+    assert counts_of(lines) == dict(expected_counts(data)) and len(lines) == len(set(lines))

@@ -24,6 +24,7 @@ from backstop.controller import settings as config
 from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve
 from backstop.controller.context import kube, node_snapshot, post_event
 from backstop.controller.fencing import publish_epochs
+from backstop.controller.lifecycle import rollout_hold
 from backstop.domain.admission import unknown_fields
 from backstop.domain.constants import ANN_APPLIED, GROUP, LABEL_TOPOLOGY, PLURAL, VERSION
 from backstop.domain.fencing import fenced_tasks
@@ -146,10 +147,12 @@ def _reconcile(
     )
     this_spec = spec_hash(dict(body["spec"]))
     same_spec = recorded.get("generation") == generation or recorded.get("specHash") == this_spec
+    # a resume keeps the recorded placement only where every node is still usable
+    nodes_ok = set(view.node_objects) if not status.get("suspend") else view.usable_names()
     reuse = (
         same_spec
         and not status.get("problem")
-        and set(recorded.get("assignment", {}).values()) <= set(view.node_objects)
+        and set(recorded.get("assignment", {}).values()) <= nodes_ok
         and set(recorded.get("assignment", {})) == set(graph.tasks)
     )
     if reuse:  # resume the recorded plan (write-ahead log) instead of planning anew
@@ -177,6 +180,9 @@ def _reconcile(
         )
         if not plan_status["boundSatisfied"]:
             post_event(body, "BoundViolated", "the plan does not keep the bound", warning=True)
+    if model.suspend:  # the plan is recorded; the supervisor stops the pods (checkpoint first)
+        logger.info("suspended: the plan is kept, no pod runs")
+        return
     _apply_plan(k, owner, model, graph, plan_status, view, status, patch, logger)
 
 
@@ -202,6 +208,7 @@ def _apply_plan(
             plan_status, _ = publish_epochs(k, owner, graph, plan_status, rec, fenced)
             desired = _desired(owner, model, graph, plan_status)
         diff = diff_pods(desired, view.own_pods, dead)
+        diff = rollout_hold(k, owner, status, generation, diff, view.own_pods)
         k.put_pdb(build_pdb(owner, len(desired)))  # evictions wait for the operator's drain
         deleted, created = k.apply_pod_diff(namespace, diff)
     except ApiException as err:

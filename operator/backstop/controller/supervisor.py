@@ -27,6 +27,7 @@ from typing import Any
 from backstop.controller import faults
 from backstop.controller.capacity import owner_key, step_capacity
 from backstop.controller.drain import drain_tick
+from backstop.controller.lifecycle import held_tasks, rolling, rollout_tick, suspend_tick
 from backstop.controller.lostpods import lost_tick
 from backstop.controller.restore import restore_recoveryplan, restore_tick
 from backstop.controller.tick import (
@@ -40,7 +41,7 @@ from backstop.controller.tick import (
     with_conditions,
     write_status,
 )
-from backstop.domain import recovery
+from backstop.domain import lifecycle, recovery
 from backstop.domain.conditions import conditions_changed
 from backstop.domain.constants import LABEL_TASK
 from backstop.domain.fencing import bump_epochs, fenced_tasks
@@ -176,7 +177,9 @@ def converge(
             return 0, 0, 0
         plan = t.status.plan_or_empty
         desired = planned_pods(t, plan)
-    diff = diff_pods(desired, existing, force_nodes)
+    diff = lifecycle.hold_pending(
+        diff_pods(desired, existing, force_nodes), existing, held_tasks(t)
+    )
     drain = t.status.drain
     held = drain_held(drain.dump() if drain is not None else {}, time.time())
     diff.create = [m for m in diff.create if m["metadata"]["labels"].get(LABEL_TASK) not in held]
@@ -226,19 +229,34 @@ def supervise_once(t: Tick, pods: Pods) -> tuple[int, int]:
         t.refresh()
     ensure_session_objects(t)
     indexed = pods()
+    if suspend_tick(t, indexed):  # a suspend holds the pods: nothing of theirs is lost
+        _write_conditions(t, pods)
+        _observe(t)
+        return 0, 0
     if not recovery_tick(t, indexed) and not t.fallback:
-        _ = lost_tick(t, indexed) or drain_tick(t, indexed) or restore_tick(t, indexed)
+        acted = lost_tick(t, indexed) or rollout_tick(t, indexed)
+        if not acted and not rolling(t):  # a rollout first, then drains and restores
+            _ = drain_tick(t, indexed) or restore_tick(t, indexed)
     ensure_session_objects(t)
     deleted, created, _waiting = converge(t, pods(), force_nodes=dead_nodes(t))
     mark_applied(t, pods())
+    _write_conditions(t, pods)
+    _observe(t)
+    return deleted, created
+
+
+def _write_conditions(t: Tick, pods: Pods) -> None:
     new = with_conditions(t, t.status, pod_states(pods(), unready_reasons(t.memory, pods())))
     before = [c.dump() for c in t.status.conditions]
     if conditions_changed(before, [c.dump() for c in new.conditions]):
         write_status(t, new)
+
+
+def _observe(t: Tick) -> None:
+    """The topology's recovery metrics, from the status this round ends with."""
     failed = recovery.ordered(t.graph, t.status.recovery_or_empty.failed)
     down = len(failed_queries(t.graph, failed))
     t.metrics.observe_status(*_labels(t), t.status, queries_down=down)
-    return deleted, created
 
 
 def _labels(t: Tick) -> tuple[str, str]:

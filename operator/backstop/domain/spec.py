@@ -39,6 +39,7 @@ from backstop.domain.constants import (
     SECONDS_MAX,
     TOPOLOGY_NAME_MAX,
 )
+from backstop.domain.lifecycle_spec import LifecycleFields
 from backstop.domain.names import (
     check_topology_name,
     format_validation_error,
@@ -285,7 +286,7 @@ class BackupMode(StrEnum):
     planned = "planned"
 
 
-class StreamTopologySpec(_Model):
+class StreamTopologySpec(_Model, LifecycleFields):
     """The desired state of a stream topology."""
 
     image: str = Field(min_length=1, max_length=IMAGE_MAX, description="Default task image.")
@@ -521,10 +522,9 @@ def expand(spec: StreamTopologySpec) -> TaskGraph:
 
 
 def spec_hash(spec: Mapping[str, Any]) -> str:
-    """A hash of everything in a spec that planning depends on (all but ``reoptimization``).
+    """A hash of what planning depends on (not ``reoptimization``, ``suspend``, ``lifecycle``).
 
-    A plan recorded with this hash stays valid across spec changes that only
-    touch ``spec.reoptimization`` (a new ``nonce``, another ``interval``).
+    A plan recorded with it stays valid across such changes (a resume follows its plan).
 
     Examples
     --------
@@ -532,5 +532,5 @@ def spec_hash(spec: Mapping[str, Any]) -> str:
     >>> spec_hash(a) == spec_hash({**a, "reoptimization": {"nonce": "2"}})
     True
     """
-    rest = {k: v for k, v in spec.items() if k != "reoptimization"}
+    rest = {k: v for k, v in spec.items() if k not in ("reoptimization", "suspend", "lifecycle")}
     return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:16]

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from backstop.domain import lifecycle
 from backstop.domain.conditions import build_condition, merge_conditions
 from backstop.domain.planning import TopologyPlan
 from planners import TaskGraph
@@ -155,6 +156,15 @@ def derive_conditions(
     pods: Iterable[PodState],
 ) -> list[dict[str, Any]]:
     """All conditions, from the recorded facts and the pods (see the module docstring)."""
+    derived = _derive_conditions(generation, status, pods)
+    return lifecycle.lifecycle_conditions(generation, status, derived)
+
+
+def _derive_conditions(
+    generation: int,
+    status: Mapping[str, Any],
+    pods: Iterable[PodState],
+) -> list[dict[str, Any]]:
     plan = status.get("plan") or {}
     problem = status.get("problem")
     recovery = status.get("recovery") or {}

@@ -170,6 +170,57 @@ class DrainStatus(_Status):
     (:data:`backstop.domain.podfaults.DRAIN_HOLD_SECONDS`)."""
 
 
+class SuspendStatus(_Status):
+    """``status.suspend``: a suspend (``spec.suspend: true``) and the resume after it.
+
+    Written before the first pod is removed, so every removal is known as the
+    operator's own: no recovery runs while it is present (its pods are not lost).
+    """
+
+    phase: str = "Suspending"
+    """``Suspending`` (pods asked to checkpoint and stop), ``Suspended``, ``Resuming``."""
+    generation: int | None = None
+    requested_at: str | None = None
+    deadline: float | None = None
+    """Unix time after which pods still stopping are removed without their checkpoint."""
+    timeout: float | None = None
+    placement: dict[str, str] = Field(default_factory=dict)
+    """``{task: node}`` when the suspend began (the recorded plan's)."""
+    checkpoints: dict[str, str] = Field(default_factory=dict)
+    """``{task: what its runtime reported}``: the final checkpoint of each task."""
+    missing: list[str] = Field(default_factory=list)
+    """Tasks whose pod ended without reporting a final checkpoint."""
+    message: str | None = None
+    suspended_at: str | None = None
+
+
+class RolloutStepRecord(_Status):
+    """One step of a rollout: the tasks replaced together and the worst recovery meanwhile."""
+
+    tasks: list[str] = Field(default_factory=list)
+    worst: float = 0.0
+
+
+class RolloutStatus(_Status):
+    """``status.rollout``: a spec change replacing pods in steps that keep the bound."""
+
+    generation: int | None = None
+    active: bool = False
+    pending: list[str] = Field(default_factory=list)
+    """Tasks still running their old pod, not yet in a step."""
+    batch: list[str] = Field(default_factory=list)
+    """The step in flight: its pods are replaced now."""
+    step: int = 0
+    old_assignment: dict[str, str] = Field(default_factory=dict)
+    old_backups: list[str] = Field(default_factory=list)
+    history: list[RolloutStepRecord] = Field(default_factory=list)
+    checkpoints: int = 0
+    """Replaced pods whose runtime reported a final checkpoint."""
+    started_at: str | None = None
+    completed_at: str | None = None
+    message: str | None = None
+
+
 class ReoptimizationStatus(_Status):
     """``status.reoptimization``: the periodic Spark re-optimization (its own daemon)."""
 
@@ -212,6 +263,8 @@ class TopologyStatus(_Status):
     recovery: RecoveryStatus | None = None
     restore: RestoreStatus | None = None
     drain: DrainStatus | None = None
+    suspend: SuspendStatus | None = None
+    rollout: RolloutStatus | None = None
     reoptimization: ReoptimizationStatus | None = None
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = None
@@ -227,6 +280,10 @@ class TopologyStatus(_Status):
     @property
     def restore_or_empty(self) -> RestoreStatus:
         return self.restore or RestoreStatus()
+
+    def suspended(self) -> bool:
+        """Whether a suspend holds the pods (``Suspending`` or ``Suspended``)."""
+        return self.suspend is not None and self.suspend.phase in ("Suspending", "Suspended")
 
     def recovering(self) -> bool:
         """Whether a recovery session is active."""

@@ -77,6 +77,10 @@ class ClusterView:
     own_pods: list[Any]
     node_objects: dict[str, Any]
 
+    def usable_names(self) -> set[str]:
+        """Names of the nodes a plan may use now (Ready, schedulable, CPU left)."""
+        return {n.name for n in self.nodes}
+
 
 def pod_node(pod: Any) -> str | None:
     """The node whose CPU a pod holds: where it is bound, or where a task pod is pinned.
@@ -255,6 +259,21 @@ class Kube:
         self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, "streamtopologies", name, {"status": dict(status)}
         )
+
+    def stop_pods(self, namespace: str, names: Iterable[str], grace_seconds: float) -> None:
+        """Delete pods gracefully with ``grace_seconds`` to stop (SIGTERM: the task takes
+        its final checkpoint, :mod:`backstop.domain.lifecycle`)."""
+        grace = max(1, round(grace_seconds))
+
+        def stop(name: str) -> int:
+            try:
+                self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+            return 1
+
+        self._each(stop, list(names))
 
     def force_delete(self, namespace: str, names: Iterable[str]) -> None:
         """Remove pods stuck Terminating on a dead node (no kubelet will confirm)."""

@@ -1,0 +1,179 @@
+"""Suspend, resume and rollout steps in the supervision round (decisions:
+:mod:`backstop.domain.lifecycle`).
+
+Each function writes the status first (with the resourceVersion it read, through
+:func:`backstop.controller.tick.write_status`) and only then touches pods, like the
+recovery: a restarted operator finds what it was doing in the status and goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from backstop.controller import faults
+from backstop.controller.tick import (
+    Tick,
+    planned_pods,
+    pod_states,
+    running_primaries,
+    with_conditions,
+    write_status,
+)
+from backstop.domain import lifecycle
+from backstop.domain.planning import PodDiff, current_assignment
+from backstop.domain.status_types import TopologyStatus, parse_status, status_patch, with_changes
+from backstop.k8s.kubeio import Kube
+from backstop.k8s.manifests import Owner
+
+
+def _write(t: Tick, new: TopologyStatus, indexed: list[Mapping[str, Any]]) -> bool:
+    if not write_status(t, with_conditions(t, new, pod_states(indexed))):
+        return False
+    faults.point("after-status")
+    return True
+
+
+def suspend_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = None) -> bool:
+    """Drive a suspend (or notice a resume); ``True`` while a suspend holds the pods, so
+    the round does nothing else: no recovery, no re-placement, no convergence."""
+    now = time.time() if now is None else now
+    rec = t.status.suspend
+    if not t.model.suspend:
+        if rec is not None:
+            _resume_tick(t, indexed)
+        return False
+    timeout = t.model.lifecycle.checkpoint_timeout_seconds
+    if rec is None or rec.phase == "Resuming":
+        begun = lifecycle.begin_suspend(t.status, t.observed or t.generation, now, timeout)
+        if not _write(t, begun, indexed):
+            return True
+        t.emit("Suspending", f"{len(indexed)} task pods asked for a final checkpoint", False)
+    before = t.status.suspend.phase if t.status.suspend is not None else None
+    new, stop, force = lifecycle.suspend_progress(t.status, indexed, now)
+    try:
+        t.kube.stop_pods(t.owner.namespace, stop, timeout)
+        t.kube.force_delete(t.owner.namespace, force)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+    if new is not None and _write(t, new, indexed):
+        done = t.status.suspend
+        if done is not None and done.phase == "Suspended" and before == "Suspending":
+            t.emit("Suspended", done.message or "suspended", bool(done.missing))
+    return True
+
+
+def _resume_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> None:
+    """``spec.suspend`` is false again: the reconcile handler re-creates the pods from
+    the plan; here the phase says so, and the record goes once they all run."""
+    rec = t.status.suspend
+    assert rec is not None
+    if rec.phase != "Resuming":
+        text = "re-creating every task on its recorded node"
+        resuming = rec.model_copy(update={"phase": "Resuming", "message": text})
+        _write(t, with_changes(t.status, suspend=resuming), indexed)
+        return
+    if lifecycle.resumed(t.status, t.observed or t.generation, running_primaries(indexed)):
+        message = lifecycle.resume_summary(rec, t.status.plan_or_empty)
+        if _write(t, with_changes(t.status, suspend=None), indexed):
+            t.emit("Resumed", message, False)
+
+
+def rollout_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = None) -> bool:
+    """Issue the next rollout step once the previous one runs; whether anything was written.
+
+    Waits while a recovery session runs (a node lost mid-rollout is the recovery's), and
+    while the recorded rollout is of another generation than the plan the pods follow
+    (the reconcile records the new one).
+    """
+    now = time.time() if now is None else now
+    rec, plan = t.status.rollout, t.status.plan
+    if rec is None or not rec.active or plan is None or not plan.recorded_for(t.generation):
+        return False
+    if rec.generation != t.generation or t.status.recovering():
+        return False
+    fresh = lifecycle.new_pods(planned_pods(t, plan), indexed)
+    policy = t.model.lifecycle
+    new, issued = lifecycle.rollout_next(
+        t.status,
+        t.graph,
+        fresh,
+        bound=t.model.planning_bound,
+        limit=policy.max_unavailable,
+        now=now,
+    )
+    if new is None or not _write(t, new, indexed):
+        return False
+    if issued is not None:
+        done = t.status.rollout
+        step = done.step if done is not None else 0
+        t.emit(
+            "RolloutStep",
+            f"step {step}: replacing {', '.join(issued.tasks)}; worst single-node recovery "
+            f"meanwhile {issued.worst:g}s (bound {t.model.planning_bound:g}s)",
+            issued.worst > t.model.planning_bound + 1e-9,
+        )
+    elif new.rollout is not None and not new.rollout.active:
+        t.emit("RolloutComplete", new.rollout.message or "rollout done", False)
+    return True
+
+
+def held_tasks(t: Tick) -> set[str]:
+    """Tasks whose old pod a rollout keeps until their step (converge must not replace them)."""
+    rec = t.status.rollout
+    return set(rec.pending) if rec is not None and rec.active else set()
+
+
+def rolling(t: Tick) -> bool:
+    """Whether a rollout is under way (drains and restores wait for it)."""
+    return t.status.rollout is not None and t.status.rollout.active
+
+
+def rollout_hold(
+    k: Kube,
+    owner: Owner,
+    status: Mapping[str, Any],
+    generation: int,
+    diff: PodDiff,
+    own_pods: list[Any],
+) -> PodDiff:
+    """The reconcile's diff with the replacement of running pods left to a rollout.
+
+    Pods the diff would delete gracefully and create again under the same name (a new
+    image, resources, node or role) are recorded as the rollout's pending tasks, with
+    the placement and backup flags the running pods have, before anything is deleted;
+    the supervisor then replaces them in steps (:func:`rollout_tick`). Everything else
+    of the diff (new tasks, removed tasks, pods on dead nodes) goes ahead at once.
+    """
+    typed = parse_status(status).status
+    desired_names = {m["metadata"]["name"] for m in diff.create}
+    replaced = lifecycle.replaced_tasks({n: {} for n in desired_names}, own_pods, diff.delete)
+    rec = typed.rollout
+    if not replaced:
+        if rec is not None and rec.active and rec.generation != generation:
+            done = rec.model_copy(
+                update={"active": False, "message": "superseded by a spec change"}
+            )
+            k.patch_status(
+                owner.namespace, owner.name, status_patch(typed, with_changes(typed, rollout=done))
+            )
+        return diff
+    if rec is None or not rec.active or rec.generation != generation:
+        running = [p for p in own_pods if p.metadata.deletion_timestamp is None]
+        new = lifecycle.begin_rollout(
+            typed,
+            generation,
+            replaced.values(),
+            current_assignment(running),
+            lifecycle.pod_backups(running),
+            time.time(),
+        )
+        k.patch_status(owner.namespace, owner.name, status_patch(typed, new))
+        faults.point("after-status")
+        rec = new.rollout
+    assert rec is not None
+    return lifecycle.hold_pending(diff, own_pods, set(rec.pending))
