@@ -24,11 +24,12 @@ from backstop.controller import settings as config
 from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve
 from backstop.controller.context import kube, node_snapshot, post_event
 from backstop.controller.fencing import publish_epochs
-from backstop.controller.lifecycle import rollout_hold
+from backstop.controller.lifecycle import pending_of, rollout_with_plan
 from backstop.domain.admission import unknown_fields
 from backstop.domain.constants import ANN_APPLIED, GROUP, LABEL_TOPOLOGY, PLURAL, VERSION
 from backstop.domain.fencing import fenced_tasks
 from backstop.domain.incidents import NodeInfo, node_info, topology_tolerations
+from backstop.domain.lifecycle import hold_pending
 from backstop.domain.planning import current_assignment, diff_pods, plan_replicas, plan_topology
 from backstop.domain.spec import StreamTopologySpec, expand, spec_hash
 from backstop.domain.status import build_plan_status, conditions_patch, pod_state
@@ -36,6 +37,7 @@ from backstop.domain.status_types import (
     Condition,
     PlanStatus,
     Problem,
+    RolloutStatus,
     parse_status,
     status_patch,
     with_changes,
@@ -160,15 +162,18 @@ def _reconcile(
         p.ledger.hold(
             owner_key(owner), manifest_holds(_desired(owner, model, graph, recorded), namespace)
         )
+        rollout = _rollout(owner, model, graph, recorded, status, generation, view)
         if recorded.get("generation") != generation:  # only spec.reoptimization changed
             plan_status = {**recorded, "generation": generation}
             typed = PlanStatus.model_validate(plan_status)
-            _record(k, namespace, name, generation, status, plan=typed)
+            _record(k, namespace, name, generation, status, plan=typed, rollout=rollout)
+        elif rollout != parse_status(status).status.rollout:
+            _record(k, namespace, name, generation, status, rollout=rollout)
     else:
         planned = _plan(p, body, model, graph, owner, generation, recorded, status, view)
         if planned is None:
             return
-        plan_status, moved = planned
+        plan_status, moved, rollout = planned
         post_event(
             body,
             "Planned",
@@ -183,7 +188,26 @@ def _reconcile(
     if model.suspend:  # the plan is recorded; the supervisor stops the pods (checkpoint first)
         logger.info("suspended: the plan is kept, no pod runs")
         return
-    _apply_plan(k, owner, model, graph, plan_status, view, status, patch, logger)
+    held = pending_of(rollout)
+    _apply_plan(k, owner, model, graph, plan_status, view, status, patch, logger, held)
+
+
+def _dead(view: ClusterView) -> set[str]:
+    return {n for n, obj in view.node_objects.items() if not node_is_ready(obj)}
+
+
+def _rollout(
+    owner: Owner,
+    model: StreamTopologySpec,
+    graph: TaskGraph,
+    plan_status: Mapping[str, Any],
+    status: kopf.Status,
+    generation: int,
+    view: ClusterView,
+) -> RolloutStatus | None:
+    """The rollout to record with ``plan_status`` (:func:`rollout_with_plan`)."""
+    desired = _desired(owner, model, graph, plan_status)
+    return rollout_with_plan(status, generation, desired, view.own_pods, _dead(view))
 
 
 def _apply_plan(
@@ -196,19 +220,20 @@ def _apply_plan(
     status: kopf.Status,
     patch: kopf.Patch,
     logger: logging.Logger | logging.LoggerAdapter[Any],
+    held: set[str],
 ) -> None:
-    """Make the pods match a recorded plan (tasks leaving a lost node get a new epoch)."""
+    """Make the pods match a recorded plan (tasks leaving a lost node get a new epoch);
+    the running pods of ``held`` tasks are a rollout's to replace, step by step."""
     namespace, generation = owner.namespace, int(plan_status["generation"])
     desired = _desired(owner, model, graph, plan_status)
-    dead = {n for n, obj in view.node_objects.items() if not node_is_ready(obj)}
+    dead = _dead(view)
     try:
         fenced = fenced_tasks(view.own_pods, desired, dead)
         if fenced:
             rec = status.get("recovery") or {}
             plan_status, _ = publish_epochs(k, owner, graph, plan_status, rec, fenced)
             desired = _desired(owner, model, graph, plan_status)
-        diff = diff_pods(desired, view.own_pods, dead)
-        diff = rollout_hold(k, owner, status, generation, diff, view.own_pods)
+        diff = hold_pending(diff_pods(desired, view.own_pods, dead), view.own_pods, held)
         k.put_pdb(build_pdb(owner, len(desired)))  # evictions wait for the operator's drain
         deleted, created = k.apply_pod_diff(namespace, diff)
     except ApiException as err:
@@ -247,10 +272,12 @@ def _plan(
     recorded: dict[str, Any],
     status: kopf.Status,
     view: ClusterView,
-) -> tuple[dict[str, Any], int] | None:
-    """Plan on the ledger's free capacity, reserve the new pods, then record the plan.
+) -> tuple[dict[str, Any], int, RolloutStatus | None] | None:
+    """Plan on the ledger's free capacity, reserve the new pods, then record the plan
+    (with the rollout of the pods it replaces, in the same write).
 
-    Returns ``(plan status, pods moved)``, or ``None`` after recording a permanent problem.
+    Returns ``(plan status, pods moved, rollout)``, or ``None`` after recording a
+    permanent problem.
     """
     namespace, name, k = owner.namespace, owner.name, p.kube
     kept = (
@@ -287,13 +314,14 @@ def _plan(
             raise kopf.TemporaryError(f"capacity changed while planning: {err}", delay=2) from None
     # write-ahead: the plan is recorded before any pod is touched
     typed = PlanStatus.model_validate(plan_status)
+    rollout = _rollout(owner, model, graph, plan_status, status, generation, view)
     try:
-        _record(k, namespace, name, generation, status, plan=typed, problem=None)
+        _record(k, namespace, name, generation, status, plan=typed, problem=None, rollout=rollout)
     except kopf.TemporaryError:
         p.ledger.release(owner_key(owner))
         raise
     faults.point("after-status")
-    return plan_status, plan.moved
+    return plan_status, plan.moved, rollout
 
 
 def _planning_failed(

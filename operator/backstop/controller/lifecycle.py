@@ -24,10 +24,8 @@ from backstop.controller.tick import (
     write_status,
 )
 from backstop.domain import lifecycle
-from backstop.domain.planning import PodDiff, current_assignment
-from backstop.domain.status_types import TopologyStatus, parse_status, status_patch, with_changes
-from backstop.k8s.kubeio import Kube
-from backstop.k8s.manifests import Owner
+from backstop.domain.planning import current_assignment, diff_pods
+from backstop.domain.status_types import RolloutStatus, TopologyStatus, parse_status, with_changes
 
 
 def _write(t: Tick, new: TopologyStatus, indexed: list[Mapping[str, Any]]) -> bool:
@@ -124,8 +122,7 @@ def rollout_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = 
 
 def held_tasks(t: Tick) -> set[str]:
     """Tasks whose old pod a rollout keeps until their step (converge must not replace them)."""
-    rec = t.status.rollout
-    return set(rec.pending) if rec is not None and rec.active else set()
+    return pending_of(t.status.rollout)
 
 
 def rolling(t: Tick) -> bool:
@@ -133,47 +130,46 @@ def rolling(t: Tick) -> bool:
     return t.status.rollout is not None and t.status.rollout.active
 
 
-def rollout_hold(
-    k: Kube,
-    owner: Owner,
+def rollout_with_plan(
     status: Mapping[str, Any],
     generation: int,
-    diff: PodDiff,
+    desired: Mapping[str, Mapping[str, Any]],
     own_pods: list[Any],
-) -> PodDiff:
-    """The reconcile's diff with the replacement of running pods left to a rollout.
+    dead: set[str],
+) -> RolloutStatus | None:
+    """The ``status.rollout`` to record in the same write as the plan of ``generation``.
 
-    Pods the diff would delete gracefully and create again under the same name (a new
-    image, resources, node or role) are recorded as the rollout's pending tasks, with
-    the placement and backup flags the running pods have, before anything is deleted;
-    the supervisor then replaces them in steps (:func:`rollout_tick`). Everything else
-    of the diff (new tasks, removed tasks, pods on dead nodes) goes ahead at once.
+    Pods the plan would delete gracefully and create again under the same name (a new
+    image, resources, node or role) become the rollout's pending tasks, with the
+    placement and backup flags the running pods have; the supervisor replaces them in
+    steps (:func:`rollout_tick`) and the reconcile leaves them alone
+    (:func:`backstop.domain.lifecycle.hold_pending`). One write for both: a supervisor
+    that saw the new plan without its rollout would replace every changed pod at once.
     """
     typed = parse_status(status).status
-    desired_names = {m["metadata"]["name"] for m in diff.create}
-    replaced = lifecycle.replaced_tasks({n: {} for n in desired_names}, own_pods, diff.delete)
     rec = typed.rollout
+    diff = diff_pods(desired, own_pods, dead)
+    replaced = lifecycle.replaced_tasks(desired, own_pods, diff.delete)
     if not replaced:
         if rec is not None and rec.active and rec.generation != generation:
-            done = rec.model_copy(
+            return rec.model_copy(
                 update={"active": False, "message": "superseded by a spec change"}
             )
-            k.patch_status(
-                owner.namespace, owner.name, status_patch(typed, with_changes(typed, rollout=done))
-            )
-        return diff
-    if rec is None or not rec.active or rec.generation != generation:
-        running = [p for p in own_pods if p.metadata.deletion_timestamp is None]
-        new = lifecycle.begin_rollout(
-            typed,
-            generation,
-            replaced.values(),
-            current_assignment(running),
-            lifecycle.pod_backups(running),
-            time.time(),
-        )
-        k.patch_status(owner.namespace, owner.name, status_patch(typed, new))
-        faults.point("after-status")
-        rec = new.rollout
-    assert rec is not None
-    return lifecycle.hold_pending(diff, own_pods, set(rec.pending))
+        return rec
+    if rec is not None and rec.active and rec.generation == generation:
+        return rec
+    running = [p for p in own_pods if p.metadata.deletion_timestamp is None]
+    begun = lifecycle.begin_rollout(
+        typed,
+        generation,
+        replaced.values(),
+        current_assignment(running),
+        lifecycle.pod_backups(running),
+        time.time(),
+    )
+    return begun.rollout
+
+
+def pending_of(rollout: RolloutStatus | None) -> set[str]:
+    """The tasks an active rollout has not replaced yet."""
+    return set(rollout.pending) if rollout is not None and rollout.active else set()

@@ -75,5 +75,10 @@ EVENT_REASONS = frozenset(
         "Consolidated",
         "Reoptimized",
         "UnknownFields",
+        "Suspending",
+        "Suspended",
+        "Resumed",
+        "RolloutStep",
+        "RolloutComplete",
     }
 )
