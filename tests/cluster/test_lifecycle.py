@@ -105,9 +105,12 @@ def patch_spec(env: Env, name: str, spec: dict[str, Any]) -> None:
 def wait_running(env: Env, name: str, tasks: int) -> dict[str, str]:
     obj = env.wait_condition(name, "Ready", "True", timeout=60)
     assert obj
-    return wait_for(
-        lambda: (n := running_nodes(env, name)) and len(n) == tasks and n, 30, "pods Running"
-    )
+
+    def all_running() -> dict[str, str]:
+        nodes = running_nodes(env, name)
+        return nodes if len(nodes) == tasks else {}
+
+    return wait_for(all_running, 30, "pods Running")
 
 
 def test_suspend_and_resume_return_every_task_to_its_node(env: Env, pool: Pool) -> None:
@@ -123,7 +126,7 @@ def test_suspend_and_resume_return_every_task_to_its_node(env: Env, pool: Pool) 
     wait_for(lambda: env.no_pods(name), 30, "every pod gone")
     obj = env.wait_condition(name, "Suspended", "True", timeout=30, reason="CheckpointMissing")
     assert obj["status"]["plan"]["assignment"] == before  # plan and placement kept
-    assert condition(obj, "Ready")["reason"] == "Suspended"
+    assert (condition(obj, "Ready") or {}).get("reason") == "Suspended"
     # simulated nodes run no runtime: no task could report its final checkpoint, and the
     # status says which (a real node's runtime answers the SIGTERM with one)
     assert sorted(obj["status"]["suspend"]["missing"]) == sorted(before)
@@ -148,9 +151,12 @@ def test_suspend_and_resume_return_every_task_to_its_node(env: Env, pool: Pool) 
             assert again[task] == node, f"{task} should be back on {node}"
         else:
             assert again[task] != lost
-    obj = wait_for(
-        lambda: (o := env.get(name)) and "suspend" not in o["status"] and o, 10, "resumed"
-    )
+
+    def resumed() -> dict[str, Any]:
+        o = env.get(name)
+        return o if "suspend" not in o["status"] else {}
+
+    obj = wait_for(resumed, 10, "resumed")
     assert not (obj["status"].get("recovery") or {}).get("session"), "no recovery session"
     assert plans(env, name) == [], "no RecoveryPlan"
     assert _worst(expand(parse_spec(obj["spec"])), again, set(again), set()) <= 2.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import urllib.request
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,10 @@ def test_metrics_endpoint_counts_what_the_sink_wrote(data: Path, tmp_path: Path)
     assert status["eos"] is True and status["epoch"] == 1
 
 
+def restored(topo: LocalTopology, task: str, r: int) -> bool:
+    return f"{task}: restored round {r}\n" in topo.log(task)
+
+
 def test_sigterm_takes_a_final_checkpoint_that_the_next_copy_restores(
     data: Path, tmp_path: Path
 ) -> None:
@@ -181,7 +186,7 @@ def test_sigterm_takes_a_final_checkpoint_that_the_next_copy_restores(
         topo.start_all()
         for t, r in reported.items():
             if not t.startswith("source"):
-                topo.wait(f"{t} restored", lambda t=t, r=r: f"restored round {r}\n" in topo.log(t))
+                topo.wait(f"{t} restored", partial(restored, topo, t, r))
         topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True)
         assert topo.crashed() == {}
     finally:
