@@ -13,7 +13,8 @@ from backstop.domain.status import derive_conditions
 from backstop.domain.status_types import TopologyStatus, parse_status
 from planners import TaskGraph
 
-PLAN = {"generation": 2, "assignment": {"a-0": "n1", "b-0": "n2"}, "backups": ["a-0"]}
+ASSIGNMENT = {"a-0": "n1", "b-0": "n2"}
+PLAN: dict[str, Any] = {"generation": 2, "assignment": ASSIGNMENT, "backups": ["a-0"]}
 
 
 def pod(task: str, *, deleting: bool = False, report: str | None = None) -> dict[str, Any]:
@@ -86,7 +87,7 @@ def test_a_resume_is_done_when_every_task_runs_where_the_plan_puts_it() -> None:
 def test_rollout_steps_wait_for_the_step_in_flight_and_end() -> None:
     g = TaskGraph.build(["a-0", "b-0"], [("a-0", "b-0")], latency={"a-0": 1.0, "b-0": 1.0})
     st = parse_status({"plan": PLAN}).status
-    st = lifecycle.begin_rollout(st, 2, ["a-0", "b-0"], PLAN["assignment"], ["a-0"], now=5)
+    st = lifecycle.begin_rollout(st, 2, ["a-0", "b-0"], ASSIGNMENT, ["a-0"], now=5)
     # a-0 down and n2 (b-0) failing: 2 s; both down: 2 s too, so both go at once with R = 2
     new, issued = lifecycle.rollout_next(st, g, set(), bound=2.0, limit=0, now=6)
     assert issued is not None and issued.tasks == ["a-0", "b-0"] and issued.worst == 2.0
