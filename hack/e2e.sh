@@ -13,10 +13,12 @@
 #              Its store is the hostPath /srv/backstop (created 1777 if missing, removed again),
 #              and the example's tweet generator appends the source log there while the run lasts
 #   logs       kubectl logs of a task pod on every real node that runs tasks
-#   kill       `backstop nodes kill` of a real node with tasks (not the operator's): its kubelet
-#              and containers get SIGKILL; a RecoveryPlan is issued and every lost task is Running
-#              again on the other real nodes
-#   uninstall  topology deleted, helm uninstall: no pod, ServiceAccount, Role(Binding) or
+#   kill       `backstop nodes kill` of a real node with tasks (not the leading operator's): its
+#              kubelet and containers get SIGKILL; a RecoveryPlan is issued and every lost task is
+#              Running again on the other real nodes. The leader's /metrics (curl of its pod IP,
+#              metrics.enabled) before and after: recovery steps, node loss -> first RecoveryPlan
+#              observations and seconds move, and the line prints both values
+#   uninstall  topology deleted (its /metrics series go), helm uninstall: no pod, ServiceAccount, Role(Binding) or
 #              ClusterRole(Binding) of the release is left (CRDs stay, as helm never deletes them)
 #   teardown   real nodes, kube-proxy and control plane stopped; no bridge, iptables rule or mount
 #              of theirs is left on the host
@@ -106,6 +108,32 @@ tasks = {p["metadata"]["labels"].get("streams.backstop.dev/task") for p in pods 
 sys.exit(0 if len(tasks) == want else 1)' "$want"
 }
 
+# The operator's /metrics (metrics.enabled, port $METRICS_PORT) straight from a pod's IP: every
+# real node's pods are on a bridge of this host.
+METRICS_PORT=9090
+scrape() { # pod -> the Prometheus text of its /metrics
+  local ip
+  ip=$(kubectl get pod -n $RELEASE_NS "$1" -o jsonpath='{.status.podIP}') && [[ -n $ip ]] || return 1
+  curl -sf --max-time 5 "http://$ip:$METRICS_PORT/metrics"
+}
+# metric POD NAME [LABEL=VALUE...]: the sum of NAME's samples with those labels (0 if none)
+metric() {
+  local pod=$1; shift
+  scrape "$pod" | python3 -c '
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+name, want = sys.argv[1], dict(a.split("=", 1) for a in sys.argv[2:])
+print(round(sum(s.value for f in text_string_to_metric_families(sys.stdin.read())
+          for s in f.samples if s.name == name and want.items() <= s.labels.items()), 3))' "$@"
+}
+leader_pod() { # the operator pod whose /metrics says backstop_leader 1
+  local p
+  for p in $(kubectl get pods -n $RELEASE_NS -l app.kubernetes.io/name=backstop -o name); do
+    [[ $(metric "${p#pod/}" backstop_leader 2>/dev/null) == 1.0 ]] && { echo "${p#pod/}"; return 0; }
+  done
+  return 1
+}
+
 # ---------------------------------------------------------------------------------------------
 phase images "hack/images.sh"
 mkdir -p $BACKSTOP_CACHE/images
@@ -129,8 +157,11 @@ done_phase "$(kubectl get nodes -l backstop.dev/node-kind=real --no-headers | wc
 phase install "helm install $RELEASE charts/backstop"
 helm install $RELEASE charts/backstop --namespace $RELEASE_NS --create-namespace \
   --set "watchNamespaces={$NS}" --set recovery.gracePeriodSeconds=5 --set logFormat=plain \
+  --set metrics.enabled=true --set metrics.port=$METRICS_PORT \
   --wait --timeout 5m >/dev/null || fail "helm install"
-op_pod=$(kubectl get pods -n $RELEASE_NS -o jsonpath='{.items[0].metadata.name}')
+# the replica holding the Lease (the other is a standby): the one whose /metrics says so
+wait_until 60 "an operator replica leading (backstop_leader 1 on /metrics)" leader_pod
+op_pod=$(leader_pod)
 op_node=$(kubectl get pod -n $RELEASE_NS "$op_pod" -o jsonpath='{.spec.nodeName}')
 op_cid=$(kubectl get pod -n $RELEASE_NS "$op_pod" -o jsonpath='{.status.containerStatuses[0].containerID}')
 op_sa=$(kubectl get pod -n $RELEASE_NS "$op_pod" -o jsonpath='{.spec.serviceAccountName}')
@@ -142,7 +173,7 @@ for pid in $(pgrep -f "backstop operator" || true); do
   tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "KUBECONFIG=$KUBECONFIG" \
     && fail "an operator process on the host (pid $pid) watches this cluster"
 done
-done_phase "operator $op_pod on real node $op_node (SA $op_sa, ${op_cid:0:25}…)"
+done_phase "operator $op_pod (leader) on real node $op_node (SA $op_sa, ${op_cid:0:25}…)"
 
 phase admission "kubectl apply of a bad manifest: refused by the in-cluster webhook"
 # an operator reading from one that does not exist: the operator's webhook (behind the chart's
@@ -189,6 +220,15 @@ phase kill "backstop nodes kill <a real node with tasks>"
 victim=""
 for node in $task_nodes; do [[ $node != "$op_node" ]] && { victim=$node; break; }; done
 [[ -n $victim ]] || fail "every task runs on the operator's node $op_node"
+topo_labels=(namespace=$NS topology=$TOPO)
+recovery_metrics() { # steps, first-plan observations, seconds NotReady -> first RecoveryPlan
+  echo "$(metric "$op_pod" backstop_recovery_steps_total "${topo_labels[@]}")" \
+    "$(metric "$op_pod" backstop_recovery_first_plan_seconds_count "${topo_labels[@]}" since=not_ready)" \
+    "$(metric "$op_pod" backstop_recovery_first_plan_seconds_sum "${topo_labels[@]}" since=not_ready)"
+}
+[[ $(metric "$op_pod" backstop_topology_tasks "${topo_labels[@]}") == "$ntasks.0" ]] \
+  || fail "/metrics of $op_pod: backstop_topology_tasks is not $ntasks"
+read -r steps0 obs0 secs0 < <(recovery_metrics) || fail "curl of $op_pod's /metrics"
 lost=$(kubectl get pods -n $NS -l $GROUP/topology=$TOPO --field-selector spec.nodeName=$victim -o name | wc -l)
 victim_pids=$(ctr -a /run/backstop-$API_PORT/$victim/containerd.sock -n k8s.io tasks ls -q 2>/dev/null | wc -l)
 t_kill=$SECONDS
@@ -203,10 +243,17 @@ t_back=$((SECONDS - t_kill))
 pods_json | python3 -c 'import json,sys; v=sys.argv[1]; sys.exit(any(p["spec"]["nodeName"]==v for p in json.load(sys.stdin)["items"] if not p["metadata"].get("deletionTimestamp")))' "$victim" \
   || fail "tasks still on $victim"
 kubectl get recoveryplans -n $NS >&2
-done_phase "$victim killed ($lost tasks, $victim_pids containers): NotReady after ${t_notready}s, RecoveryPlan after ${t_plan}s, all tasks Running again after ${t_back}s"
+moved() { read -r s o _ < <(recovery_metrics) && [[ ${s%.*} -gt ${steps0%.*} && ${o%.*} -gt ${obs0%.*} ]]; }
+wait_until 30 "the recovery metrics to move on $op_pod's /metrics" moved
+read -r steps1 obs1 secs1 < <(recovery_metrics)
+[[ $(metric "$op_pod" backstop_recovery_session_active "${topo_labels[@]}") == 0.0 ]] || fail "/metrics: a session still active"
+[[ $(metric "$op_pod" backstop_recovery_tasks_lost "${topo_labels[@]}") == 0.0 ]] || fail "/metrics: tasks still lost"
+done_phase "$victim killed ($lost tasks, $victim_pids containers): NotReady after ${t_notready}s, RecoveryPlan after ${t_plan}s, all tasks Running again after ${t_back}s; /metrics of $op_pod: recovery steps $steps0 -> $steps1, node-loss->first-plan observations $obs0 -> $obs1 (seconds since NotReady $secs0 -> $secs1)"
 
 phase uninstall "delete the topology, helm uninstall"
 kubectl delete -n $NS st/$TOPO --wait=true --timeout=120s >/dev/null || fail "deleting the topology (finalizer)"
+no_series() { local out; out=$(scrape "$op_pod") && ! grep -q "topology=\"$TOPO\"" <<<"$out"; }
+wait_until 30 "the deleted topology's series to leave $op_pod's /metrics" no_series
 wait_until 120 "the task pods to go" bash -c "[[ -z \$(kubectl get pods -n $NS -o name) ]]"
 helm uninstall $RELEASE --namespace $RELEASE_NS --wait --timeout 2m >/dev/null || fail "helm uninstall"
 wait_until 60 "the operator pod to go" bash -c "[[ -z \$(kubectl get pods -n $RELEASE_NS -o name) ]]"
