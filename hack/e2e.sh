@@ -123,13 +123,14 @@ metric() {
 import sys
 from prometheus_client.parser import text_string_to_metric_families
 name, want = sys.argv[1], dict(a.split("=", 1) for a in sys.argv[2:])
-print(round(sum(s.value for f in text_string_to_metric_families(sys.stdin.read())
-          for s in f.samples if s.name == name and want.items() <= s.labels.items()), 3))' "$@"
+total = sum(s.value for f in text_string_to_metric_families(sys.stdin.read())
+            for s in f.samples if s.name == name and want.items() <= s.labels.items())
+print(f"{total:.6g}")' "$@"
 }
 leader_pod() { # the operator pod whose /metrics says backstop_leader 1
   local p
   for p in $(kubectl get pods -n $RELEASE_NS -l app.kubernetes.io/name=backstop -o name); do
-    [[ $(metric "${p#pod/}" backstop_leader 2>/dev/null) == 1.0 ]] && { echo "${p#pod/}"; return 0; }
+    [[ $(metric "${p#pod/}" backstop_leader 2>/dev/null) == 1 ]] && { echo "${p#pod/}"; return 0; }
   done
   return 1
 }
@@ -226,7 +227,7 @@ recovery_metrics() { # steps, first-plan observations, seconds NotReady -> first
     "$(metric "$op_pod" backstop_recovery_first_plan_seconds_count "${topo_labels[@]}" since=not_ready)" \
     "$(metric "$op_pod" backstop_recovery_first_plan_seconds_sum "${topo_labels[@]}" since=not_ready)"
 }
-[[ $(metric "$op_pod" backstop_topology_tasks "${topo_labels[@]}") == "$ntasks.0" ]] \
+[[ $(metric "$op_pod" backstop_topology_tasks "${topo_labels[@]}") == "$ntasks" ]] \
   || fail "/metrics of $op_pod: backstop_topology_tasks is not $ntasks"
 read -r steps0 obs0 secs0 < <(recovery_metrics) || fail "curl of $op_pod's /metrics"
 lost=$(kubectl get pods -n $NS -l $GROUP/topology=$TOPO --field-selector spec.nodeName=$victim -o name | wc -l)
@@ -243,11 +244,11 @@ t_back=$((SECONDS - t_kill))
 pods_json | python3 -c 'import json,sys; v=sys.argv[1]; sys.exit(any(p["spec"]["nodeName"]==v for p in json.load(sys.stdin)["items"] if not p["metadata"].get("deletionTimestamp")))' "$victim" \
   || fail "tasks still on $victim"
 kubectl get recoveryplans -n $NS >&2
-moved() { read -r s o _ < <(recovery_metrics) && [[ ${s%.*} -gt ${steps0%.*} && ${o%.*} -gt ${obs0%.*} ]]; }
+moved() { read -r s o _ < <(recovery_metrics) && [[ $s -gt $steps0 && $o -gt $obs0 ]]; }
 wait_until 30 "the recovery metrics to move on $op_pod's /metrics" moved
 read -r steps1 obs1 secs1 < <(recovery_metrics)
-[[ $(metric "$op_pod" backstop_recovery_session_active "${topo_labels[@]}") == 0.0 ]] || fail "/metrics: a session still active"
-[[ $(metric "$op_pod" backstop_recovery_tasks_lost "${topo_labels[@]}") == 0.0 ]] || fail "/metrics: tasks still lost"
+[[ $(metric "$op_pod" backstop_recovery_session_active "${topo_labels[@]}") == 0 ]] || fail "/metrics: a session still active"
+[[ $(metric "$op_pod" backstop_recovery_tasks_lost "${topo_labels[@]}") == 0 ]] || fail "/metrics: tasks still lost"
 done_phase "$victim killed ($lost tasks, $victim_pids containers): NotReady after ${t_notready}s, RecoveryPlan after ${t_plan}s, all tasks Running again after ${t_back}s; /metrics of $op_pod: recovery steps $steps0 -> $steps1, node-loss->first-plan observations $obs0 -> $obs1 (seconds since NotReady $secs0 -> $secs1)"
 
 phase uninstall "delete the topology, helm uninstall"
