@@ -165,7 +165,11 @@ def test_spec_change_moves_only_pods_whose_node_or_role_changes(env: Env) -> Non
             "cycle",
         ),
         (lambda s: s["operators"][1]["inputs"].append({"operator": "nope"}), "InvalidSpec", "nope"),
-        (lambda s: s.update(recoveryLatencyBound=0.2), "Infeasible", "infeasible"),
+        (  # 0.2 s left to the planners after the restart term (a bound below it is invalid)
+            lambda s: s.update(recoveryLatencyBound=s["recovery"]["restartSeconds"] + 0.2),
+            "Infeasible",
+            "infeasible",
+        ),
         (
             lambda s: s.update(
                 podTemplate={

@@ -345,7 +345,7 @@ values = st.recursive(
 objects = st.dictionaries(st.sampled_from(["x", "y", "z", "w"]), values, max_size=4)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(objects, objects)
 def test_merge_later_wins_and_nothing_is_lost(
     base: dict[str, Any], override: dict[str, Any]
@@ -361,7 +361,7 @@ def test_merge_later_wins_and_nothing_is_lost(
     assert merge(base, {}) == base and merge({}, override) == override
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(named_lists, named_lists)
 def test_named_lists_merge_by_name_in_order(base: list[Any], override: list[Any]) -> None:
     merged = merge(base, override)
@@ -443,7 +443,7 @@ tolerations = st.fixed_dictionaries(
 ).filter(lambda t: t.get("key") or t["operator"] == "Exists")
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(taints, max_size=3),
     st.lists(st.lists(tolerations, max_size=3), min_size=1, max_size=3),
