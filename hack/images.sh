@@ -8,6 +8,9 @@
 #   backstop/operator:0.1.0   operator/Dockerfile on that base: the operator only, LEAN (no
 #                             pyspark, no JRE; the Spark job is to get its own image)
 #   backstop/runtime:0.1.0    runtime/Dockerfile on that base: the task runtime
+#   backstop/spark:0.1.0      operator/Dockerfile.spark on that base: the operator plus pyspark
+#                             and Debian's openjdk-17-jre-headless, for the re-optimization Job
+#                             (reoptimization.mode: job); not built by default (IMAGES=spark)
 #
 # Each image is saved to $BACKSTOP_CACHE/images/load/<name>.tar; hack/real-node.sh imports every
 # archive there into each node it starts, and this script imports them into the running nodes of
@@ -17,7 +20,7 @@
 # state; builds use the host network) and stopped again afterwards.
 #
 # Env: BACKSTOP_CACHE (~/.cache/backstop), K8S_RUN_DIR, DEBIAN_MIRROR (from /etc/apt sources, else
-#      http://deb.debian.org/debian), IMAGES ("base operator runtime": a subset to build)
+#      http://deb.debian.org/debian), IMAGES ("base operator runtime"; add spark for the Spark image)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE=${BACKSTOP_CACHE:-$HOME/.cache/backstop}
@@ -26,6 +29,7 @@ VERSION=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/backst
 BASE=backstop/base:bookworm
 OPERATOR=backstop/operator:$VERSION
 RUNTIME=backstop/runtime:$VERSION
+SPARK=backstop/spark:$VERSION
 IMAGES=${IMAGES:-base operator runtime}
 T0=$SECONDS
 
@@ -115,12 +119,13 @@ for img in $IMAGES; do
     runtime)
       [[ -f runtime/Dockerfile ]] || die "runtime/Dockerfile is missing"
       build_base; build $RUNTIME Dockerfile runtime .; save $RUNTIME runtime ;;
-    *) die "IMAGES: unknown image '$img' (base, operator, runtime)" ;;
+    spark) build_base; build $SPARK operator/Dockerfile.spark . pyproject.toml README.md planners operator; save $SPARK spark ;;
+    *) die "IMAGES: unknown image '$img' (base, operator, runtime, spark)" ;;
   esac
 done
 for img in $IMAGES; do
   case $img in
-    operator) t=$OPERATOR ;; runtime) t=$RUNTIME ;; *) t=$BASE ;;
+    operator) t=$OPERATOR ;; runtime) t=$RUNTIME ;; spark) t=$SPARK ;; *) t=$BASE ;;
   esac
   printf '%-28s %s MB\n' "$t" $(($($DOCKER image inspect -f '{{.Size}}' $t) / 1000000))
 done

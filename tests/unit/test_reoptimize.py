@@ -22,7 +22,7 @@ from backstop.domain.recommend import (
     recommend_topology,
 )
 from backstop.domain.spec import expand, load_topology, parse_topology
-from backstop.jobs.reoptimize import build_spark_job, main
+from backstop.jobs.reoptimize import main
 from backstop.jobs.sparkio import spark_session, topologies_frame
 from backstop.jobs.transforms import (
     transform_clean_node_metrics,
@@ -290,22 +290,6 @@ def test_recommend_topology_reports_problems_without_raising() -> None:
     bad["spec"]["operators"][1]["inputs"] = [{"operator": "nope"}]
     est = [{"operator": "a", "reprocessing_latency": 0.1, "cpu_quantile": 0.1}]
     assert recommend_topology(bad, est, NODES, None, PlanParams())["result"] == "Invalid"
-
-
-def test_build_spark_job_local_and_k8s() -> None:
-    local = build_spark_job(name="r", namespace="ops", image="b:1", job_args=["--out", "/o"])
-    c = local["spec"]["template"]["spec"]["containers"][0]
-    assert local["kind"] == "Job" and "--conf" not in c["command"]
-    assert c["command"][-2:] == ["--out", "/o"] and c["command"][4] == "local[*]"
-    cron = build_spark_job(name="r", namespace="ops", image="b:1", job_args=[],
-                           spark_master="k8s://https://k", spark_image="s:2",
-                           executor={"instances": 5, "cpu": "2", "memory": "4Gi"},
-                           schedule="0 * * * *")  # fmt: skip
-    assert cron["kind"] == "CronJob" and cron["spec"]["concurrencyPolicy"] == "Forbid"
-    cmd = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"]
-    for conf in ("spark.kubernetes.container.image=s:2", "spark.executor.instances=5",
-                 "spark.executor.memory=4g", "spark.kubernetes.namespace=ops"):  # fmt: skip
-        assert conf in cmd
 
 
 # ------------------------------------------------------------------ end to end

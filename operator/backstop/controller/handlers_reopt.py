@@ -1,14 +1,10 @@
 """Kopf handlers for periodic re-optimization: run the Spark job, record, maybe apply.
 
-Why a timer plus a subprocess: Kopf never overlaps a timer with itself for one
-object, which gives "one run at a time per topology" (a CronJob's
-``concurrencyPolicy: Forbid``) for free. The job runs as ``python -m
-backstop.jobs.reoptimize`` in a child process, not in a SparkSession inside the
-operator: the JVM (hundreds of MB) lives only while a job runs, a Spark crash
-or out-of-memory cannot take the operator down, a cancelled handler kills the
-child, and Spark's process-wide session never has to be shared between the
-timers of several topologies. JVM start-up (about 10 s) is small next to an
-interval of an hour.
+Why one daemon per topology: Kopf never overlaps a daemon with itself, which gives
+"one run at a time per topology" (a CronJob's ``concurrencyPolicy: Forbid``) for
+free, and an approval (:mod:`backstop.controller.approve`) is decided between runs,
+never during one. Where the job runs, a child process of the operator (``mode:
+local``) or a Kubernetes Job (``mode: job``), is :mod:`backstop.controller.reoptrun`'s.
 
 Applying a plan never rewrites the user's spec. The recommended plan is
 written to ``status.plan`` (the write-ahead log the reconcile handler resumes
@@ -23,10 +19,7 @@ at least ``minImprovement`` (:func:`backstop.domain.recommend.should_apply`).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
-import sys
 import tempfile
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -36,16 +29,16 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from backstop.controller import context
+from backstop.controller import approve, context, reoptrun
 from backstop.controller import settings as config
-from backstop.domain.conditions import merge_patch, now_rfc3339
-from backstop.domain.constants import ANN_APPLIED, GROUP, PLURAL, VERSION
+from backstop.domain.approval import plan_fingerprint, recommendation_id
+from backstop.domain.conditions import now_rfc3339
+from backstop.domain.constants import ANN_APPROVE, GROUP, PLURAL, VERSION
 from backstop.domain.recommend import should_apply
 from backstop.domain.spec import (
     ApplyMode,
     ReoptimizationPolicy,
     StreamTopologySpec,
-    spec_hash,
 )
 from planners import InvalidTopology
 
@@ -115,65 +108,6 @@ def summarize(rec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def run_job(
-    manifest: dict[str, Any],
-    nodes: list[dict[str, Any]],
-    current: dict[str, Any] | None,
-    metrics: str,
-    workdir: Path,
-) -> dict[str, Any]:
-    """Run ``python -m backstop.jobs.reoptimize`` for one topology; its recommendation.
-
-    Raises
-    ------
-    RuntimeError
-        When the job fails or times out (the message is its last error line).
-    """
-    cfg = config.settings()
-    master, timeout, time_limit = cfg.spark_master, cfg.reopt_timeout_seconds, cfg.reopt_time_limit
-    name = manifest["metadata"]["name"]
-    (workdir / "topology.json").write_text(json.dumps(manifest))
-    (workdir / "nodes.json").write_text(json.dumps({name: nodes}))
-    (workdir / "current.json").write_text(json.dumps({name: current} if current else {}))
-    args = [
-        sys.executable, "-m", "backstop.jobs.reoptimize",
-        "--metrics", metrics,
-        "--topologies", str(workdir / "topology.json"),
-        "--nodes-json", str(workdir / "nodes.json"),
-        "--current", str(workdir / "current.json"),
-        "--out", str(workdir / "out"),
-        "--master", master,
-        "--time-limit", str(time_limit),
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONWARNINGS": "ignore::FutureWarning"}
-    proc = await asyncio.create_subprocess_exec(
-        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
-    )
-    try:
-        _, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except (TimeoutError, asyncio.CancelledError):
-        proc.kill()
-        await proc.wait()
-        raise RuntimeError(f"the job did not finish within {timeout:g}s") from None
-    if proc.returncode != 0:
-        lines = [ln for ln in err.decode(errors="replace").splitlines() if ln.strip()]
-        errors = [ln for ln in lines if ln.startswith("error:")] or lines[-1:]
-        raise RuntimeError(f"the job failed ({proc.returncode}): {' '.join(errors)[:400]}")
-    recs = [json.loads(ln) for ln in (workdir / "out" / "recommendations.jsonl").open()]
-    return dict(recs[0])
-
-
-def _record(
-    namespace: str, name: str, fields: dict[str, Any], resource_version: str | None = None
-) -> None:
-    body: dict[str, Any] = {"status": fields}
-    if resource_version:  # optimistic lock: fail with 409 if the object changed meanwhile
-        body["metadata"] = {"resourceVersion": resource_version}
-    context.kube().custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, PLURAL, name, body
-    )
-
-
 @kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=2.0, cancellation_timeout=10.0)
 async def reoptimizer(
     body: kopf.Body,
@@ -186,7 +120,8 @@ async def reoptimizer(
     stopped: kopf.DaemonStopped,
     **kwargs: Any,
 ) -> None:
-    """Check every few seconds whether a run is due (one daemon, so runs never overlap).
+    """Check every few seconds for an approval to apply, then whether a run is due (one
+    daemon per topology, so runs and approvals never overlap).
 
     A daemon rather than a timer: Kopf logs, and so posts an Event for, every
     timer invocation; the daemon is quiet until it has something to say.
@@ -194,6 +129,9 @@ async def reoptimizer(
     """
     while not stopped and not context.gone(kwargs["topologies"], namespace, name, meta["uid"]):
         try:
+            approved = (meta.get("annotations") or {}).get(ANN_APPROVE)
+            if approved:
+                await approve.approve_once(body, approved, kwargs["node_index"], logger)
             await reoptimize_once(body, spec, meta, status, name, namespace, logger)
         except ApiException as err:
             if err.status == 404:
@@ -224,6 +162,27 @@ def _due_now(
     return model, reason
 
 
+async def _run(
+    namespace: str,
+    name: str,
+    manifest: dict[str, Any],
+    nodes: list[dict[str, Any]],
+    plan: dict[str, Any],
+    metrics: str,
+    running: dict[str, Any],
+) -> dict[str, Any]:
+    """Run the job where the operator's ``reoptimization.mode`` says, recording its phases."""
+
+    async def progress(phase: str, fields: Mapping[str, Any]) -> None:
+        running.update(phase=phase, **fields)
+        await asyncio.to_thread(approve.record, namespace, name, {"reoptimization": running})
+
+    if config.settings().reopt_mode == "job":
+        return await reoptrun.run_in_job(manifest, nodes, plan, metrics, progress)
+    with tempfile.TemporaryDirectory(prefix="backstop-reopt-") as tmp:
+        return await reoptrun.run_local(manifest, nodes, plan, metrics, Path(tmp), progress)
+
+
 async def reoptimize_once(
     body: kopf.Body,
     spec: kopf.Spec,
@@ -242,14 +201,16 @@ async def reoptimize_once(
     model, reason = found
     policy = model.reoptimization
     assert policy is not None
-    state = dict(status.get("reoptimization") or {})
+    state = {k: v for k, v in dict(status.get("reoptimization") or {}).items()
+             if k not in ("phase", "job")}  # fmt: skip
     plan = dict(status.get("plan") or {})
     base = {"lastRun": now_rfc3339(), "nonce": policy.nonce, "generation": generation,
-            "trigger": reason, "applied": False}  # fmt: skip
-    if not policy.metrics_path:
-        _record(namespace, name, {"reoptimization": {**base, "result": "NoMetrics",
-                "message": "spec.reoptimization.metricsPath is not set"}})  # fmt: skip
+            "trigger": reason, "applied": False, "phase": None, "job": None}  # fmt: skip
+    skipped = _skipped(policy)
+    if skipped is not None:
+        approve.record(namespace, name, {"reoptimization": {**base, **skipped}})
         return
+    assert policy.metrics_path is not None
     k = context.kube()
     view = await asyncio.to_thread(k.view, namespace, name, model.topology_key, model.node_selector)
     nodes = [{"name": n.name, "cpu": n.cpu, "domain": n.domain} for n in view.nodes]
@@ -257,30 +218,75 @@ async def reoptimize_once(
     resolved = {**spec, "recovery": model.recovery.model_dump(by_alias=True, mode="json")}
     manifest = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamTopology", "metadata": meta_,
                 "spec": resolved}  # fmt: skip
-    _record(namespace, name, {"reoptimization": {**state, "running": True,
-                                                 "startedAt": base["lastRun"]}})  # fmt: skip
+    running = {**state, "running": True, "startedAt": base["lastRun"], "nonce": policy.nonce,
+               "phase": "Starting", "message": f"a run ({reason}) is starting"}  # fmt: skip
+    approve.record(namespace, name, {"reoptimization": running})
     started = datetime.now(UTC)
-    with tempfile.TemporaryDirectory(prefix="backstop-reopt-") as tmp:
-        try:
-            rec = await run_job(manifest, nodes, plan, policy.metrics_path, Path(tmp))
-        except RuntimeError as err:
-            logger.warning("re-optimization failed: %s", err)
-            _record(namespace, name, {"reoptimization": {**base, "running": None,
-                    "result": "Failed", "message": str(err)}})  # fmt: skip
-            return
+    try:
+        rec = await _run(namespace, name, manifest, nodes, plan, policy.metrics_path, running)
+    except RuntimeError as err:
+        logger.warning("re-optimization failed: %s", err)
+        approve.record(namespace, name, {"reoptimization": {**base, "running": None,
+                       "result": "Failed", "message": str(err)}})  # fmt: skip
+        return
     took = round((datetime.now(UTC) - started).total_seconds(), 1)
     result = {**base, "running": None, "durationSeconds": took, "result": rec["result"],
               "message": rec.get("message", ""), "improvement": rec.get("improvement"),
-              "recommendation": summarize(rec)}  # fmt: skip
+              "recommendation": _stored(rec, plan, str(base["lastRun"]))}  # fmt: skip
+    await _conclude(body, namespace, name, generation, plan, model, policy, rec, result)
+
+
+def _skipped(policy: ReoptimizationPolicy) -> dict[str, Any] | None:
+    """What to record instead of a run: re-optimization disabled, or no metrics to read."""
+    if not config.settings().reopt_enabled:
+        return {"result": "Disabled", "message": "re-optimization is disabled in this "
+                "operator (BACKSTOP_REOPTIMIZE=false, reoptimization.enabled)"}  # fmt: skip
+    if not policy.metrics_path:
+        return {"result": "NoMetrics", "message": "spec.reoptimization.metricsPath is not set"}
+    return None
+
+
+def _stored(rec: Mapping[str, Any], plan: Mapping[str, Any], last_run: str) -> dict[str, Any]:
+    """The recommendation kept in the status, with the id a person approves it by, the
+    fingerprint of the plan it was compared against, and the whole recommended plan."""
+    out = summarize(dict(rec))
+    if out:
+        base = plan_fingerprint(plan)
+        out.update(id=recommendation_id(rec["plan"], base, last_run), base=base,
+                   plan=rec["plan"])  # fmt: skip
+    return out
+
+
+async def _conclude(
+    body: kopf.Body,
+    namespace: str,
+    name: str,
+    generation: int,
+    plan: dict[str, Any],
+    model: StreamTopologySpec,
+    policy: ReoptimizationPolicy,
+    rec: dict[str, Any],
+    result: dict[str, Any],
+) -> None:
+    """Record what the run found; apply it now when the policy says so."""
     if rec["result"] != "Recommended":
-        _record(namespace, name, {"reoptimization": result})
+        approve.record(namespace, name, {"reoptimization": result})
         return
     settled = _settle(model, policy, rec, result)
     if settled is None:
-        await _apply(body, namespace, name, generation, plan, rec, result)
+        applied = {**result, "result": "Applied", "applied": True}
+        stale = await approve.apply_plan(namespace, name, generation, plan, rec["plan"], applied)
+        if stale:
+            result.update(result="Stale", message=stale)
+            approve.record(namespace, name, {"reoptimization": result})
+            return
+        context.post_event(body, "Reoptimized", f"applied: {rec['message']}")
         return
-    _record(namespace, name, {"reoptimization": settled})
-    context.post_event(body, "Reoptimized", f"{settled['result']}: {rec['message']}")
+    approve.record(namespace, name, {"reoptimization": settled})
+    hint = ""
+    if settled["result"] == "Suggested":
+        hint = f"; approve with backstop reoptimize {name} --approve"
+    context.post_event(body, "Reoptimized", f"{settled['result']}: {rec['message']}{hint}")
 
 
 def _settle(
@@ -301,47 +307,3 @@ def _settle(
         return {**result, "result": "BelowThreshold", "message": f"gain {gain:.3f} < "
                 f"minImprovement {policy.min_improvement:g}: kept the current plan"}  # fmt: skip
     return None
-
-
-async def _apply(
-    body: kopf.Body,
-    namespace: str,
-    name: str,
-    generation: int,
-    plan_before: dict[str, Any],
-    rec: dict[str, Any],
-    result: dict[str, Any],
-) -> None:
-    """Write the new plan (write-ahead) for this generation, then trigger the reconcile."""
-    k = context.kube()
-    obj = await asyncio.to_thread(
-        k.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
-    )
-    live = dict((obj.get("status") or {}).get("plan") or {})
-    if obj["metadata"]["generation"] != generation or live.get("assignment") != plan_before.get(
-        "assignment"
-    ):
-        result.update(result="Stale", message="the topology changed while the job ran")
-        _record(namespace, name, {"reoptimization": result})
-        return
-    new_plan = {**rec["plan"], "generation": generation, "specHash": spec_hash(obj["spec"])}
-    result.update(result="Applied", applied=True)
-    try:
-        _record(
-            namespace,
-            name,
-            {"plan": merge_patch(live, new_plan), "reoptimization": result},
-            resource_version=obj["metadata"]["resourceVersion"],
-        )
-    except ApiException as err:
-        if err.status != 409:
-            raise
-        result.update(result="Stale", applied=False, message="the topology changed meanwhile")
-        _record(namespace, name, {"reoptimization": result})
-        return
-    await asyncio.to_thread(
-        k.custom.patch_namespaced_custom_object,
-        GROUP, VERSION, namespace, PLURAL, name,
-        {"metadata": {"annotations": {ANN_APPLIED: result["lastRun"]}}},
-    )  # fmt: skip
-    context.post_event(body, "Reoptimized", f"applied: {rec['message']}")

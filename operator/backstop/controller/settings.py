@@ -33,7 +33,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 
 from backstop.domain import spec as spec_model
 
@@ -49,9 +49,31 @@ ENV_VARS: dict[str, str] = {
     "fault_after": "BACKSTOP_FAULT_AFTER",
     "recoveryplan_history": "BACKSTOP_RECOVERYPLAN_HISTORY",
     "metrics_port": "BACKSTOP_METRICS_PORT",
+    "reopt_enabled": "BACKSTOP_REOPTIMIZE",
+    "reopt_mode": "BACKSTOP_REOPTIMIZE_MODE",
+    "spark_image": "BACKSTOP_SPARK_IMAGE",
+    "spark_resources": "BACKSTOP_SPARK_RESOURCES",
+    "spark_service_account": "BACKSTOP_SPARK_SERVICE_ACCOUNT",
+    "metrics_claim": "BACKSTOP_METRICS_CLAIM",
+    "metrics_host_path": "BACKSTOP_METRICS_HOST_PATH",
+    "memory_limit": "BACKSTOP_MEMORY_LIMIT",
+    "operator_namespace": "BACKSTOP_OPERATOR_NAMESPACE",
 }
-TEXT = frozenset({"spark_master", "fault_point"})
-"""Settings read as text; the others are numbers."""
+TEXT = frozenset(
+    {
+        "spark_master",
+        "fault_point",
+        "reopt_enabled",
+        "reopt_mode",
+        "spark_image",
+        "spark_resources",
+        "spark_service_account",
+        "metrics_claim",
+        "metrics_host_path",
+        "operator_namespace",
+    }
+)
+"""Settings read as text (pydantic parses booleans and JSON); the others are numbers."""
 RECOVERY_DEFAULTS = ("grace_period_seconds", "utilization_cap")
 """Settings that are operator-wide defaults of the ``spec.recovery`` fields of the same name."""
 
@@ -87,6 +109,27 @@ class Settings(BaseModel):
     metrics_port: int | None = Field(None, ge=1, le=65535)
     """Port of the Prometheus ``/metrics`` endpoint (:mod:`backstop.controller.metrics`);
     unset: not served."""
+    reopt_enabled: bool = True
+    """``reoptimization.enabled``: false leaves every topology's ``spec.reoptimization``
+    unused (recorded as ``result: Disabled``)."""
+    reopt_mode: Literal["local", "job"] = "local"
+    """``local``: a child process of the operator, one JVM at a time; ``job``: a Kubernetes
+    Job per run in :attr:`operator_namespace`, from :attr:`spark_image`."""
+    spark_image: str | None = None
+    """Image of the re-optimization Job (pyspark and a JRE; ``backstop/spark``)."""
+    spark_resources: Json[dict[str, dict[str, str]]] | None = None
+    """The Job container's ``resources`` (``requests``/``limits``), as JSON."""
+    spark_service_account: str | None = None
+    """The Job pod's ServiceAccount (creates the result ConfigMap; executors for k8s://)."""
+    metrics_claim: str | None = None
+    """A PersistentVolumeClaim holding the task metrics, mounted in the Job at /var/lib/backstop."""
+    metrics_host_path: str | None = None
+    """Or a host directory (the local cluster's store), mounted the same way."""
+    memory_limit: float | None = None
+    """Bytes: the operator container's memory limit (Downward API), which bounds the Spark
+    driver heap of ``local`` runs (:mod:`backstop.domain.sparkmemory`)."""
+    operator_namespace: str | None = None
+    """The operator's (release) namespace: where ``job`` runs create their Jobs."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

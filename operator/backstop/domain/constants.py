@@ -41,6 +41,9 @@ ANN_NODE = f"{GROUP}/planned-node"
 ANN_EPOCH = f"{GROUP}/epoch"
 #: Bumped after a plan is applied; outside GROUP's prefix, which Kopf's diff-base ignores.
 ANN_APPLIED = "reoptimization.backstop.dev/applied-at"
+#: Set by a person (or ``backstop reoptimize NAME --approve``) to the id of a stored
+#: ``apply: suggest`` recommendation: the operator applies it if it still fits.
+ANN_APPROVE = "backstop.dev/approve-recommendation"
 HOSTNAME = "kubernetes.io/hostname"
 #: What ``kubectl apply`` (client-side) sent, before the API server pruned unknown fields.
 ANN_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backstop.domain import lifecycle
+from backstop.domain.approval import approval_condition
 from backstop.domain.conditions import build_condition, merge_conditions
 from backstop.domain.planning import TopologyPlan
 from planners import TaskGraph
@@ -306,6 +307,9 @@ def _derive_conditions(
         f"{have[k].name}: {have[k].failure}" for k in want if k in have and have[k].failure
     )
     running = [k for k in running if not have[k].failure]
+    approval = (status.get("reoptimization") or {}).get("approval")
+    if approval and approval.get("result"):
+        out.append(approval_condition(approval, generation))
     ready = current and len(running) == len(want) and not recovery.get("active")
     out.append(
         build_condition(

@@ -16,13 +16,17 @@ trade-off curve run the project's planners in parallel across topologies with
 benchmark compares against. The input schema is documented in ``docs/reoptimization.md``.
 
 Run it with ``python -m backstop.jobs.reoptimize --help`` (or ``backstop
-reoptimize`` for one topology). The operator runs it in a subprocess per run.
+reoptimize`` for one topology). The operator runs it in a subprocess per run
+(``reoptimization.mode: local``) or in a Kubernetes Job from the Spark image (``mode:
+job``, :mod:`backstop.k8s.reoptjob`), which hands its recommendation back with
+``--result-configmap``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import time
@@ -32,6 +36,7 @@ from typing import Any
 
 import pandas as pd
 import yaml
+from kubernetes.client.exceptions import ApiException
 from pyspark.sql import DataFrame
 
 from backstop.domain.estimates import NODE_COLUMNS, TASK_COLUMNS, EstimateParams
@@ -43,130 +48,18 @@ from backstop.domain.spec import expand, parse_topology
 from backstop.domain.yamlio import load_all
 from backstop.jobs.sparkio import InputError, read_metrics, spark_session, topologies_frame
 from backstop.jobs.transforms import run_job
+from backstop.k8s import reoptjob
+from backstop.k8s.cluster import ClusterUnavailable, api_client
 from backstop.k8s.nodes import InvalidNodes, load_nodes
 from planners import InvalidTopology, PlannerError
 from planners.placement import Node
 
 __all__ = [
     "EXIT_INPUT",
-    "build_spark_job",
     "main",
 ]
 
 EXIT_INPUT = 2
-
-
-# ------------------------------------------------------------------ Kubernetes Job
-def build_spark_job(
-    *,
-    name: str,
-    namespace: str,
-    image: str,
-    job_args: Sequence[str],
-    spark_master: str = "local[*]",
-    spark_image: str | None = None,
-    service_account: str = "backstop",
-    driver: Mapping[str, str] | None = None,
-    executor: Mapping[str, Any] | None = None,
-    schedule: str | None = None,
-) -> dict[str, Any]:
-    """A Kubernetes Job (or CronJob, with ``schedule``) that runs the job with spark-submit.
-
-    The container runs ``python -m backstop.jobs.reoptimize`` (PySpark launches
-    ``spark-submit`` itself): with ``spark_master = local[*]`` everything runs
-    in the Job's pod; with ``k8s://https://kubernetes.default.svc`` the pod is
-    the driver (client mode) and Spark's own Kubernetes scheduler starts
-    executor pods from ``spark_image``. The chart's values map one to one:
-    ``reoptimization.sparkMaster``, ``reoptimization.sparkImage`` and
-    ``reoptimization.resources.{driver,executor}`` (see docs/reoptimization.md).
-
-    Parameters
-    ----------
-    name, namespace, image:
-        Job name, namespace and the backstop image (the driver).
-    job_args:
-        Arguments of the job (``--task-metrics …``, ``--out …``).
-    spark_master:
-        ``local[*]`` or ``k8s://…``.
-    spark_image:
-        Executor image (default: ``image``; it must contain backstop).
-    service_account:
-        Needs pods create/delete in ``namespace`` for ``k8s://`` masters.
-    driver:
-        ``{"cpu": "1", "memory": "2Gi"}`` of the driver container.
-    executor:
-        ``{"instances": 2, "cpu": "1", "memory": "2Gi"}`` (``k8s://`` only).
-    schedule:
-        A cron schedule: returns a CronJob with ``concurrencyPolicy: Forbid``.
-
-    Returns
-    -------
-    dict
-        The manifest.
-
-    Examples
-    --------
-    >>> job = build_spark_job(name="reopt", namespace="ops", image="backstop:1",
-    ...     job_args=["--task-metrics", "s3a://m/tasks"], spark_master="k8s://https://k")
-    >>> c = job["spec"]["template"]["spec"]["containers"][0]
-    >>> c["command"][:3], "spark.kubernetes.container.image=backstop:1" in c["command"]
-    (['python', '-m', 'backstop.jobs.reoptimize'], True)
-    """
-    drv = {"cpu": "1", "memory": "2Gi", **(driver or {})}
-    exe = {"instances": 2, "cpu": "1", "memory": "2Gi", **(executor or {})}
-    cmd = ["python", "-m", "backstop.jobs.reoptimize", "--master", spark_master]
-    env: list[dict[str, Any]] = []
-    if spark_master.startswith("k8s://"):
-        conf = {
-            "spark.kubernetes.container.image": spark_image or image,
-            "spark.kubernetes.namespace": namespace,
-            "spark.kubernetes.authenticate.driver.serviceAccountName": service_account,
-            "spark.kubernetes.driver.pod.name": "$(POD_NAME)",
-            "spark.driver.host": "$(POD_IP)",
-            "spark.executor.instances": str(exe["instances"]),
-            "spark.executor.cores": str(max(1, round(float(exe["cpu"])))),
-            "spark.kubernetes.executor.request.cores": str(exe["cpu"]),
-            "spark.executor.memory": str(exe["memory"]).replace("Gi", "g").replace("Mi", "m"),
-        }
-        for k, v in conf.items():
-            cmd += ["--conf", f"{k}={v}"]
-        env = [
-            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        ]
-    container = {
-        "name": "reoptimize",
-        "image": image,
-        "command": [*cmd, *job_args],
-        "env": env,
-        "resources": {"requests": dict(drv), "limits": {"memory": drv["memory"]}},
-    }
-    pod_spec = {
-        "serviceAccountName": service_account,
-        "restartPolicy": "Never",
-        "containers": [container],
-    }
-    labels = {"app.kubernetes.io/name": "backstop", "app.kubernetes.io/component": "reoptimize"}
-    job_spec = {
-        "backoffLimit": 1,
-        "ttlSecondsAfterFinished": 3600,
-        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
-    }
-    meta = {"name": name, "namespace": namespace, "labels": labels}
-    if schedule is None:
-        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "metadata": meta,
-        "spec": {
-            "schedule": schedule,
-            "concurrencyPolicy": "Forbid",
-            "successfulJobsHistoryLimit": 1,
-            "failedJobsHistoryLimit": 3,
-            "jobTemplate": {"spec": job_spec},
-        },
-    }
 
 
 # ------------------------------------------------------------------ main (I/O only)
@@ -267,6 +160,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scenarios", type=int, default=SimulationParams.scenarios)
     p.add_argument("--horizon", type=float, default=SimulationParams.horizon_seconds)
     p.add_argument("--seed", type=int, default=SimulationParams.seed)
+    p.add_argument(
+        "--result-configmap",
+        help="Also create this ConfigMap (in $POD_NAMESPACE) holding the one recommendation: "
+        "how a Kubernetes Job hands it back to the operator.",
+    )
     return p.parse_args(argv)
 
 
@@ -288,6 +186,22 @@ def _node_lists(args: argparse.Namespace, n_tasks: int) -> dict[str, list[Node]]
         return {"*": load_nodes(args.nodes)}
     except InvalidNodes as err:
         raise InputError(str(err)) from None
+
+
+def _publish(name: str, recs: Sequence[Mapping[str, Any]]) -> None:
+    """Hand the recommendation to the operator: a ConfigMap owned by this Job."""
+    if len(recs) != 1:
+        raise InputError(f"--result-configmap needs exactly one topology, got {len(recs)}")
+    namespace = os.environ.get("POD_NAMESPACE")
+    if not namespace:
+        raise InputError("--result-configmap needs POD_NAMESPACE (the Job sets it)")
+    try:
+        reoptjob.publish_result(
+            api_client(), name, namespace, recs[0], os.environ.get("BACKSTOP_JOB_UID") or None
+        )
+    except (ApiException, ClusterUnavailable) as err:
+        reason = getattr(err, "reason", None) or str(err)
+        raise InputError(f"cannot create ConfigMap {namespace}/{name}: {reason}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -338,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             est = pd.DataFrame(estimates.orderBy("topology", "operator").toPandas())
             est.to_json(out / "estimates.jsonl", orient="records", lines=True)
             count = len(objs)
+            if args.result_configmap:
+                _publish(args.result_configmap, objs)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INPUT
