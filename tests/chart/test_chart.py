@@ -241,7 +241,6 @@ NON_DEFAULT: Doc = {
     "recovery": {"gracePeriodSeconds": 45, "utilizationCap": 0.7},
     "reoptimization": {
         "enabled": True,
-        "interval": "30m",
         "mode": "job",
         "sparkMaster": "k8s://https://kubernetes.default.svc",
         "sparkImage": "registry.example/spark:3.5",
@@ -250,6 +249,7 @@ NON_DEFAULT: Doc = {
             "limits": {"cpu": "4", "memory": "8Gi"},
         },
         "driverServiceAccount": {"name": "spark-driver"},
+        "metricsVolume": {"existingClaim": "backstop-store"},
     },
     "metrics": {"enabled": True, "port": 9464},
     "health": {"port": 8081},
@@ -281,7 +281,7 @@ def test_fault09_default_render_is_hardened_and_watches_only_the_release_namespa
     assert dep["spec"]["replicas"] == 2  # two replicas and a Lease (test_fault07_chart_...)
     assert dep["spec"]["strategy"] == {"type": "RollingUpdate"}
     pod = dep["spec"]["template"]["spec"]
-    sa = one(docs, "ServiceAccount")
+    sa = one(docs, "ServiceAccount", "rel-backstop")
     assert pod["serviceAccountName"] == sa["metadata"]["name"] == "rel-backstop"
     assert sa["metadata"]["namespace"] == "ops"
     psc = pod["securityContext"]
@@ -313,15 +313,22 @@ def test_fault09_default_render_is_hardened_and_watches_only_the_release_namespa
     assert [a for a in c["args"] if a.startswith("--namespace")] == ["--namespace=ops"]
     assert "--grace-period-seconds=30" in c["args"] and "--utilization-cap=0.8" in c["args"]
     env = env_of(c)
-    assert env["BACKSTOP_REOPTIMIZE"] == "true" and env["BACKSTOP_SPARK_MASTER"] == "local[*]"
-    assert env["BACKSTOP_SPARK_IMAGE"] == c["image"]
-    assert "BACKSTOP_SPARK_SERVICE_ACCOUNT" not in env and "BACKSTOP_METRICS_PORT" not in env
+    assert env["BACKSTOP_REOPTIMIZE"] == "true" and env["BACKSTOP_REOPTIMIZE_MODE"] == "job"
+    # the Job runs the Spark image, not the lean operator image
+    assert env["BACKSTOP_SPARK_IMAGE"] == f"backstop/spark:{chart['appVersion']}" != c["image"]
+    assert "BACKSTOP_METRICS_PORT" not in env
     # RBAC: pod create/delete and ConfigMap patch in the release namespace only (a Role);
     # cluster-wide nothing but reads (Nodes, and Pods for the capacity ledger)
     # (and the leader election's Lease, also in the release namespace)
     roles = {r["metadata"]["name"]: r for r in of_kind(docs, "Role")}
     # (the webhook's Role and ClusterRole: test_webhook_objects_render_with_a_shared_...)
-    assert set(roles) == {"rel-backstop", "rel-backstop-leader-election", "rel-backstop-webhook"}
+    assert set(roles) == {
+        "rel-backstop",
+        "rel-backstop-leader-election",
+        "rel-backstop-webhook",
+        "rel-backstop-reoptimize",
+        "rel-backstop-reoptimize-job",
+    }
     role = roles["rel-backstop"]
     assert role["metadata"]["namespace"] == "ops"
     assert rules_of(role) == NAMESPACED_RULES
@@ -368,8 +375,8 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
     assert ports == {"health": 8081, "metrics": 9464, "webhook": 9443}
     assert c["livenessProbe"]["httpGet"]["port"] == "health"
     env = env_of(c)
-    assert env["BACKSTOP_REOPTIMIZE_INTERVAL"] == "30m"
     assert env["BACKSTOP_REOPTIMIZE_MODE"] == "job"
+    assert env["BACKSTOP_METRICS_CLAIM"] == "backstop-store"
     assert env["BACKSTOP_SPARK_MASTER"] == "k8s://https://kubernetes.default.svc"
     assert env["BACKSTOP_SPARK_IMAGE"] == "registry.example/spark:3.5"
     assert env["BACKSTOP_SPARK_SERVICE_ACCOUNT"] == "spark-driver"
@@ -386,7 +393,7 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
         ("team-a", "rel-backstop"),
         ("team-b", "rel-backstop"),
         ("backstop-system", "rel-backstop-reoptimize"),
-        ("backstop-system", "rel-backstop-spark"),
+        ("backstop-system", "rel-backstop-reoptimize-job"),
         ("backstop-system", "rel-backstop-leader-election"),
         ("backstop-system", "rel-backstop-webhook"),
     }
@@ -408,18 +415,23 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
     crb = one(docs, "ClusterRoleBinding", "rel-backstop-cluster")
     assert crb["roleRef"]["name"] == cluster_role["metadata"]["name"]
 
-    # re-optimization as a Job: Jobs only in the release namespace
+    # re-optimization as a Job: Jobs only in the release namespace (and deleting the Job's
+    # ConfigMaps there; creating and reading them is in the namespaced rules)
     reopt = roles[("backstop-system", "rel-backstop-reoptimize")]
-    assert rules_of(reopt) == {("batch", "jobs"): {"create", "get", "list", "watch", "delete"}}
+    assert rules_of(reopt) == {
+        ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
+        ("", "configmaps"): {"delete"},
+    }
     assert bindings[("backstop-system", "rel-backstop-reoptimize")]["subjects"][0]["name"] == (
         "rel-backstop"
     )
-    # the Spark driver (k8s:// master) gets its own ServiceAccount with executor-pod rights
+    # the Job's pod (the Spark driver with a k8s:// master) has its own ServiceAccount: it
+    # creates its result ConfigMap, and executor pods
     sas = {s["metadata"]["name"]: s for s in of_kind(docs, "ServiceAccount")}
     assert set(sas) == {"rel-backstop", "spark-driver"}
-    spark_binding = bindings[("backstop-system", "rel-backstop-spark")]
+    spark_binding = bindings[("backstop-system", "rel-backstop-reoptimize-job")]
     assert spark_binding["subjects"][0]["name"] == "spark-driver"
-    spark_role = roles[("backstop-system", "rel-backstop-spark")]
+    spark_role = roles[("backstop-system", "rel-backstop-reoptimize-job")]
     spark_rules = rules_of(spark_role)
     assert spark_role["metadata"]["namespace"] == "backstop-system"
     assert {"create", "delete", "watch"} <= spark_rules[("", "pods")]
@@ -431,10 +443,12 @@ def test_fault09_cluster_wide_only_when_asked_for_by_name(helm: str, tmp_path: P
     docs = render(helm, tmp_path, {"watchAllNamespaces": True})
     args = container(docs)["args"]
     assert "--all-namespaces" in args and not any(a.startswith("--namespace") for a in args)
-    # no namespaced Role but the leader election's Lease and the webhook's certificate Secret
-    # in the release namespace
-    assert [r["metadata"]["name"] for r in of_kind(docs, "Role")] == [
+    # no namespaced Role but the leader election's Lease, the webhook's certificate Secret and
+    # the re-optimization Jobs in the release namespace
+    assert sorted(r["metadata"]["name"] for r in of_kind(docs, "Role")) == [
         "rel-backstop-leader-election",
+        "rel-backstop-reoptimize",
+        "rel-backstop-reoptimize-job",
         "rel-backstop-webhook",
     ]
     assert rules_of(one(docs, "ClusterRole", "rel-backstop")) == NAMESPACED_RULES
@@ -523,8 +537,12 @@ def test_fault07_chart_renders_replicas_lease_spreading_and_fast_replacement(
     sdep = one(single, "Deployment")
     assert sdep["spec"]["replicas"] == 1 and sdep["spec"]["strategy"] == {"type": "Recreate"}
     assert not any(a.startswith("--leader-elect") for a in container(single)["args"])
-    roles = [r["metadata"]["name"] for r in of_kind(single, "Role")]
-    assert roles == ["rel-backstop", "rel-backstop-webhook"]
+    assert sorted(r["metadata"]["name"] for r in of_kind(single, "Role")) == [
+        "rel-backstop",
+        "rel-backstop-reoptimize",
+        "rel-backstop-reoptimize-job",
+        "rel-backstop-webhook",
+    ]
     assert of_kind(single, "PodDisruptionBudget") == []
     assert "affinity" not in sdep["spec"]["template"]["spec"]
 
@@ -568,17 +586,47 @@ def test_fault07_chart_refuses_unsafe_ha_values(
 
 
 @pytest.mark.helm
-def test_spark_rbac_only_when_enabled(helm: str, tmp_path: Path) -> None:
-    local_job = render(helm, tmp_path, {"reoptimization": {"mode": "job"}})
+def test_reoptimization_job_rbac_env_and_mounts_follow_the_mode(helm: str, tmp_path: Path) -> None:
+    job = render(helm, tmp_path)  # mode: job is the default
     lease = "rel-backstop-leader-election"  # the leader election's Role is always there
     webhook = "rel-backstop-webhook"  # and the webhook's (its certificate Secret)
-    assert sorted(r["metadata"]["name"] for r in of_kind(local_job, "Role")) == [
+    names = [
         "rel-backstop",
         lease,
-        "rel-backstop-reoptimize",
         webhook,
+        "rel-backstop-reoptimize",
+        "rel-backstop-reoptimize-job",
     ]
-    assert len(of_kind(local_job, "ServiceAccount")) == 1, "no driver SA with a local master"
+    assert sorted(r["metadata"]["name"] for r in of_kind(job, "Role")) == sorted(names)
+    # least privilege: the Job's ServiceAccount may only create (its result ConfigMap)
+    assert rules_of(one(job, "Role", "rel-backstop-reoptimize-job")) == {
+        ("", "configmaps"): {"create"}
+    }
+    one(job, "ServiceAccount", "rel-backstop-reoptimize")
+    env = env_of(container(job))
+    assert env["BACKSTOP_REOPTIMIZE_MODE"] == "job" and env["BACKSTOP_SPARK_MASTER"] == "local[2]"
+    assert env["BACKSTOP_SPARK_IMAGE"] == "backstop/spark:0.1.0"
+    assert env["BACKSTOP_SPARK_SERVICE_ACCOUNT"] == "rel-backstop-reoptimize"
+    assert json.loads(env["BACKSTOP_SPARK_RESOURCES"])["limits"]["memory"] == "2Gi"
+    assert "BACKSTOP_MEMORY_LIMIT" not in env and "BACKSTOP_METRICS_CLAIM" not in env
+
+    local = render(helm, tmp_path, {"reoptimization": {
+        "mode": "local", "metricsVolume": {"hostPath": "/srv/backstop"}}})  # fmt: skip
+    assert sorted(r["metadata"]["name"] for r in of_kind(local, "Role")) == sorted(
+        ["rel-backstop", lease, webhook]
+    )
+    assert len(of_kind(local, "ServiceAccount")) == 1, "no Job ServiceAccount in mode: local"
+    c = container(local)
+    limit = next(e for e in c["env"] if e["name"] == "BACKSTOP_MEMORY_LIMIT")
+    assert limit["valueFrom"]["resourceFieldRef"] == {
+        "containerName": "operator", "resource": "limits.memory"}  # fmt: skip
+    assert "BACKSTOP_SPARK_IMAGE" not in env_of(c)
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "metrics")
+    assert mount == {"name": "metrics", "mountPath": "/var/lib/backstop", "readOnly": True}
+    pod = one(local, "Deployment")["spec"]["template"]["spec"]
+    vol = next(v for v in pod["volumes"] if v["name"] == "metrics")
+    assert vol["hostPath"] == {"path": "/srv/backstop", "type": "Directory"}
+
     off = render(helm, tmp_path, {"reoptimization": {"enabled": False, "mode": "job"}})
     assert sorted(r["metadata"]["name"] for r in of_kind(off, "Role")) == [
         "rel-backstop",
@@ -615,8 +663,12 @@ def test_rendered_operator_args_are_accepted_by_the_cli(
         ({"recovery": {"gracePeriodSeconds": -1}}, "gracePeriodSeconds"),
         ({"logLevel": "loud"}, "logLevel"),
         ({"watchNamespaces": ["Not_A_Namespace"]}, "watchNamespaces"),
-        ({"reoptimization": {"interval": "soon"}}, "interval"),
-        ({"reoptimization": {"sparkMaster": "k8s://https://k8s:443"}}, "mode"),
+        ({"reoptimization": {"interval": "1h"}}, "interval"),
+        ({"reoptimization": {"mode": "local", "sparkMaster": "k8s://https://k8s:443"}}, "mode"),
+        (
+            {"reoptimization": {"metricsVolume": {"existingClaim": "a", "hostPath": "/b"}}},
+            "metricsVolume",
+        ),
         ({"reoptimization": {"sparkMaster": "yarn"}}, "sparkMaster"),
         ({"resources": {"requests": {"cpu": "lots", "memory": "1Gi"}}}, "cpu"),
         ({"replicaCount": 3}, "replicaCount"),
@@ -627,8 +679,9 @@ def test_rendered_operator_args_are_accepted_by_the_cli(
         "negative-grace",
         "log-level",
         "namespace-name",
-        "interval",
+        "interval-removed",
         "k8s-master-needs-job",
+        "claim-or-hostpath",
         "yarn",
         "cpu-quantity",
         "unknown-key",

@@ -40,8 +40,28 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and .Values.reoptimization.enabled (hasPrefix "k8s://" .Values.reoptimization.sparkMaster) -}}true{{- end -}}
 {{- end -}}
 
+{{/* The ServiceAccount of the re-optimization Job's pod (mode: job). */}}
 {{- define "backstop.sparkServiceAccountName" -}}
-{{- default (printf "%s-spark" (include "backstop.fullname" .)) .Values.reoptimization.driverServiceAccount.name -}}
+{{- default (printf "%s-reoptimize" (include "backstop.fullname" .)) .Values.reoptimization.driverServiceAccount.name -}}
+{{- end -}}
+
+{{/* The re-optimization Job's image: reoptimization.sparkImage, or backstop/spark:<appVersion>. */}}
+{{- define "backstop.sparkImage" -}}
+{{- default (printf "backstop/spark:%s" .Chart.AppVersion) .Values.reoptimization.sparkImage -}}
+{{- end -}}
+
+{{/* The metrics volume source (reoptimization.metricsVolume), mounted at /var/lib/backstop. */}}
+{{- define "backstop.metricsVolume" -}}
+{{- $m := .Values.reoptimization.metricsVolume -}}
+{{- if $m.existingClaim -}}
+persistentVolumeClaim:
+  claimName: {{ $m.existingClaim }}
+  readOnly: true
+{{- else -}}
+hostPath:
+  path: {{ $m.hostPath }}
+  type: Directory
+{{- end -}}
 {{- end -}}
 
 {{/*

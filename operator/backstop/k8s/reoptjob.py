@@ -347,6 +347,26 @@ def job_failure(job: Any, pods: Sequence[Any]) -> str | None:
     return f"the Job failed: {failed.reason}: {failed.message or ''}".rstrip(": ")
 
 
+STUCK = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"}
+)
+"""Waiting reasons a Job's pod does not leave by itself: fail the run now, not at its deadline."""
+
+
+def job_stuck(pods: Sequence[Any]) -> str | None:
+    """Why a running Job's pod cannot start (its image cannot be pulled), or ``None``."""
+    for pod in pods:
+        for cs in (pod.status.container_statuses or []) if pod.status else []:
+            waiting = cs.state.waiting if cs.state else None
+            if waiting is not None and waiting.reason in STUCK:
+                return (
+                    f"the Job's pod cannot start: {waiting.reason}: {waiting.message or ''} "
+                    "(build the Spark image with IMAGES=spark make images, or set "
+                    "reoptimization.sparkImage)"
+                )
+    return None
+
+
 # ------------------------------------------------------------------ I/O (the operator's side)
 class JobRunner:
     """The operator's calls around one topology's Job (synchronous; run them in a thread)."""
@@ -391,11 +411,12 @@ class JobRunner:
         """``(finished, failure)``: whether the Job is done, and why it failed if it did."""
         obj = self.batch.read_namespaced_job(job, self.settings.namespace)
         done = {c.type for c in (obj.status.conditions or []) if c.status == "True"}
-        if not done & {"Complete", "Failed"}:
-            return False, None
         pods = self.core.list_namespaced_pod(
             self.settings.namespace, label_selector=f"job-name={job}"
         ).items
+        if not done & {"Complete", "Failed"}:
+            stuck = job_stuck(pods)
+            return stuck is not None, stuck
         return True, job_failure(obj, pods)
 
     def result(self, job: str) -> dict[str, Any]:
