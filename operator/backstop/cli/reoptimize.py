@@ -5,8 +5,9 @@ recommendation before trusting it, and demos and tests need metrics. With a
 manifest file, ``reoptimize`` runs the Spark job here (``local[*]``) on a
 metrics directory and prints the new estimates and plan readably (or as
 JSON). With a topology name, it asks the operator instead: it changes
-``spec.reoptimization.nonce`` and waits for ``status.reoptimization`` to
-report the run, so the policy (``apply``, ``minImprovement``) is respected.
+``spec.reoptimization.nonce`` and watches ``status.reoptimization``, printing each
+phase of the run as it happens (:mod:`backstop.cli._watch`), so the policy (``apply``,
+``minImprovement``) is respected; ``--approve`` applies a stored suggestion.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,7 +25,6 @@ from rich.console import Console
 from rich.table import Table
 
 from backstop.cli._output import fail, guarded, print_json
-from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import load_topology
 
 __all__ = ["print_recommendation", "register"]
@@ -133,6 +131,14 @@ def reoptimize_command(
     ] = "default",
     timeout: Annotated[float, typer.Option(help="Seconds to wait (cluster mode).")] = 600.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    approve: Annotated[
+        bool,
+        typer.Option(
+            "--approve",
+            help="Cluster mode: apply the stored apply: suggest recommendation (annotation "
+            "backstop.dev/approve-recommendation=<id>) instead of running the job.",
+        ),
+    ] = False,
 ) -> None:
     """Re-estimate a topology's operators from metrics and recommend a better plan."""
     if Path(topology).is_file():
@@ -140,7 +146,7 @@ def reoptimize_command(
     elif "/" in topology or topology.endswith((".yaml", ".yml", ".json")):
         fail(f"{topology} does not exist")
     else:
-        _cluster(topology, namespace, timeout, as_json)
+        _cluster(topology, namespace, timeout, as_json, approve)
 
 
 def _local(
@@ -180,17 +186,15 @@ def _local(
         print_recommendation(rec)
 
 
-def _cluster(name: str, namespace: str, timeout: float, as_json: bool) -> None:
-    from kubernetes import client
+def _cluster(name: str, namespace: str, timeout: float, as_json: bool, approve: bool) -> None:
     from kubernetes.client.exceptions import ApiException
 
-    from backstop.k8s.cluster import ClusterUnavailable, api_client
+    from backstop.cli import _watch
+    from backstop.k8s.cluster import ClusterUnavailable
 
     try:
-        custom = client.CustomObjectsApi(api_client())
-        obj = custom.get_namespaced_custom_object(
-            GROUP, VERSION, namespace, "streamtopologies", name
-        )
+        topo = _watch.Topology(name, namespace)
+        obj = topo.get()
     except ClusterUnavailable as err:
         fail(str(err))
     except ApiException as err:
@@ -199,28 +203,12 @@ def _cluster(name: str, namespace: str, timeout: float, as_json: bool) -> None:
         fail(f"cannot read {namespace}/{name}: {err.reason}")
     if not (obj.get("spec") or {}).get("reoptimization"):
         fail(f"{namespace}/{name} has no spec.reoptimization; add one to re-optimize it")
-    nonce = uuid.uuid4().hex[:10]
-    custom.patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, "streamtopologies", name,
-        {"spec": {"reoptimization": {"nonce": nonce}}},
-    )  # fmt: skip
-    typer.echo(f"requested a run of {namespace}/{name} (nonce {nonce}); waiting…", err=True)
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        obj = custom.get_namespaced_custom_object(
-            GROUP, VERSION, namespace, "streamtopologies", name
-        )
-        state = (obj.get("status") or {}).get("reoptimization") or {}
-        if state.get("nonce") == nonce and not state.get("running"):
-            if as_json:
-                print_json(state)
-            else:
-                typer.echo(f"{state.get('result')}: {state.get('message', '')}")
-            if state.get("result") == "Failed":
-                raise typer.Exit(1)
-            return
-        time.sleep(2)
-    fail(f"the operator did not report the run within {timeout:g}s (is it running?)", 1)
+    state = _watch.approve(topo, obj, timeout) if approve else _watch.run(topo, timeout)
+    if as_json:
+        print_json(state)
+    code = _watch.exit_code(state, approve)
+    if code:
+        raise typer.Exit(code)
 
 
 @guarded
