@@ -220,5 +220,5 @@ def test_job_mode_runs_a_job_and_an_approval_applies_the_suggestion(
     assert plan["backupCount"] < plan_before["backupCount"]
     approval = obj["status"]["reoptimization"]["approval"]
     assert approval["result"] == "Applied" and approval["id"] == stored["id"]
-    cond = condition(obj, "RecommendationApproved")
-    assert cond is not None and cond["status"] == "True"
+    applied = condition(obj, "RecommendationApproved")
+    assert applied is not None and applied["status"] == "True"
