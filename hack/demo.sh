@@ -25,6 +25,32 @@ LOGS=${LOGS:-/tmp/backstop-demo}
 mkdir -p "$LOGS"
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
+# wait_until WHAT TIMEOUT CMD...: run CMD every second until it succeeds; say what it waits for,
+# every 10 s how long and where the topology is (its Ready condition), and how long it took
+wait_until() {
+  local what=$1 timeout=$2 t0=$SECONDS next=10; shift 2
+  echo "waiting for $what (up to ${timeout}s) ..."
+  until "$@" >/dev/null 2>&1; do
+    if (( SECONDS - t0 >= timeout )); then echo "  gave up on $what after ${timeout}s"; return 1; fi
+    if (( SECONDS - t0 >= next )); then
+      echo "  ... ${next}s, still waiting for $what; now: $(where)"
+      next=$((next + 10))
+    fi
+    sleep 1
+  done
+  echo "  $what after $((SECONDS - t0))s"
+}
+# the topology's Ready condition and recovery message, for the progress lines
+where() {
+  kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{range .status.conditions[?(@.type=="Ready")]}{.reason}: {.message}{end}{" | "}{.status.recovery.message}' 2>/dev/null || echo "-"
+}
+condition() { # condition TYPE: the topology's condition TYPE is True
+  [[ $(kubectl get -n "$NS" st twitter-sentiment -o jsonpath="{.status.conditions[?(@.type==\"$1\")].status}") == True ]]
+}
+recovery_session() { [[ -n $(kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.session}') ]]; }
+recovery_over() { [[ $(kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.active}') == false ]]; }
+nodes_ready() { [[ $(kubectl get nodes -l "test.backstop.dev/pool=$POOL" --no-headers 2>/dev/null | grep -c ' Ready') -ge 4 ]]; }
+operator_up() { python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:18080/healthz', timeout=1)"; }
 
 started_cluster=0
 cluster_status=$(hack/local-cluster.sh status)  # not piped into grep -q: SIGPIPE + pipefail
@@ -70,11 +96,7 @@ for i in 0 1 2 3; do
 done
 backstop nodes run --interval 1 >"$LOGS/nodesim.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 40); do
-  ready=$(kubectl get nodes -l "test.backstop.dev/pool=$POOL" --no-headers 2>/dev/null | grep -c ' Ready' || true)
-  [[ $ready -ge 4 ]] && break
-  sleep 1
-done
+wait_until "the 4 simulated nodes to be Ready" 40 nodes_ready || true
 kubectl get nodes -l "test.backstop.dev/pool=$POOL" -L topology.kubernetes.io/zone
 
 # the demo's copy of the example, pinned to the demo's node pool
@@ -96,11 +118,11 @@ step "the operator (Kopf), watching namespace $NS; grace period 5 s for the demo
 backstop operator --namespace "$NS" --liveness http://127.0.0.1:18080/healthz \
   --log-format plain --grace-period-seconds 5 >"$LOGS/operator.log" 2>&1 &
 pids+=($!)
-sleep 3
+wait_until "the operator's /healthz" 30 operator_up || true
 
 step "kubectl apply the topology"
 run kubectl apply -n "$NS" -f "$MANIFEST"
-kubectl wait -n "$NS" st/twitter-sentiment --for=condition=Ready --timeout=90s >/dev/null
+wait_until "the topology to be Ready (planned, every pod bound and running)" 90 condition Ready
 run kubectl get -n "$NS" st
 echo
 echo "task -> node (bound by the real kube-scheduler, following each pod's node affinity):"
@@ -127,12 +149,8 @@ PY
 step "node failure: killing two nodes (heartbeats stop; the node-lifecycle controller turns them NotReady)"
 victims=$(kubectl get pods -n "$NS" -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort | uniq -c | sort -rn | head -2 | awk '{print $2}')
 run backstop nodes kill $victims
-echo "waiting for NotReady (~20 s) + the 5 s grace period ..."
-kubectl wait -n "$NS" st/twitter-sentiment --for=condition=Recovering --timeout=90s >/dev/null || true
-for _ in $(seq 60); do
-  [[ -n $(kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.session}') ]] && break
-  sleep 1
-done
+wait_until "the nodes to turn NotReady (~15 s) + the 5 s grace period: recovery starts" 90 condition Recovering || true
+wait_until "the first RecoveryPlan (status.recovery.session)" 60 recovery_session || true
 run kubectl get -n "$NS" st,recoveryplans
 echo "recovery: $(kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.message}')"
 
@@ -142,16 +160,17 @@ for cpu in 1 2 4; do
   run backstop nodes add "$POOL-$k" --cpu $cpu --zone zone-a --ready-after 3
   kubectl label node "$POOL-$k" "test.backstop.dev/pool=$POOL" >/dev/null
   k=$((k + 1))
+  echo "letting $POOL-$((k - 1)) turn Ready and the operator plan the next step (8 s) ..."
   sleep 8
   run kubectl get -n "$NS" recoveryplans
   echo "recovery: $(kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.message}')"
   active=$(kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.active}')
   [[ $active == "false" ]] && break
 done
-kubectl wait -n "$NS" st/twitter-sentiment --for=condition=Ready --timeout=90s >/dev/null
+wait_until "the recovered topology to be Ready" 90 condition Ready
 # a recovered placement that breaks the bound is restored with the fewest moves (issue 19)
-kubectl wait -n "$NS" st/twitter-sentiment --for=condition=BoundSatisfied --timeout=90s >/dev/null || true
-kubectl wait -n "$NS" st/twitter-sentiment --for=condition=Ready --timeout=90s >/dev/null
+wait_until "the bound to hold again (a restore moves the fewest pods)" 90 condition BoundSatisfied || true
+wait_until "the topology to be Ready after the restore" 90 condition Ready
 
 step "recovered: final placement and the bound"
 run kubectl get -n "$NS" st
@@ -170,6 +189,7 @@ step "real nodes: the example on the task runtime, the worst node killed, the bo
 # Real nodes (kubelet + containerd each) need root; without it the simulated run above is the demo.
 if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
   # its own 3 real nodes, operator and tweet log; the numbers are measured, not computed
+  echo "starting 3 real nodes, the runtime and a tweet log (about 3.5 min; the benchmark prints its phases)"
   python3 bench/bench_runtime_recovery.py --kills 1 --no-plain --show --warmup 5 \
     2> >(sed 's/^/    /' >&2) | sed -n '/^records flowing/,/^  worst/p'
 else
