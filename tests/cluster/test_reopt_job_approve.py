@@ -160,7 +160,7 @@ def test_job_mode_runs_a_job_and_an_approval_applies_the_suggestion(
     assert c.image == IMAGE and pod.service_account_name == SA
     assert c.command == ["python", "-m", "backstop.jobs.reoptimize"]
     assert c.args[c.args.index("--metrics") + 1] == "/var/lib/backstop/m"
-    assert "spark.driver.memory=1088m" in c.args  # 2Gi - (256 + 320 + 2 x 192) MiB
+    assert "spark.driver.memory=896m" in c.args  # 2Gi - (256 + 320 + 2 x 288) MiB
     assert c.resources.limits == {"memory": "2Gi"}
     assert [v.host_path.path for v in pod.volumes if v.host_path] == ["/srv/backstop"]
     running = wait_for(lambda: (custom.get_namespaced_custom_object(

@@ -35,19 +35,19 @@ def _arg(c: dict[str, Any], flag: str) -> str:
 
 # ------------------------------------------------------------------ memory arithmetic
 def test_driver_heap_is_the_limit_minus_everything_else() -> None:
-    # 3 GiB Job container, local[2]: 3072 - (256 driver + 320 JVM + 2 x 192 workers) = 2112
-    assert driver_memory(3072 * MIB, workers=2, in_operator=False).heap_mib == 2112
-    # in the operator's container the operator's 320 MiB come off too, rounded down to 64
-    assert driver_memory(3072 * MIB, workers=2, in_operator=True).heap_mib == 1792
-    # 2000 MiB - 960 = 1040 -> 1024 (a multiple of 64)
-    assert driver_memory(2000 * MIB, workers=2, in_operator=False).heap_mib == 1024
+    # 3 GiB Job container, local[2]: 3072 - (256 driver + 320 JVM + 2 x 288 Python) = 1920
+    assert driver_memory(3072 * MIB, workers=2, in_operator=False).heap_mib == 1920
+    # in the operator's container the operator's 320 MiB come off too
+    assert driver_memory(3072 * MIB, workers=2, in_operator=True).heap_mib == 1600
+    # 2000 MiB - 1152 = 848 -> 832 (a multiple of 64)
+    assert driver_memory(2000 * MIB, workers=2, in_operator=False).heap_mib == 832
 
 
 def test_a_limit_that_cannot_hold_a_driver_names_the_limit_needed() -> None:
-    with pytest.raises(MemoryTooSmall, match=r"512Mi leaves 0Mi .* at least 1792Mi"):
+    with pytest.raises(MemoryTooSmall, match=r"512Mi leaves 0Mi .* at least 1984Mi"):
         driver_memory(512 * MIB, workers=2, in_operator=True)
     # the smallest limit it names fits exactly
-    assert driver_memory(1792 * MIB, workers=2, in_operator=True).heap_mib == 512
+    assert driver_memory(1984 * MIB, workers=2, in_operator=True).heap_mib == 512
 
 
 def test_local_cores_follow_the_master() -> None:
@@ -80,9 +80,10 @@ def test_job_runs_the_job_with_the_settings_and_hands_back_a_configmap() -> None
     assert _arg(c, "--metrics") == "/var/lib/backstop/tw/metrics"
     assert _arg(c, "--topologies") == f"{INPUT_MOUNT}/topology.json"
     assert _arg(c, "--result-configmap") == f"{name}-result"
-    # local[*] would see the node's cores: three, the CPU limit; heap 3072-(256+320+3x192)
+    # local[*] would see the node's cores: three, the CPU limit; 3072-(256+320+3x288) = 1632
+    # rounded down to 1600
     assert _arg(c, "--master") == "local[3]"
-    assert "spark.driver.memory=1920m" in c["args"]
+    assert "spark.driver.memory=1600m" in c["args"]
     # one attempt, killed at the timeout, removed after a while even without the operator
     assert spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] == 300
     assert spec["ttlSecondsAfterFinished"] > 0 and pod["restartPolicy"] == "Never"

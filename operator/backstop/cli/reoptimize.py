@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -173,17 +174,35 @@ def _local(
         args += ["--nodes", str(nodes)] if nodes else ["--node-cpu", str(node_cpu)]
         if current:
             args += ["--current", str(current)]
-        env = {**os.environ, "PYTHONWARNINGS": "ignore::FutureWarning"}
-        proc = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
-        if proc.returncode != 0:
-            lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-            fail(lines[0].removeprefix("error: ") if lines else proc.stderr.strip()[-600:])
+        returncode, stderr = _run_with_progress(args, master)
+        if returncode != 0:
+            lines = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+            fail(lines[0].removeprefix("error: ") if lines else stderr.strip()[-600:])
         recs = [json.loads(ln) for ln in (dest / "recommendations.jsonl").open()]
     if as_json:
         print_json(recs[0] if len(recs) == 1 else recs)
         return
     for rec in recs:
         print_recommendation(rec)
+
+
+def _run_with_progress(args: list[str], master: str) -> tuple[int, str]:
+    """Run the job, saying on stderr that it runs and, every 10 s, for how long."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore::FutureWarning"}
+    started = time.monotonic()
+    typer.echo(f"running the Spark job ({master}); the JVM starts first ...", err=True)
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        while True:
+            try:
+                proc.wait(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                typer.echo(f"  ... {time.monotonic() - started:.0f}s", err=True)
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
+    typer.echo(f"the Spark job finished in {time.monotonic() - started:.0f}s", err=True)
+    return proc.returncode, stderr
 
 
 def _cluster(name: str, namespace: str, timeout: float, as_json: bool, approve: bool) -> None:

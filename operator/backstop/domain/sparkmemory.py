@@ -13,12 +13,15 @@ else that lives in the container has its share:
   (pandas, pyarrow, pyspark, the planners);
 - ``jvm``: the JVM's memory outside its heap (metaspace, code cache, thread stacks,
   GC structures, Arrow buffers);
-- ``workers``: the Python workers ``applyInPandas`` starts, up to one per local core
-  (``local[N]``) at once; none in the driver when executors do the work (``k8s://``).
+- ``workers``: the Python processes Spark starts for ``applyInPandas`` (its daemon and
+  workers, kept for reuse): per local core (``local[N]``), none in the driver when
+  executors do the work (``k8s://``).
 
 Spark refuses a driver whose heap is under 450 MiB (1.5 x its 300 MiB reserve), so a
-limit that leaves less than :data:`MIN_HEAP_MIB` is an error that names the limit needed;
-the figures are measured (``docs/reoptimization.md``, "Memory").
+limit that leaves less than :data:`MIN_HEAP_MIB` is an error that names the limit needed.
+The shares are rounded up from one measured run (``docs/reoptimization.md``, "Memory": at
+``local[2]`` on 100 000 rows, the driver peaked at 164 MiB, six Python processes at 567 MiB
+together, the JVM at 752 MiB with a 1088 MiB heap).
 """
 
 from __future__ import annotations
@@ -46,8 +49,9 @@ DRIVER_MIB = 256
 """``python -m backstop.jobs.reoptimize``: pandas, pyarrow, pyspark's Python side."""
 JVM_OVERHEAD_MIB = 320
 """The driver JVM outside its heap."""
-WORKER_MIB = 192
-"""One Python worker of ``applyInPandas`` (pandas, pyarrow, the planners)."""
+WORKER_MIB = 288
+"""The Python processes of ``applyInPandas`` per local core (pandas, pyarrow, the planners;
+measured: six processes, 567 MiB, at ``local[2]``)."""
 MIN_HEAP_MIB = 512
 """Spark needs 450 MiB of heap at least; -Xmx512m is the smallest round size that passes."""
 DEFAULT_HEAP_MIB = 1024
@@ -120,19 +124,19 @@ def driver_memory(limit_bytes: int | None, *, workers: int, in_operator: bool) -
     Examples
     --------
     >>> driver_memory(2 * 1024 * MIB, workers=2, in_operator=False).heap_mib
-    1088
+    896
     >>> driver_memory(None, workers=2, in_operator=True).heap_mib
     1024
     >>> driver_memory(512 * MIB, workers=2, in_operator=True)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    backstop.domain.sparkmemory.MemoryTooSmall: a memory limit of 512Mi leaves ... 1792Mi
+    backstop.domain.sparkmemory.MemoryTooSmall: a memory limit of 512Mi leaves ... 1984Mi
     """
     others = (OPERATOR_MIB if in_operator else 0) + DRIVER_MIB + JVM_OVERHEAD_MIB
     others += workers * WORKER_MIB
     parts = (
         f"{OPERATOR_MIB} operator + " if in_operator else ""
-    ) + f"{DRIVER_MIB} driver + {JVM_OVERHEAD_MIB} JVM + {workers} x {WORKER_MIB} workers"
+    ) + f"{DRIVER_MIB} driver + {JVM_OVERHEAD_MIB} JVM + {workers} x {WORKER_MIB} Python"
     if limit_bytes is None:
         return DriverMemory(DEFAULT_HEAP_MIB, workers, "no memory limit: Spark's default heap")
     limit_mib = limit_bytes // MIB

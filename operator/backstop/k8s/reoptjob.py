@@ -197,7 +197,7 @@ def build_reopt_job(
     >>> c["command"][:3], c["args"][c["args"].index("--master") + 1]
     (['python', '-m', 'backstop.jobs.reoptimize'], 'local[2]')
     >>> [a for a in c["args"] if a.startswith("spark.driver.memory")]
-    ['spark.driver.memory=1088m']
+    ['spark.driver.memory=896m']
     """
     meta = topology["metadata"]
     workers = local_cores(settings.spark_master, _cpus(settings.resources))
