@@ -53,14 +53,7 @@ PASSED_THROUGH: dict[str, str] = {
 }
 """Values the templates hand on whole: Kubernetes (or the operator) reads their keys."""
 
-AWAITING: dict[str, str] = {
-    "BACKSTOP_REOPTIMIZE": "issue 16 item 6 (re-optimization in-cluster): reoptimization.enabled",
-    "BACKSTOP_REOPTIMIZE_INTERVAL": "issue 16 item 6: reoptimization.interval",
-    "BACKSTOP_REOPTIMIZE_MODE": "issue 16 item 6: reoptimization.mode (job)",
-    "BACKSTOP_SPARK_IMAGE": "issue 16 item 6: reoptimization.sparkImage",
-    "BACKSTOP_SPARK_RESOURCES": "issue 16 item 6: reoptimization.resources",
-    "BACKSTOP_SPARK_SERVICE_ACCOUNT": "issue 16 item 6: reoptimization.driverServiceAccount",
-}
+AWAITING: dict[str, str] = {}
 """Env vars the chart sets that the operator does not read yet, each with the issue item
 that makes it real (engineer "reopt" is on them)."""
 
@@ -76,6 +69,7 @@ FEATURES_ON: dict[str, Any] = {
         "sparkMaster": "k8s://https://kubernetes.default.svc",
         "sparkImage": "registry.example/spark:1",
         "driverServiceAccount": {"name": "spark-driver"},
+        "metricsVolume": {"existingClaim": "backstop-store"},
     },
     "imagePullSecrets": [{"name": "pull"}],
     "podAnnotations": {"a": "b"},
