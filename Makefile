@@ -9,7 +9,7 @@ CLUSTER := hack/local-cluster.sh
 export BACKSTOP_CACHE ?= $(HOME)/.cache/backstop
 export KUBECONFIG_LOCAL := $(BACKSTOP_CACHE)/run/kubeconfig
 
-.PHONY: help install tools lint typecheck imports unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds images e2e e2e-when-possible
+.PHONY: help install tools test-oldest lint typecheck imports unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds images e2e e2e-when-possible
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -50,6 +50,15 @@ cluster-down: ## stop the local control plane
 cluster-status:
 	@$(CLUSTER) status
 
+# A second venv with every dependency at its floor (pyproject.toml's >=, pinned exactly by
+# hack/oldest-constraints.py), running the unit tests only: the floors are what the code needs.
+OLDEST := .venv-oldest
+test-oldest: ## unit tests on the oldest supported versions (every floor pinned); not part of make test
+	@test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST) || python3 -m venv $(OLDEST)
+	python3 hack/oldest-constraints.py dev spark > $(OLDEST)/constraints.txt
+	$(OLDEST)/bin/pip install -q -c $(OLDEST)/constraints.txt -e '.[dev,spark]'
+	$(OLDEST)/bin/pytest -q -p no:cacheprovider tests/unit planners runtime operator/backstop
+
 test: $(STAMP) tools lint typecheck imports ## everything CI runs: lint, types, layering, unit + cluster tests, e2e
 	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest
 	@$(MAKE) --no-print-directory e2e-when-possible
@@ -88,7 +97,7 @@ bench-cluster: $(STAMP) ## operator benchmarks on the local control plane (make 
 	$(BIN)/python bench/bench_operator_recovery.py --out docs/benchmarks.md
 
 clean:
-	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(OLDEST) .tools .mypy_cache .ruff_cache .pytest_cache
 
 # ---- docs, CRDs, kind (issue 9) ---------------------------------------------
 .PHONY: docs kind-demo

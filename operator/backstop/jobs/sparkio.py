@@ -52,7 +52,7 @@ class InputError(Exception):
 def spark_session(
     master: str = "local[*]", conf: Mapping[str, str] | None = None, app: str = "backstop"
 ) -> SparkSession:
-    """A SparkSession for the job: UI off, UTC, few shuffle partitions, Arrow on.
+    """A SparkSession for the job: UI off, UTC, few shuffle partitions, Arrow on, ANSI SQL on.
 
     Parameters
     ----------
@@ -75,6 +75,10 @@ def spark_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # pyspark 4 turned ANSI mode on by default, 3.5 had it off: say which, so both
+        # versions compute the same (an invalid cast or a division by zero fails the job
+        # instead of turning into a silent null)
+        .config("spark.sql.ansi.enabled", "true")
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
