@@ -56,7 +56,7 @@ OLDEST := .venv-oldest
 test-oldest: ## unit tests on the oldest supported versions (every floor pinned); not part of make test
 	@test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST) || python3 -m venv $(OLDEST)
 	python3 hack/oldest-constraints.py dev spark > $(OLDEST)/constraints.txt
-	$(OLDEST)/bin/pip install -q -c $(OLDEST)/constraints.txt -e '.[dev,spark]'
+	$(OLDEST)/bin/pip install --progress-bar off -c $(OLDEST)/constraints.txt -e '.[dev,spark]'
 	$(OLDEST)/bin/pytest -q -p no:cacheprovider tests/unit planners runtime operator/backstop
 
 test: $(STAMP) tools lint typecheck imports ## everything CI runs: lint, types, layering, unit + cluster tests, e2e

@@ -1,0 +1,85 @@
+"""pyproject.toml declares what the code imports (issue 16 item 7).
+
+``backstop metrics generate`` imported pyarrow while only the ``spark`` extra installed it,
+so a plain ``pip install backstop`` broke a documented command. This test reads every
+module's imports (``ast``, including imports inside functions) and maps them to their
+distributions: whatever the package imports outside the Spark job must be a core
+dependency, and the Spark job may use the ``spark`` extra besides. Floors are checked by
+``make test-oldest`` (the unit tests on every floor, pinned).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = [
+    ROOT / "planners",
+    ROOT / "operator" / "backstop",
+    ROOT / "runtime" / "backstop_runtime",
+]
+FIRST_PARTY = {"planners", "backstop", "backstop_runtime"}
+SPARK_ONLY = ROOT / "operator" / "backstop" / "jobs"
+"""The PySpark job: run only with the ``spark`` extra installed."""
+RUNTIME = ROOT / "runtime"
+"""The task runtime ships in its own image, with runtime/requirements.txt (the examples')."""
+
+
+def _name(req: str) -> str:
+    match = re.match(r"[A-Za-z0-9_.-]+", req)
+    assert match, req
+    return re.sub(r"[-_.]+", "-", match.group(0)).lower()
+
+
+def declared() -> tuple[set[str], dict[str, set[str]]]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = {k: {_name(r) for r in v} for k, v in project["optional-dependencies"].items()}
+    return {_name(r) for r in project["dependencies"]}, extras
+
+
+def imported(path: Path) -> set[str]:
+    """Top-level modules ``path`` imports (absolute imports only)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def third_party(modules: set[str]) -> set[str]:
+    """The distributions that provide ``modules`` (stdlib and first party left out)."""
+    dists = metadata.packages_distributions()
+    out = set()
+    for mod in modules - set(sys.stdlib_module_names) - FIRST_PARTY - {"__future__"}:
+        assert mod in dists, f"{mod} is imported but no installed distribution provides it"
+        out.update(_name(d) for d in dists[mod])
+    return out
+
+
+def test_every_imported_distribution_is_declared_where_it_is_needed() -> None:
+    core, extras = declared()
+    for package in PACKAGES:
+        for path in sorted(package.rglob("*.py")):
+            used = third_party(imported(path))
+            allowed = core | (extras["spark"] if SPARK_ONLY in path.parents else set())
+            if RUNTIME in path.parents:
+                lines = (RUNTIME / "requirements.txt").read_text().splitlines()
+                allowed = {_name(x) for x in lines if x.strip() and not x.startswith("#")}
+            missing = sorted(used - allowed)
+            where = path.relative_to(ROOT)
+            assert missing == [], f"{where} imports {missing}, not in its dependencies"
+
+
+def test_every_requirement_has_a_floor_and_a_ceiling() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = list(project["dependencies"]) + list(project["optional-dependencies"]["spark"])
+    for req in reqs:
+        assert ">=" in req and "<" in req.replace("<=", ""), f"{req}: floor and ceiling"
+    assert len({_name(r) for r in reqs}) == len(reqs), "a dependency listed twice"
