@@ -56,7 +56,7 @@ def imported(path: Path) -> set[str]:
 def third_party(modules: set[str]) -> set[str]:
     """The distributions that provide ``modules`` (stdlib and first party left out)."""
     dists = metadata.packages_distributions()
-    out = set()
+    out: set[str] = set()
     for mod in modules - set(sys.stdlib_module_names) - FIRST_PARTY - {"__future__"}:
         assert mod in dists, f"{mod} is imported but no installed distribution provides it"
         out.update(_name(d) for d in dists[mod])
