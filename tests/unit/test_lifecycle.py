@@ -35,7 +35,7 @@ def pod(task: str, *, deleting: bool = False, report: str | None = None) -> dict
 
 def suspending(now: float = 100.0) -> TopologyStatus:
     st = parse_status({"plan": PLAN}).status
-    return lifecycle.begin_suspend(st, 3, now, timeout=10.0)
+    return lifecycle.begin_suspend(st, 3, now, timeout=10.0, running=["a-0", "b-0"])
 
 
 def test_a_suspend_asks_every_pod_then_records_the_checkpoints_that_come() -> None:
@@ -60,6 +60,14 @@ def test_a_suspend_asks_every_pod_then_records_the_checkpoints_that_come() -> No
     assert done is not None and done.suspend is not None
     assert done.suspend.phase == "Suspended" and done.suspend.missing == ["b-0"]
     assert "1 reported no final checkpoint within 10s" in (done.suspend.message or "")
+
+
+def test_a_topology_created_suspended_misses_no_checkpoint() -> None:
+    st = parse_status({"plan": PLAN}).status
+    begun = lifecycle.begin_suspend(st, 1, 100.0, timeout=10.0, running=[])
+    done, stop, _ = lifecycle.suspend_progress(begun, [], now=100.5)
+    assert stop == [] and done is not None and done.suspend is not None
+    assert (done.suspend.phase, done.suspend.missing) == ("Suspended", [])
 
 
 def test_conditions_while_suspended_say_so_instead_of_missing_pods() -> None:

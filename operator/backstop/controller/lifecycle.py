@@ -46,7 +46,8 @@ def suspend_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = 
         return False
     timeout = t.model.lifecycle.checkpoint_timeout_seconds
     if rec is None or rec.phase == "Resuming":
-        begun = lifecycle.begin_suspend(t.status, t.observed or t.generation, now, timeout)
+        running = {lifecycle.task_of(p) for p in indexed} - {""}
+        begun = lifecycle.begin_suspend(t.status, t.observed or t.generation, now, timeout, running)
         if not _write(t, begun, indexed):
             return True
         t.emit("Suspending", f"{len(indexed)} task pods asked for a final checkpoint", False)

@@ -87,9 +87,10 @@ def task_of(pod: Mapping[str, Any]) -> str:
 
 
 def begin_suspend(
-    status: TopologyStatus, generation: int, now: float, timeout: float
+    status: TopologyStatus, generation: int, now: float, timeout: float, running: Iterable[str]
 ) -> TopologyStatus:
-    """The status that records a suspend before any pod is removed."""
+    """The status that records a suspend before any pod is removed; ``running`` are the
+    tasks that have a pod now (the ones asked for a final checkpoint)."""
     plan = status.plan_or_empty
     rec = SuspendStatus(
         phase="Suspending",
@@ -98,6 +99,7 @@ def begin_suspend(
         deadline=now + timeout,
         timeout=timeout,
         placement=dict(plan.assignment or {}),
+        stopped=sorted(set(running)),
         message="asking every task for a final checkpoint",
     )
     return with_changes(status, suspend=rec, rollout=None)
@@ -130,11 +132,11 @@ def suspend_progress(
             force.append(name)
     new = rec.model_copy(update={"checkpoints": checkpoints})
     if rec.phase == "Suspending" and left == 0:
-        missing = sorted(t for t in rec.placement if t not in checkpoints)
+        missing = sorted(t for t in rec.stopped if t not in checkpoints)
         message = (
-            f"{len(rec.placement)} tasks stopped, every one after its final checkpoint"
+            f"{len(rec.stopped)} tasks stopped, every one after its final checkpoint"
             if not missing
-            else f"{len(rec.placement)} tasks stopped; {len(missing)} reported no final "
+            else f"{len(rec.stopped)} tasks stopped; {len(missing)} reported no final "
             f"checkpoint within {rec.timeout or 0:g}s (they restore their last periodic one): "
             + ", ".join(missing[:8])
             + (", …" if len(missing) > 8 else "")

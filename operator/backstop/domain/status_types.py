@@ -186,6 +186,8 @@ class SuspendStatus(_Status):
     timeout: float | None = None
     placement: dict[str, str] = Field(default_factory=dict)
     """``{task: node}`` when the suspend began (the recorded plan's)."""
+    stopped: list[str] = Field(default_factory=list)
+    """Tasks that had a pod when the suspend began: each is asked for a final checkpoint."""
     checkpoints: dict[str, str] = Field(default_factory=dict)
     """``{task: what its runtime reported}``: the final checkpoint of each task."""
     missing: list[str] = Field(default_factory=list)
