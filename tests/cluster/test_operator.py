@@ -183,8 +183,23 @@ def test_spec_change_moves_only_pods_whose_node_or_role_changes(env: Env) -> Non
             "InvalidSpec",
             "podtemplate",
         ),
+        (  # a PodSpec field only the API server checks: its dry run, not pods retried forever
+            lambda s: s.update(
+                podTemplate={
+                    "spec": {"containers": [{"name": "task"}], "securityContext": {"runAsUser": -1}}
+                }
+            ),
+            "InvalidSpec",
+            "runasuser",
+        ),
     ],
-    ids=["cycle", "unknown-input", "infeasible-bound", "pod-template-owned-env"],
+    ids=[
+        "cycle",
+        "unknown-input",
+        "infeasible-bound",
+        "pod-template-owned-env",
+        "pod-template-api-server",
+    ],
 )
 def test_invalid_manifest_gets_a_condition_an_event_and_no_pods(
     env: Env, mutate: Any, reason: str, needle: str
@@ -200,6 +215,9 @@ def test_invalid_manifest_gets_a_condition_an_event_and_no_pods(
     assert needle in planned["message"].lower()
     if needle == "podtemplate":  # the field and why, as the model says it
         assert "env BACKSTOP_TASK_ID is the operator's" in planned["message"]
+    if needle == "runasuser":  # the template, then the API server's own words
+        assert planned["message"].startswith("spec.podTemplate: the API server refuses")
+        assert "spec.securityContext.runAsUser" in planned["message"]
     assert condition(obj, "Ready")["status"] == "False"  # type: ignore[index]
     time.sleep(2)
     assert env.pods(name) == []

@@ -44,7 +44,7 @@ from backstop.domain.status_types import (
 )
 from backstop.k8s.kubeio import ClusterView, Kube
 from backstop.k8s.ledger import CapacityLedger, Overcommitted, manifest_holds
-from backstop.k8s.manifests import Owner, build_pdb, desired_pods
+from backstop.k8s.manifests import Owner, build_pdb, desired_pods, template_samples
 from backstop.k8s.nodes import node_is_ready
 from backstop.k8s.podfeed import PodFeed
 from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
@@ -107,6 +107,7 @@ def reconcile(
     try:
         model = config.parse_spec(dict(spec), name=name)
         graph = expand(model)
+        _check_templates(k, Owner(name=name, namespace=namespace, uid=meta["uid"]), model)
     except InvalidTopology as err:
         problem = _problem(body, generation, "InvalidSpec", str(err))
         _record(k, namespace, name, generation, status, problem=problem)
@@ -121,6 +122,19 @@ def reconcile(
     placing = Placing(k, memo.ledger, node_snapshot(kwargs["node_index"]))
     with topology_memo.of(memo).lock:
         _reconcile(placing, body, model, graph, owner, generation, recorded, status, patch, logger)
+
+
+def _check_templates(k: Kube, owner: Owner, model: StreamTopologySpec) -> None:
+    """Pod templates the API server would refuse are an invalid spec, not pods retried
+    forever: each templated operator's first pod is created in a dry run."""
+    for i, pod in template_samples(owner, model).items():
+        why = k.pod_rejection(owner.namespace, pod)
+        if why is not None:
+            op = model.operators[i].pod_template
+            where = f"spec.operators[{i}].podTemplate" if op else "spec.podTemplate"
+            if op and model.pod_template:
+                where += " (merged with spec.podTemplate)"
+            raise InvalidTopology(f"{where}: the API server refuses the task pod: {why}")
 
 
 def _warn_unknown_fields(body: kopf.Body, meta: kopf.Meta) -> None:

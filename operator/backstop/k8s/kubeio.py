@@ -9,6 +9,7 @@ API errors that may pass (conflicts, throttling, a restarting API server) become
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -129,6 +130,27 @@ class Kube:
         )
 
     # ------------------------------------------------------------------ reading
+    def pod_rejection(self, namespace: str, manifest: Mapping[str, Any]) -> str | None:
+        """Why the API server refuses to create this pod (a server-side dry run), or ``None``.
+
+        Only a refusal of the pod itself (400 Bad Request, 422 Invalid) is an answer; any
+        other error is raised (the handlers retry).
+        """
+        meta = dict(manifest["metadata"])
+        meta["generateName"] = meta.pop("name") + "-"  # never collides with the real pod
+        try:
+            self.core.create_namespaced_pod(
+                namespace, {**manifest, "metadata": meta}, dry_run="All"
+            )
+        except ApiException as err:
+            if err.status not in (400, 422):
+                raise
+            try:
+                return str(json.loads(err.body or "{}").get("message") or err.reason)
+            except ValueError:
+                return str(err.body or err.reason)
+        return None
+
     def own_pods(self, namespace: str, topology: str) -> list[Any]:
         return list(
             self.core.list_namespaced_pod(

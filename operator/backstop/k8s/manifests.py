@@ -329,6 +329,23 @@ def _base_pod_spec(
     }
 
 
+def template_samples(owner: Owner, spec: StreamTopologySpec) -> dict[int, dict[str, Any]]:
+    """``{operator index: the pod of its first task}`` of every operator with a pod template
+    (its own or the topology's), for the API server's dry run (:meth:`Kube.pod_rejection`).
+
+    The models check what the operator reads of a template; the rest of a PodSpec is the API
+    server's to check, and a pod it refuses would be retried forever. Placement does not
+    change what it checks, so the sample is pinned to no real node.
+    """
+    out = {}
+    for i, op in enumerate(spec.operators):
+        if spec.pod_template is None and op.pod_template is None:
+            continue
+        role = TaskRole(f"{op.name}-0", op.name, 0, (), False, "dry-run")
+        out[i] = build_task_pod(owner, spec, role)
+    return out
+
+
 def task_roles(
     graph: TaskGraph,
     plan_backups: frozenset[str],
