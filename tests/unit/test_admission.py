@@ -277,3 +277,15 @@ def test_webhook_certificate_names_what_the_api_server_calls() -> None:
     assert Webhook(port=1, addr="127.0.0.1").hostnames() == ["127.0.0.1"]
     svc = Webhook(port=1, addr="0.0.0.0", service="ops/backstop-webhook").hostnames()
     assert svc[0] == "backstop-webhook.ops.svc"
+
+
+def test_operator_refuses_a_webhook_service_that_is_not_namespace_slash_name() -> None:
+    from typer.testing import CliRunner
+
+    from backstop.cli import app
+
+    result = CliRunner().invoke(
+        app, ["operator", "-n", "x", "--webhook-port", "9443", "--webhook-service", "svc"]
+    )
+    assert result.exit_code == 2
+    assert "--webhook-service must be NAMESPACE/NAME, got 'svc'" in result.output
