@@ -11,12 +11,14 @@ import functools
 import json
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 
-from backstop.domain.spec import StreamTopologySpec
 from planners import Infeasible, InvalidTopology, PlannerError
+
+if TYPE_CHECKING:
+    from backstop.domain.spec import StreamTopologySpec
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -17,7 +17,6 @@ from rich.console import Console
 from rich.table import Table
 
 from backstop.cli._output import guarded, planners_bound, print_json
-from backstop.domain.spec import expand, load_topology
 from planners.backups import BACKUP_ALGORITHMS, plan_backups
 from planners.evaluate import recovery_latencies
 
@@ -66,6 +65,8 @@ def backups(
     ] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")] = False,
 ) -> None:
+    from backstop.domain.spec import expand, load_topology  # see backstop.cli: lazy imports
+
     topo = load_topology(topology)
     graph = expand(topo.spec)
     r = planners_bound(topo.spec, bound)  # the planners keep H(F) + restart within R

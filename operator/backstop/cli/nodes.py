@@ -14,16 +14,19 @@ import contextlib
 import logging
 from collections.abc import Callable
 from functools import partial
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import NODE_KIND_LABEL, NODE_KIND_REAL
-from backstop.k8s.cluster import ClusterUnavailable, api_client
-from backstop.k8s.nodes import node_is_ready, node_kind
-from backstop.sim.nodesim import KILLED, SIM_LABEL, NodeShape, Simulator
-from backstop.sim.realnodes import RealNodeError, RealNodes
+
+# The Kubernetes client and the simulators are imported by the commands that use them
+# (see backstop.cli): importing the client alone takes longer than `backstop --help` may.
+if TYPE_CHECKING:
+    from kubernetes.client.exceptions import ApiException
+
+    from backstop.sim.nodesim import Simulator
+    from backstop.sim.realnodes import RealNodes
 
 nodes_app = typer.Typer(
     help="Nodes of the local cluster: kill, revive and add real or simulated nodes; "
@@ -37,6 +40,9 @@ Kubeconfig = Annotated[
 
 
 def _sim(kubeconfig: str | None) -> Simulator:
+    from backstop.k8s.cluster import ClusterUnavailable, api_client
+    from backstop.sim.nodesim import Simulator
+
     try:
         return Simulator(api_client(kubeconfig))
     except ClusterUnavailable as err:
@@ -50,6 +56,8 @@ def _api_error(err: ApiException) -> typer.Exit:
 
 
 def _real(kubeconfig: str | None) -> RealNodes:
+    from backstop.sim.realnodes import RealNodeError, RealNodes
+
     try:
         return RealNodes.for_kubeconfig(kubeconfig)
     except RealNodeError as err:
@@ -59,6 +67,10 @@ def _real(kubeconfig: str | None) -> RealNodes:
 
 def _kind_of(sim: Simulator, name: str) -> str | None:
     """The node's ``backstop.dev/node-kind``; a clear error when there is no such node."""
+    from kubernetes.client.exceptions import ApiException
+
+    from backstop.k8s.nodes import node_kind
+
     try:
         node = sim.core.read_node(name)
     except ApiException as err:
@@ -70,6 +82,8 @@ def _kind_of(sim: Simulator, name: str) -> str | None:
 
 
 def _run_real(action: str, call: Callable[[], str]) -> None:
+    from backstop.sim.realnodes import RealNodeError
+
     try:
         out = call()
     except RealNodeError as err:
@@ -94,6 +108,10 @@ def create(
     kubeconfig: Kubeconfig = None,
 ) -> None:
     """Create COUNT simulated nodes with allocatable CPU/memory and zone/rack labels."""
+    from kubernetes.client.exceptions import ApiException
+
+    from backstop.sim.nodesim import NodeShape
+
     sim = _sim(kubeconfig)
     zone_list: list[str | None] = [z for z in zones.split(",") if z] or [None]
     shape = NodeShape(cpu=cpu, memory=memory)
@@ -128,6 +146,10 @@ def add(
     kubeconfig: Kubeconfig = None,
 ) -> None:
     """Add a replacement node: simulated (Ready after a delay; needs `nodes run`) or --real."""
+    from kubernetes.client.exceptions import ApiException
+
+    from backstop.sim.nodesim import NodeShape
+
     if real:
         _run_real(f"adding real node {name}", lambda: _real(kubeconfig).add(name))
         typer.echo(f"node/{name} added (real) and Ready")
@@ -148,6 +170,8 @@ def kill(
 ) -> None:
     """Kill NAMES: a real node's kubelet and containers get SIGKILL; a simulated node's
     heartbeats stop. The node-lifecycle controller then turns them NotReady."""
+    from kubernetes.client.exceptions import ApiException
+
     sim = _sim(kubeconfig)
     for name in names:
         if _kind_of(sim, name) == NODE_KIND_REAL:
@@ -168,6 +192,8 @@ def revive(
 ) -> None:
     """Bring NAMES back: a real node boots again with its containers gone; a simulated node's
     heartbeats resume."""
+    from kubernetes.client.exceptions import ApiException
+
     sim = _sim(kubeconfig)
     for name in names:
         if _kind_of(sim, name) == NODE_KIND_REAL:
@@ -184,6 +210,11 @@ def revive(
 @nodes_app.command("list")
 def list_nodes(kubeconfig: Kubeconfig = None) -> None:
     """List the local cluster's nodes (real and simulated) with their state."""
+    from kubernetes.client.exceptions import ApiException
+
+    from backstop.k8s.nodes import node_is_ready, node_kind
+    from backstop.sim.nodesim import KILLED, SIM_LABEL
+
     sim = _sim(kubeconfig)
     try:
         items = sim.core.list_node(label_selector=NODE_KIND_LABEL).items

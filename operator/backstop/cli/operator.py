@@ -9,10 +9,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from backstop.k8s.cluster import ClusterUnavailable, api_client
-from backstop.k8s.crd import CRDS, render
-from backstop.k8s.leader import Election, run_elected
-
 if TYPE_CHECKING:
     from backstop.controller.metrics import OperatorMetrics
 
@@ -198,6 +194,8 @@ def operator(
 
     import backstop.controller.handlers  # noqa: F401  (registers the handlers)
     from backstop.controller import admission
+    from backstop.k8s.cluster import ClusterUnavailable, api_client
+    from backstop.k8s.leader import Election, run_elected
 
     metrics = _serve_metrics()
 
@@ -290,6 +288,8 @@ def crd(
     ] = None,
 ) -> None:
     """Print the CustomResourceDefinitions (generated from the pydantic models)."""
+    from backstop.k8s.crd import CRDS, render
+
     if write is not None:
         write.mkdir(parents=True, exist_ok=True)
         for filename, build in CRDS.items():

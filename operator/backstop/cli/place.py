@@ -12,20 +12,20 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from backstop.cli._output import guarded, planners_bound, print_json
-from backstop.domain.incidents import topology_tolerations
-from backstop.domain.planning import DEFAULT_TIME_LIMIT
-from backstop.domain.spec import StreamTopology, expand, load_topology
-from backstop.k8s.nodes import load_nodes
+from backstop.domain.constants import DEFAULT_TIME_LIMIT
 from planners import PlannerError, TaskGraph
 from planners.evaluate import node_failure_latency, worst_correlated_failure
 from planners.placement import PLACEMENT_ALGORITHMS, NodePool, Placement, place, plan_joint
+
+if TYPE_CHECKING:  # the models are imported by the commands (see backstop.cli)
+    from backstop.domain.spec import StreamTopology
 
 __all__ = ["BackupsOption", "compute_plan", "placement_json", "register"]
 
@@ -92,6 +92,9 @@ TimeLimitOpt = Annotated[
 def _pool(
     node_cpu: float | None, nodes: Path | None, topology_key: str | None, topo: StreamTopology
 ) -> NodePool:
+    from backstop.domain.incidents import topology_tolerations
+    from backstop.k8s.nodes import load_nodes
+
     if (node_cpu is None) == (nodes is None):
         raise PlannerError("give exactly one of --node-cpu CPU or --nodes NODES.yaml")
     if node_cpu is not None:
@@ -113,6 +116,8 @@ def compute_plan(
     time_limit: float = DEFAULT_TIME_LIMIT,
 ) -> tuple[TaskGraph, Placement]:
     """Expand a topology and plan it; options left ``None`` come from its spec."""
+    from backstop.domain.spec import expand
+
     spec = topo.spec
     graph = expand(spec)
     r = planners_bound(spec, bound)
@@ -168,7 +173,9 @@ def _plan_from_cluster(
     on the same view of the nodes, the topology's own pods and its plan in force;
     the planners are deterministic, so this is the plan the operator will bind.
     """
+    from backstop.domain.incidents import topology_tolerations
     from backstop.domain.planning import current_assignment, plan_topology
+    from backstop.domain.spec import expand
     from backstop.k8s.cluster import ClusterUnavailable, api_client
     from backstop.k8s.kubeio import Kube
 
@@ -220,6 +227,8 @@ def place_command(
     time_limit: TimeLimitOpt = DEFAULT_TIME_LIMIT,
 ) -> None:
     """Place every task on a node so that any node failure recovers within the bound."""
+    from backstop.domain.spec import load_topology
+
     topo = load_topology(topology)
     pool = _pool(node_cpu, nodes, _key(topology_key, topo) if nodes else topology_key, topo)
     graph, plan = compute_plan(
@@ -268,6 +277,8 @@ def plan_command(
     ] = "default",
 ) -> None:
     """Dry run: backups, task → node table, recovery latency per node failure, bound check."""
+    from backstop.domain.spec import load_topology
+
     topo = load_topology(topology)
     if from_cluster:
         if nodes is not None or node_cpu is not None:

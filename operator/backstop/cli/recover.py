@@ -24,10 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from backstop.cli._output import fail, guarded, print_json
-from backstop.domain.incidents import recovery_json
-from backstop.domain.spec import expand, load_topology
 from backstop.domain.yamlio import load_all
-from backstop.k8s.nodes import nodes_from_manifests
 from planners import TaskGraph
 from planners.recovery import (
     RECOVERY_ALGORITHMS,
@@ -38,7 +35,7 @@ from planners.recovery import (
     schedule_recovery,
 )
 
-__all__ = ["load_assignment", "recover_command", "recovery_json", "register"]
+__all__ = ["load_assignment", "recover_command", "register"]
 
 
 def load_assignment(path: Path, graph: TaskGraph) -> dict[str, str]:
@@ -91,6 +88,8 @@ def load_node_cpu(path: Path) -> tuple[dict[str, float], set[str]]:
     names = set(_node_names(docs))
     if not names:
         fail(f"{path} holds no Node objects")
+    from backstop.k8s.nodes import nodes_from_manifests  # see backstop.cli: lazy imports
+
     usable = {n.name: n.cpu for n in nodes_from_manifests(docs)}
     return usable, names
 
@@ -170,6 +169,9 @@ def recover_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Plan the recovery of the tasks on the --lost nodes, onto the other nodes' free CPU."""
+    from backstop.domain.incidents import recovery_json
+    from backstop.domain.spec import expand, load_topology
+
     topo = load_topology(topology)
     graph = expand(topo.spec)
     placed = load_assignment(assignment, graph)

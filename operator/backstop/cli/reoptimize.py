@@ -26,7 +26,6 @@ from rich.console import Console
 from rich.table import Table
 
 from backstop.cli._output import fail, guarded, print_json
-from backstop.domain.spec import load_topology
 
 __all__ = ["print_recommendation", "register"]
 
@@ -161,6 +160,8 @@ def _local(
     time_limit: float,
     as_json: bool,
 ) -> None:
+    from backstop.domain.spec import load_topology  # see backstop.cli: lazy imports
+
     load_topology(topology)  # a clear message for a bad manifest, before Spark starts
     if metrics is None:
         fail("--metrics DIR is required with a manifest file")
@@ -259,6 +260,8 @@ def generate_command(
                          (latency_scale, "--latency-scale")):  # fmt: skip
         if not fvalue > 0:
             fail(f"{flag} must be positive")
+    from backstop.domain.spec import load_topology
+
     paths = topology or [Path("examples/twitter-sentiment.yaml")]
     topos = []
     for p in paths:

@@ -24,8 +24,7 @@ from backstop.cli.place import (
     _pool,
     compute_plan,
 )
-from backstop.domain.planning import DEFAULT_TIME_LIMIT
-from backstop.domain.spec import cpu_cores, load_topology
+from backstop.domain.constants import DEFAULT_TIME_LIMIT
 from planners.replication import SELECTIONS, STRATEGIES, check_replication, select_replicas
 
 __all__ = ["register", "replicate_command"]
@@ -77,6 +76,8 @@ def replicate_command(
     time_limit: TimeLimitOpt = DEFAULT_TIME_LIMIT,
 ) -> None:
     """Choose active replicas for a topology's spare CPU and rate the availability they buy."""
+    from backstop.domain.spec import cpu_cores, load_topology  # see backstop.cli
+
     topo = load_topology(topology)
     pool = _pool(node_cpu, nodes, None, topo)
     graph, plan = compute_plan(topo, pool, algorithm=algorithm, time_limit=time_limit)

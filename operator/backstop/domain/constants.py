@@ -85,3 +85,6 @@ EVENT_REASONS = frozenset(
         "RolloutComplete",
     }
 )
+
+DEFAULT_TIME_LIMIT = 3.0
+"""Seconds (nominal: a deterministic work budget) a joint plan may search by default."""

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from backstop.domain.constants import ANN_HASH, ANN_NODE, LABEL_ROLE, LABEL_TASK
+from backstop.domain.constants import ANN_HASH, ANN_NODE, DEFAULT_TIME_LIMIT, LABEL_ROLE, LABEL_TASK
 from backstop.domain.podfaults import TERMINAL_PHASES
 from backstop.domain.spec import BackupMode, StreamTopologySpec, cpu_cores
 from planners import Infeasible, TaskGraph
@@ -21,8 +21,6 @@ from planners.evaluate import check_plan, node_failure_latency, tasks_by_node
 from planners.migration import place_min_migration
 from planners.placement import Node, NodePool, Placement
 from planners.replication import select_replicas
-
-DEFAULT_TIME_LIMIT = 3.0
 
 
 @dataclass(frozen=True)
