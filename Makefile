@@ -84,6 +84,7 @@ demo: $(STAMP) tools ## the end-to-end demo on the local control plane and simul
 
 bench: $(STAMP) ## planner + Spark benchmarks; each rewrites its section of docs/benchmarks.md
 	$(BIN)/python bench/bench_backups.py --out docs/benchmarks.md
+	$(BIN)/python bench/bench_cli.py --out docs/benchmarks.md
 	$(BIN)/python bench/bench_placement.py --docs docs/benchmarks.md
 	$(BIN)/python bench/bench_rtap_seed.py --docs docs/benchmarks.md
 	$(BIN)/python bench/bench_recovery.py --out docs/benchmarks.md
