@@ -10,7 +10,10 @@
 #   backstop/runtime:0.1.0    runtime/Dockerfile on that base: the task runtime
 #   backstop/spark:0.1.0      operator/Dockerfile.spark on that base: the operator plus pyspark
 #                             and Debian's openjdk-17-jre-headless, for the re-optimization Job
-#                             (reoptimization.mode: job); not built by default (IMAGES=spark)
+#                             (reoptimization.mode: job); not built by default (IMAGES=spark).
+#                             1.5 GB: saved to $BACKSTOP_CACHE/images/spark.tar, NOT load/, so
+#                             nodes started later do not import it; it goes into the running
+#                             nodes of the cluster only (again: hack/real-node.sh load all <tar>)
 #
 # Each image is saved to $BACKSTOP_CACHE/images/load/<name>.tar; hack/real-node.sh imports every
 # archive there into each node it starts, and this script imports them into the running nodes of
@@ -100,7 +103,7 @@ build() { # tag dockerfile-in-context context-paths...   (context = a tar of exa
   log "$tag: built in $((SECONDS - t))s"
 }
 
-save() { # tag name
+save() { # tag name   (into $OUT)
   local id old=""
   id=$($DOCKER image inspect -f '{{.Id}}' "$1")
   [[ -f $OUT/$2.id ]] && old=$(cat $OUT/$2.id)
@@ -119,7 +122,8 @@ for img in $IMAGES; do
     runtime)
       [[ -f runtime/Dockerfile ]] || die "runtime/Dockerfile is missing"
       build_base; build $RUNTIME Dockerfile runtime .; save $RUNTIME runtime ;;
-    spark) build_base; build $SPARK operator/Dockerfile.spark . pyproject.toml README.md planners operator; save $SPARK spark ;;
+    spark) build_base; build $SPARK operator/Dockerfile.spark . pyproject.toml README.md planners operator
+      OUT=$CACHE/images save $SPARK spark ;;
     *) die "IMAGES: unknown image '$img' (base, operator, runtime, spark)" ;;
   esac
 done
@@ -132,9 +136,11 @@ done
 
 # into the real nodes of the cluster (if it has any)
 RUN=${K8S_RUN_DIR:-$CACHE/run}
-if [[ -d $RUN/nodes ]] && ls $OUT/*.tar >/dev/null 2>&1; then
+tars=($OUT/*.tar)
+[[ " $IMAGES " == *" spark "* ]] && tars+=("$CACHE/images/spark.tar")
+if [[ -d $RUN/nodes ]] && [[ -f ${tars[0]} ]]; then
   t=$SECONDS
-  for tar in $OUT/*.tar; do K8S_RUN_DIR=$RUN hack/real-node.sh load all "$tar"; done
+  for tar in "${tars[@]}"; do K8S_RUN_DIR=$RUN hack/real-node.sh load all "$tar"; done
   log "imported into the real nodes of $RUN in $((SECONDS - t))s"
 fi
 log "images done in $((SECONDS - T0))s"
