@@ -292,7 +292,9 @@ class PodTemplate(_Strict):
     `_BUFFER_ROUNDS`, `_CAUGHT_UP_LAG`, `_METRICS_INTERVAL`, `_PEER_TIMEOUT`),
     `resources.requests.cpu`/`memory` (use `operators[].resources`), and its
     `data`/`metrics` ports. Limits the template sets must cover the requests;
-    `resources.cpuLimit`/`memoryLimit` win over them.
+    `resources.cpuLimit`/`memoryLimit` win over them. The other PodSpec fields are kept as
+    written and checked by the API server: the operator creates each templated operator's
+    first pod in a server-side dry run, and a refusal is `InvalidSpec` quoting it.
 
     **Defaults a template may change**: the pod's and the task container's
     `securityContext` (the `restricted` profile: runAsNonRoot, RuntimeDefault seccomp,
