@@ -91,6 +91,8 @@ def test_job_runs_the_job_with_the_settings_and_hands_back_a_configmap() -> None
     assert claim["persistentVolumeClaim"] == {"claimName": "store", "readOnly": True}
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     assert mounts["metrics"] == "/var/lib/backstop" and mounts["input"] == INPUT_MOUNT
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["SPARK_LOCAL_IP"] == "127.0.0.1"  # local master: no lookup of the pod's name
     uid = next(e for e in c["env"] if e["name"] == "BACKSTOP_JOB_UID")
     assert "controller-uid" in uid["valueFrom"]["fieldRef"]["fieldPath"]
     # not the task-pod label: the operator must never take the Job's pod for a task

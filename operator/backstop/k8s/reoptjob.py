@@ -226,6 +226,10 @@ def build_reopt_job(
     if settings.spark_master.startswith("k8s://"):
         extra, pod_env = _spark_on_k8s(settings)
         args, env = args + extra, env + pod_env
+    else:  # everything in this pod: Spark need not resolve the pod's own name (it failed
+        # to start without a resolvable hostname, in a real run of the image)
+        env += [{"name": "SPARK_LOCAL_IP", "value": "127.0.0.1"},
+                {"name": "SPARK_LOCAL_HOSTNAME", "value": "localhost"}]  # fmt: skip
     volumes, mounts = _volumes(job, settings)
     container = {
         "name": "reoptimize",
