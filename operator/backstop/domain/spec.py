@@ -500,16 +500,17 @@ def expand(spec: StreamTopologySpec) -> TaskGraph:
             priority[t] = float(op.priority)
             if op.name in out_ops:
                 outputs.append(t)
+    ids = {op.name: [task_id(op.name, i) for i in range(op.parallelism)] for op in spec.operators}
+    for op in spec.operators:  # each id formatted once: a shuffle has parallelism² edges
+        dst = ids[op.name]
         for inp in op.inputs:
-            up = ops[inp.operator]
-            for j in range(up.parallelism):
-                src = task_id(up.name, j)
-                if inp.grouping is Grouping.forward:
-                    edges.append((src, task_id(op.name, j)))
-                elif inp.grouping is Grouping.global_:
-                    edges.append((src, task_id(op.name, 0)))
-                else:
-                    edges.extend((src, task_id(op.name, i)) for i in range(op.parallelism))
+            src = ids[inp.operator]
+            if inp.grouping is Grouping.forward:
+                edges.extend(zip(src, dst, strict=True))
+            elif inp.grouping is Grouping.global_:
+                edges.extend((u, dst[0]) for u in src)
+            else:
+                edges.extend((u, v) for u in src for v in dst)
     return TaskGraph.build(
         tasks,
         edges,
