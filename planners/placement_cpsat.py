@@ -150,13 +150,13 @@ def _cp_sat(
         used = set(canon.values())
         for i in range(n):
             for j in range(m_slots):
-                model.add_hint(x[i][j], canon.get(i) == j)
+                model.add_hint(x[i][j], int(canon.get(i) == j))
         for j in range(m_slots):
-            model.add_hint(y[j], j in used)
+            model.add_hint(y[j], int(j in used))
         if joint and hint_flags is not None:
             for i in range(n):
                 if has_succ[i]:
-                    model.add_hint(mvars[i], bool(hint_flags[i]))
+                    model.add_hint(mvars[i], int(bool(hint_flags[i])))
 
     solver = cp_model.CpSolver()
     deterministic_cp_sat(solver.parameters, time_limit)

@@ -223,9 +223,9 @@ def min_migration(
     if hint:
         for i, task in enumerate(graph.tasks):
             for j, s in enumerate(slots):
-                model.add_hint(x[i][j], hint.get(task) == s.name)
+                model.add_hint(x[i][j], int(hint.get(task) == s.name))
         for j, s in enumerate(slots):
-            model.add_hint(y[j], s.name in set(hint.values()))
+            model.add_hint(y[j], int(s.name in set(hint.values())))
 
     solver = cp_model.CpSolver()
     deterministic_cp_sat(solver.parameters, time_limit)

@@ -82,7 +82,7 @@ def _solve_cpsat(
     model.minimize(sum(m.values()))
     if hint is not None:
         for u, var in m.items():
-            model.add_hint(var, hint[u])
+            model.add_hint(var, int(hint[u]))
     solver = cp_model.CpSolver()
     deterministic_cp_sat(solver.parameters, time_limit)
     left = max(0.05, time_limit)
@@ -110,7 +110,7 @@ def _solve_cpsat(
         model.minimize(worst)
         model.clear_hints()  # type: ignore[no-untyped-call]
         for u, var in m.items():
-            model.add_hint(var, flags[u])
+            model.add_hint(var, int(flags[u]))
         deterministic_cp_sat(solver.parameters, min(left, 0.25 * time_limit))
         if solver.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             flags = [bool(forced[u]) or (u in m and bool(solver.value(m[u]))) for u in range(n)]
@@ -155,7 +155,7 @@ def _solve_with_patience(
             break
         model.clear_hints()  # type: ignore[no-untyped-call]
         for u, var in m.items():
-            model.add_hint(var, best[u])
+            model.add_hint(var, int(best[u]))
     return best_status, best, left
 
 
