@@ -11,9 +11,11 @@ dependency, and the Spark job may use the ``spark`` extra besides. Floors are ch
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 import tomllib
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
@@ -53,9 +55,14 @@ def imported(path: Path) -> set[str]:
     return out
 
 
+@functools.cache
+def _distributions() -> Mapping[str, list[str]]:
+    return metadata.packages_distributions()  # scans site-packages: once
+
+
 def third_party(modules: set[str]) -> set[str]:
     """The distributions that provide ``modules`` (stdlib and first party left out)."""
-    dists = metadata.packages_distributions()
+    dists = _distributions()
     out: set[str] = set()
     for mod in modules - set(sys.stdlib_module_names) - FIRST_PARTY - {"__future__"}:
         assert mod in dists, f"{mod} is imported but no installed distribution provides it"
