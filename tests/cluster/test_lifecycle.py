@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -222,7 +223,9 @@ def test_a_new_image_rolls_out_in_steps_that_keep_the_bound(env: Env, pool: Pool
     """One 1-CPU task per 1-CPU node, 1 s each: all nine pods at once (the old code) would
     take 3 s to recover; a replaced producer with its consumer's node failing takes 2 s.
     So a rollout keeping the bound replaces the chains' positions one after the other
-    (hand-computed: three steps of three)."""
+    (hand-computed: three steps of three). Then a node is lost during a second rollout:
+    the recovery takes its task (onto a spare node, new spec), the rollout waits for the
+    session and replaces the rest; every task is renewed exactly once."""
     for _ in range(9):
         pool.add("1")
     pool.wait_ready()
@@ -234,10 +237,10 @@ def test_a_new_image_rolls_out_in_steps_that_keep_the_bound(env: Env, pool: Pool
     started = time.monotonic()
     patch_spec(env, name, {"image": "registry.example/chains:2"})
 
-    def rolled_out() -> bool:
+    def rolled_out(tag: str = ":2") -> bool:
         pods = env.pods(name)
         return len(pods) == 9 and all(
-            p.spec.containers[0].image.endswith(":2")
+            p.spec.containers[0].image.endswith(tag)
             and p.status.phase == "Running"
             and p.metadata.deletion_timestamp is None
             for p in pods
@@ -262,3 +265,21 @@ def test_a_new_image_rolls_out_in_steps_that_keep_the_bound(env: Env, pool: Pool
         f"rollout of 9 pods took {took:.1f}s; worst observed {worst:g}s over "
         f"{len(seen.states)} states; {obj['status']['rollout']['message']}"
     )
+
+    # a node lost during a rollout is the recovery's; the rollout goes on after it. The
+    # spare comes once the rollout is planned (else the plan would use it), with 2 CPUs:
+    # a 1-CPU task fits a 1-CPU node only above the 0.8 recovery cap
+    patch_spec(env, name, {"image": "registry.example/chains:3"})
+    wait_for(lambda: any(p.metadata.deletion_timestamp for p in env.pods(name)), 20, "step 1")
+    spare = pool.add("2")
+    pool.wait_ready([spare])
+    lost = before["sink-1"]  # not in the first step (the sources)
+    env.core.delete_node(lost)
+    wait_for(partial(rolled_out, ":3"), 60, "every pod on the third image")
+    obj = env.wait_condition(name, "RollingOut", "False", timeout=15)
+    rec = obj["status"]["recovery"]
+    assert rec["recovered"] == ["sink-1"] and not rec["active"]
+    assert [p["spec"]["trigger"] for p in plans(env, name)] == ["NodeLost"]
+    replaced = [t for h in obj["status"]["rollout"]["history"] for t in h["tasks"]]
+    assert sorted(replaced + rec["recovered"]) == sorted(before), "each task renewed once"
+    assert running_nodes(env, name)["sink-1"] == spare

@@ -247,7 +247,8 @@ def _apply_plan(
             rec = status.get("recovery") or {}
             plan_status, _ = publish_epochs(k, owner, graph, plan_status, rec, fenced)
             desired = _desired(owner, model, graph, plan_status)
-        diff = hold_pending(diff_pods(desired, view.own_pods, dead), view.own_pods, held)
+        live = set(view.node_objects) - dead
+        diff = hold_pending(diff_pods(desired, view.own_pods, dead), view.own_pods, held, live)
         k.put_pdb(build_pdb(owner, len(desired)))  # evictions wait for the operator's drain
         deleted, created = k.apply_pod_diff(namespace, diff)
     except ApiException as err:

@@ -85,7 +85,8 @@ def _resume_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> None:
 def rollout_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = None) -> bool:
     """Issue the next rollout step once the previous one runs; whether anything was written.
 
-    Waits while a recovery session runs (a node lost mid-rollout is the recovery's), and
+    Waits while a recovery session runs or its last step has not landed (a node lost
+    mid-rollout is the recovery's), and
     while the recorded rollout is of another generation than the plan the pods follow
     (the reconcile records the new one).
     """
@@ -93,7 +94,7 @@ def rollout_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = 
     rec, plan = t.status.rollout, t.status.plan
     if rec is None or not rec.active or plan is None or not plan.recorded_for(t.generation):
         return False
-    if rec.generation != t.generation or t.status.recovering():
+    if rec.generation != t.generation or _recovery_unsettled(t):
         return False
     fresh = lifecycle.new_pods(planned_pods(t, plan), indexed)
     policy = t.model.lifecycle
@@ -119,6 +120,16 @@ def rollout_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = 
     elif new.rollout is not None and not new.rollout.active:
         t.emit("RolloutComplete", new.rollout.message or "rollout done", False)
     return True
+
+
+def _recovery_unsettled(t: Tick) -> bool:
+    """A recovery session runs, or its last step's pods do not run yet (its tasks are
+    renewed by the recovery, not by the rollout: they leave the pending list once up)."""
+    rec = t.status.recovery
+    if rec is None:
+        return False
+    last = rec.last_step
+    return rec.active or (last is not None and rec.applied_step != last.step)
 
 
 def held_tasks(t: Tick) -> set[str]:

@@ -177,9 +177,9 @@ def converge(
             return 0, 0, 0
         plan = t.status.plan_or_empty
         desired = planned_pods(t, plan)
-    diff = lifecycle.hold_pending(
-        diff_pods(desired, existing, force_nodes), existing, held_tasks(t)
-    )
+    live = {n for n, info in t.nodes.items() if info.ready}
+    diff = diff_pods(desired, existing, force_nodes)
+    diff = lifecycle.hold_pending(diff, existing, held_tasks(t), live)
     drain = t.status.drain
     held = drain_held(drain.dump() if drain is not None else {}, time.time())
     diff.create = [m for m in diff.create if m["metadata"]["labels"].get(LABEL_TASK) not in held]
@@ -215,7 +215,9 @@ def dead_nodes(t: Tick) -> set[str]:
     """Nodes whose pods no kubelet will ever confirm gone: NotReady, or deleted."""
     dead = {n for n, info in t.nodes.items() if not info.ready}
     plan = t.status.plan_or_empty
-    return dead | {n for n in (plan.assignment or {}).values() if n not in t.nodes}
+    lost = t.status.recovery_or_empty.lost  # deleted nodes the plan no longer names too
+    gone = set(plan.assignment.values() if plan.assignment else ()) | set(lost)
+    return dead | {n for n in gone if n not in t.nodes}
 
 
 def supervise_once(t: Tick, pods: Pods) -> tuple[int, int]:

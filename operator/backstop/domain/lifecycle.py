@@ -237,10 +237,13 @@ def pod_backups(pods: Iterable[Any]) -> set[str]:
     return out
 
 
-def hold_pending(diff: PodDiff, existing: Iterable[Any], held: Collection[str]) -> PodDiff:
+def hold_pending(
+    diff: PodDiff, existing: Iterable[Any], held: Collection[str], live: Collection[str]
+) -> PodDiff:
     """``diff`` without the graceful replacement of the pods of ``held`` tasks (a rollout's
-    pending ones keep running their old spec until their step). Pods on dead nodes and
-    ended pods are still replaced (recovery)."""
+    pending ones keep running their old spec until their step). Only pods on ``live``
+    nodes (present and Ready) are held: a pod on a lost or deleted node is the recovery's
+    and goes (ended pods and pods on dead nodes are removed at once anyway)."""
     if not held:
         return diff
     names = {
@@ -248,6 +251,7 @@ def hold_pending(diff: PodDiff, existing: Iterable[Any], held: Collection[str]) 
         for pod in existing
         if (pod.metadata.labels or {}).get(LABEL_TASK) in held
         and pod.metadata.name in set(diff.delete)
+        and pod.spec.node_name in live
     }
     if not names:
         return diff
