@@ -128,3 +128,13 @@ def test_checkpoint_report_needs_exit_0_and_the_prefix() -> None:
     assert lifecycle.checkpoint_report(pod("a-0", report="backstop-checkpoint round=3")) == (
         "round=3"
     )
+
+
+def test_not_ready_while_a_rollout_replaces_pods() -> None:
+    """Ready means every pod runs this generation's spec: a pod the rollout has not
+    replaced yet runs the old one (on the planned node, so the pods alone look fine)."""
+    st = parse_status({"plan": PLAN}).status
+    st = lifecycle.begin_rollout(st, 2, ["b-0"], ASSIGNMENT, ["a-0"], now=5)
+    conds = {c["type"]: c for c in derive_conditions(2, st.dump(), [])}
+    assert (conds["Ready"]["status"], conds["Ready"]["reason"]) == ("False", "RollingOut")
+    assert conds["RollingOut"]["status"] == "True"

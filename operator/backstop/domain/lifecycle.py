@@ -180,6 +180,11 @@ def lifecycle_conditions(
     while a suspend holds, its ``Placed`` and ``Ready`` replace the pods' view (no pod
     is meant to run)."""
     if "suspend" not in status:
+        rollout = status.get("rollout") or {}
+        if rollout.get("active"):  # not every pod runs this generation's spec yet
+            text = f"rolling out: {rollout.get('message') or ''}"
+            ready = build_condition("Ready", False, "RollingOut", text, generation)
+            derived = [c for c in derived if c["type"] != "Ready"] + [ready]
         return derived + rollout_condition(generation, status)
     mine = suspend_conditions(generation, status)
     types = {c["type"] for c in mine}
