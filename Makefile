@@ -57,7 +57,9 @@ test-oldest: ## unit tests on the oldest supported versions (every floor pinned)
 	@test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST) || python3 -m venv $(OLDEST)
 	python3 hack/oldest-constraints.py dev spark > $(OLDEST)/constraints.txt
 	$(OLDEST)/bin/pip install --progress-bar off -c $(OLDEST)/constraints.txt -e '.[dev,spark]'
-	$(OLDEST)/bin/pytest -q -p no:cacheprovider tests/unit planners runtime operator/backstop
+	@# docs/cli.md is generated with the newest typer's help layout: older ones render it differently
+	$(OLDEST)/bin/pytest -q -p no:cacheprovider tests/unit planners runtime operator/backstop \
+	  --deselect 'tests/unit/test_docs.py::test_generated_reference_is_up_to_date[cli]'
 
 test: $(STAMP) tools lint typecheck imports ## everything CI runs: lint, types, layering, unit + cluster tests, e2e
 	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest
