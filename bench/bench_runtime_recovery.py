@@ -106,6 +106,7 @@ class Cycle:
     notready: float  # kill → NotReady seen
     detected: float  # kill → RecoveryPlan seen
     tasks: list[TaskResult] = field(default_factory=list)
+    load: float = 0.0  # the host's 1-min load average when the last task caught up
 
     @property
     def worst(self) -> float:
@@ -304,6 +305,7 @@ class Bench:
                     if t not in back and self.caught_up(name, t, epochs[t], seen):
                         back[t] = time.time()
                 time.sleep(0.2)
+            cyc.load = os.getloadavg()[0]
             for t in sorted(lost, key=graph.index):
                 if t not in back:
                     raise SystemExit(f"{name}: {t} did not catch up within 240 s")
@@ -313,7 +315,7 @@ class Bench:
                 )
             log(
                 f"{name}: worst measured {cyc.worst:.2f}s (bound {real_bound:g}s, "
-                f"predicted {cyc.predicted_node:g}s)"
+                f"predicted {cyc.predicted_node:g}s; host load {cyc.load:.1f})"
             )
             if self.show:
                 self.flowing(name, "after the recovery, the lost tasks on other nodes")
@@ -376,8 +378,9 @@ def report(cycles: list[Cycle], rate: float, bound: float, restart: float, secon
         f"({seconds / 60:.0f} min): `examples/twitter-sentiment.yaml` (14 tasks, bound "
         f"{bound:g} s) on 3 real nodes (kubelet + containerd each, 2 CPUs = this host's), the "
         f"tweet log appended at **{rate:g} tweets/s**, the operator on the host with a 2 s grace "
-        "period, the node-monitor grace period 20 s. Each row is one task lost with the killed "
-        "node, in a fresh deployment per kill. *Predicted* is the model's c + ℓ(v) for that "
+        f"period, the node-monitor grace period {os.environ.get('NODE_MONITOR_GRACE', '20s')}, "
+        "on a 2-core host whose load average is in the last column. Each row is one task "
+        "lost with the killed node, in a fresh deployment per kill. *Predicted* is the model's c + ℓ(v) for that "
         "failure: the restart term c (`recovery.restartSeconds`, "
         f"{restart:g} s: every lost pod starts at once) plus ℓ(v) with the spec's t_v "
         "(`reprocessingLatency`) and the plan's backups; *measured* runs from the RecoveryPlan "
@@ -393,8 +396,9 @@ def report(cycles: list[Cycle], rate: float, bound: float, restart: float, secon
         lines += [f"**{variant}**", ""]
         lines += [
             "| killed node (rank) | tasks on it | predicted c + H(node) | backups "
-            "| kill → NotReady | kill → RecoveryPlan | worst measured | within the bound |",
-            "|---|---|---|---|---|---|---|---|",
+            "| kill → NotReady | kill → RecoveryPlan | worst measured | within the bound "
+            "| host load (1 min) |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         mine = [c for c in cycles if c.variant == variant]
         for k, c in enumerate(mine):
@@ -402,7 +406,8 @@ def report(cycles: list[Cycle], rate: float, bound: float, restart: float, secon
             lines.append(
                 f"| {c.victim} ({k + 1}) | {len(c.tasks)} of 14 ({fmt_placement(c)}) | "
                 f"{c.predicted_node:.1f} s | {', '.join(c.backups) or 'none'} | "
-                f"{c.notready:.0f} s | {c.detected:.0f} s | {c.worst:.2f} s | {ok} |"
+                f"{c.notready:.0f} s | {c.detected:.0f} s | {c.worst:.2f} s | {ok} | "
+                f"{c.load:.1f} |"
             )
         lines += [
             "",
