@@ -459,6 +459,7 @@ def main() -> int:
     oplog = run_dir / f"{bench.ns}-operator.log"
     cycles: list[Cycle] = []
     sessions: list[incremental.Session] = []
+    failed: list[str] = []
     try:
         with real_node_pool(run_dir, names, env={"REAL_NODE_IMAGES": str(images)}) as nodes:
             bench.nodes = nodes
@@ -487,7 +488,13 @@ def main() -> int:
                         ("best-case", 0.0),
                     ]
                     for mode, after in runs:
-                        sessions.append(incremental.run_session(bench, mode, f"ts-{mode}", after))
+                        try:
+                            sessions.append(
+                                incremental.run_session(bench, mode, f"ts-{mode}", after)
+                            )
+                        except SystemExit as err:  # a timeout: report the others, say why
+                            log(f"ts-{mode}: {err} (host load {os.getloadavg()[0]:.1f})")
+                            failed.append(f"{mode}: {err}")
             finally:
                 _stop_operator(op)
     finally:
@@ -507,10 +514,11 @@ def main() -> int:
             write_section(args.out, HEADING, text)
     if sessions:
         text = incremental.report(sessions, args.rate, args.replace_after)
+        text += "".join(f"\nNot measured: {f}.\n" for f in failed)
         print(text)
         if args.out:
             write_section(args.out, incremental.HEADING, text)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -190,8 +190,13 @@ step "real nodes: the example on the task runtime, the worst node killed, the bo
 if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
   # its own 3 real nodes, operator and tweet log; the numbers are measured, not computed
   echo "starting 3 real nodes, the runtime and a tweet log (about 3.5 min; the benchmark prints its phases)"
-  python3 bench/bench_runtime_recovery.py --kills 1 --no-plain --show --warmup 5 \
-    2> >(sed 's/^/    /' >&2) | sed -n '/^records flowing/,/^  worst/p'
+  if ! python3 bench/bench_runtime_recovery.py --kills 1 --no-plain --show --warmup 5 \
+    2> >(sed 's/^/    /' >&2) | sed -n '/^records flowing/,/^  worst/p'; then
+    # e.g. a host too loaded for the example's 100 tweets/s to reach a steady stream: say so,
+    # show the rest of the demo, and fail at the end
+    REAL_NODES_FAILED="the real-node step failed (host load average: $(cut -d' ' -f1-3 /proc/loadavg))"
+    echo "$REAL_NODES_FAILED"
+  fi
 else
   echo "skipped: real nodes need root (kubelets, containerd, bridges); run make demo as root"
 fi
@@ -199,4 +204,8 @@ fi
 step "re-optimization: task metrics -> Spark (local mode) -> new estimates and a recommendation"
 ROWS=${ROWS:-50000} hack/demo-reoptimize.sh
 
+if [[ -n ${REAL_NODES_FAILED:-} ]]; then
+  step "done, except: $REAL_NODES_FAILED"
+  exit 1
+fi
 step "done"
