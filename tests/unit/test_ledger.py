@@ -195,3 +195,39 @@ def test_fault06_what_fits_the_planner_cpu_fits_memory_and_pods(
         if packed.cpu + cpu <= offered + 1e-9:
             packed += Resources(cpu, mem * GI, 1)
     assert packed.fits_in(free["n"])
+
+
+def test_the_pod_feed_resumes_from_a_bookmark_instead_of_listing_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The API server sends a BOOKMARK about once a minute (the feed asks for them); the
+    client leaves its object a bare dict. The feed read it as a ``V1Pod``, failed
+    (``'dict' object has no attribute 'metadata'``) and listed every pod of the cluster
+    again each time. Events here are decoded by the client's own ``Watch``."""
+    import json
+
+    from kubernetes import client, watch
+
+    from backstop.k8s import podfeed
+
+    added = pod("ns", "a", "n1", "500m", "1Gi", resourceVersion="7")
+    added["spec"]["containers"][0]["name"] = "task"
+    raw = [
+        {"type": "ADDED", "object": {"kind": "Pod", "apiVersion": "v1", **added}},
+        {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "9"}}},
+    ]
+    decoder = watch.Watch()
+
+    class Stream:
+        def stream(self, *_: Any, **__: Any) -> Any:
+            for e in raw:
+                yield decoder.unmarshal_event(json.dumps(e), "V1Pod")
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(podfeed.watch, "Watch", Stream)
+    ledger = CapacityLedger()
+    feed = podfeed.PodFeed(client.ApiClient(), ledger)
+    assert feed._watch("1") == "9"
+    assert ledger.free({"n1": Resources(2.0, 4 * GI, 110)})["n1"].cpu == pytest.approx(1.5)

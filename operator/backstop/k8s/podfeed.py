@@ -85,9 +85,19 @@ class PodFeed:
             kind, obj = event["type"], event["object"]
             if kind == "ERROR":
                 return None
-            version = obj.metadata.resource_version
-            if kind == "DELETED":
-                self.ledger.forget((obj.metadata.namespace, obj.metadata.name))
-            elif kind in ("ADDED", "MODIFIED"):
-                self.ledger.observe(self._dict(obj))
+            version = self.apply(kind, obj)
         return version
+
+    def apply(self, kind: str, obj: Any) -> str:
+        """One watch event into the ledger; the resourceVersion to resume from.
+
+        A BOOKMARK's object is a bare dict (the client does not deserialize it: it carries
+        only ``metadata.resourceVersion``), every other event's a ``V1Pod``.
+        """
+        if kind == "BOOKMARK" or isinstance(obj, dict):
+            return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+        if kind == "DELETED":
+            self.ledger.forget((obj.metadata.namespace, obj.metadata.name))
+        elif kind in ("ADDED", "MODIFIED"):
+            self.ledger.observe(self._dict(obj))
+        return str(obj.metadata.resource_version)
