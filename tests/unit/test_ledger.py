@@ -226,7 +226,7 @@ def test_the_pod_feed_resumes_from_a_bookmark_instead_of_listing_again(
         def stop(self) -> None:
             pass
 
-    monkeypatch.setattr(podfeed.watch, "Watch", Stream)
+    monkeypatch.setattr(watch, "Watch", Stream)  # the module podfeed streams with
     ledger = CapacityLedger()
     feed = podfeed.PodFeed(client.ApiClient(), ledger)
     assert feed._watch("1") == "9"
