@@ -259,6 +259,14 @@ class Bench:
         )["items"]
         return bool(items)
 
+    def session_seen(self, name: str) -> bool:
+        """A recovery session recorded (``status.recovery``) or a RecoveryPlan issued."""
+        st = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.ns, "streamtopologies", name
+        )
+        rec = (st.get("status") or {}).get("recovery") or {}
+        return bool(rec.get("active") and rec.get("session")) or self.recovery_plan_seen(name)
+
     def cycle(self, variant: str, name: str, bound: float | None, rank: int) -> Cycle:
         doc = self.manifest(name, bound)
         real_bound = float(yaml.safe_load(EXAMPLE.read_text())["spec"]["recoveryLatencyBound"])

@@ -71,7 +71,8 @@ def run_session(bench: Bench, mode: str, name: str, replace_after: float) -> Ses
         log(f"{name} ({mode}): killing {victims} ({len(lost)} of {len(p['assignment'])} tasks)")
         for v in victims:
             bench.cli("nodes", "kill", v)
-        wait(f"{name}: a RecoveryPlan", lambda: bench.recovery_plan_seen(name), 180, 0.1)
+        # detected: a RecoveryPlan, or (blocking: no plan until everything fits) the session
+        wait(f"{name}: the loss detected", lambda: bench.session_seen(name), 180, 0.1)
         t_plan = time.time()
         base = {q: bench.status(name, q) for q in QUERIES}
         out = Session(mode, victims, len(lost))
