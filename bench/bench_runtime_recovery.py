@@ -17,8 +17,8 @@ fresh deployment), and measures per lost task:
 - measured = caught up − detected, split into "pod start" (detected → process start: pod
   deleted and recreated, scheduled, container started, Python up) and "restore + replay".
 
-Then the same with the recovery ignored: the same planner with the bound removed (a day, the largest the CRD accepts), so
-it packs the tasks into as few nodes as fit and keeps no upstream backups (plain bin
+Then the same with the recovery ignored: the same planner with the bound removed (a day, the
+largest the CRD accepts), so it packs the tasks into as few nodes as fit and keeps no upstream backups (plain bin
 packing), measured against the example's bound. Writes the "Runtime on real nodes: the bound
 measured" section of ``docs/benchmarks.md`` with ``--out``.
 
