@@ -18,9 +18,9 @@ fresh deployment), and measures per lost task:
   deleted and recreated, scheduled, container started, Python up) and "restore + replay".
 
 Then the same with the recovery ignored: the same planner with the bound removed (a day, the
-largest the CRD accepts), so it packs the tasks into as few nodes as fit and keeps no upstream backups (plain bin
-packing), measured against the example's bound. Writes the "Runtime on real nodes: the bound
-measured" section of ``docs/benchmarks.md`` with ``--out``.
+largest the CRD accepts), so it packs the tasks into as few nodes as fit and keeps no upstream
+backups (plain bin packing), measured against the example's bound. Writes the "Runtime on
+real nodes: the bound measured" section of ``docs/benchmarks.md`` with ``--out``.
 
 Needs root and a running control plane (``K8S_RUN_DIR``, default the shared one); starts and
 removes its own real nodes (``REAL_NODE_NET``/``REAL_NODE_PORT_BASE``/``REAL_NODE_BRIDGE``
