@@ -450,6 +450,9 @@ def main() -> int:
     )
     p.add_argument("--replace-after", type=float, default=20.0, help="seconds (--incremental)")
     p.add_argument("--no-bound", action="store_true", help="skip the single-node kills")
+    p.add_argument(
+        "--modes", default="incremental,blocking,best-case", help="(--incremental) which runs"
+    )
     args = p.parse_args()
     # SIGTERM (or SIGINT, ignored in background jobs) unwinds: nodes, pods, store removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -495,7 +498,7 @@ def main() -> int:
                         ("blocking", args.replace_after),
                         ("best-case", 0.0),
                     ]
-                    for mode, after in runs:
+                    for mode, after in [r for r in runs if r[0] in args.modes.split(",")]:
                         try:
                             sessions.append(
                                 incremental.run_session(bench, mode, f"ts-{mode}", after)
