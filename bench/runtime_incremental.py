@@ -22,6 +22,7 @@ run with the replacement arriving at once.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -58,6 +59,7 @@ def run_session(bench: Bench, mode: str, name: str, replace_after: float) -> Ses
     gen = None
     victims: list[str] = []
     revived: list[str] = []
+    reviving: threading.Thread | None = None
     try:
         p, gen = bench.start(name, doc)
         placement: dict[str, list[str]] = {}
@@ -85,14 +87,18 @@ def run_session(bench: Bench, mode: str, name: str, replace_after: float) -> Ses
             if len(out.resumed) == len(QUERIES) and not tail:
                 tail = now + 10.0
             if not revived and now >= t_plan + replace_after:  # best case: at once
-                bench.cli("nodes", "revive", victims[0])  # the replacement node arrives
+                # the replacement node arrives (in the background: sampling goes on meanwhile)
+                reviving = threading.Thread(target=bench.cli, args=("nodes", "revive", victims[0]))
+                reviving.start()
                 revived.append(victims[0])
             if revived and not out.replacement_ready and node_ready(bench.core, victims[0]):
                 out.replacement_ready = now - t_plan
             for q in QUERIES:
                 s = bench.status(name, q)
                 epoch = int(before[q].get("epoch", 0))
-                down = q in lost and int(s.get("epoch", 0)) <= epoch
+                # no output: the lost sink's old status, or its new copy before a first batch
+                # (its lag reads 0 until then)
+                down = q in lost and (int(s.get("epoch", 0)) <= epoch or not s.get("lag"))
                 lag = None if down or s.get("lag") is None else float(s["lag"])
                 out.series.setdefault(q, []).append((now - t_plan, lag))
                 if q in out.resumed:
@@ -115,11 +121,14 @@ def run_session(bench: Bench, mode: str, name: str, replace_after: float) -> Ses
             "recoveryplans",
             label_selector=f"streams.backstop.dev/topology={name}",
         )["items"]
-        for it in sorted(items, key=lambda i: int((i.get("spec") or {}).get("step", 0))):
+        stamp = "creationTimestamp"
+        for it in sorted(items, key=lambda i: (i["metadata"][stamp], i["metadata"]["name"])):
             spec = it.get("spec") or {}
             back = ", ".join(spec.get("recoveredQueries") or []) or "none"
             n = len(spec.get("assignments") or [])
-            out.steps.append(f"step {spec.get('step')}: {n} tasks, queries back: {back}")
+            out.steps.append(
+                f"{spec.get('trigger')} step {spec.get('step')}: {n} tasks, queries back: {back}"
+            )
         log(
             f"{name} ({mode}): resumed {out.resumed}, "
             f"replacement Ready {out.replacement_ready:.1f}s"
@@ -130,6 +139,8 @@ def run_session(bench: Bench, mode: str, name: str, replace_after: float) -> Ses
             gen.terminate()
             gen.wait()
         bench.delete(name)
+        if reviving is not None:
+            reviving.join()
         for v in victims:
             if v not in revived or not node_ready(bench.core, v):
                 bench.cli("nodes", "revive", v)
