@@ -61,9 +61,15 @@ test-oldest: ## unit tests on the oldest supported versions (every floor pinned)
 	$(OLDEST)/bin/pytest -q -p no:cacheprovider tests/unit planners runtime operator/backstop \
 	  --deselect 'tests/unit/test_docs.py::test_generated_reference_is_up_to_date[cli]'
 
+# The unit tests (CPU) and the e2e (mostly waiting for nodes and pods, with its own control plane,
+# ports, subnets and Docker) share nothing but the CPU, so they run side by side; the e2e's output
+# is kept in .e2e.log and shown when both are done. Either failing fails the target.
 test: $(STAMP) tools lint typecheck imports ## everything CI runs: lint, types, layering, unit + cluster tests, e2e
-	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest
-	@$(MAKE) --no-print-directory e2e-when-possible
+	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest tests/chart tests/cluster tests/realnodes
+	@$(MAKE) --no-print-directory e2e-when-possible > .e2e.log 2>&1 & e2e=$$!; \
+	  PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest tests/unit planners runtime operator/backstop; \
+	  unit=$$?; wait $$e2e; rc=$$?; echo "--- make e2e-when-possible (ran beside the unit tests):"; \
+	  cat .e2e.log; test $$unit = 0 && test $$rc = 0
 
 images: ## build the base, operator and task-runtime images here (root, Docker) and load them into real nodes
 	hack/images.sh
