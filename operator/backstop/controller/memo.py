@@ -43,6 +43,9 @@ class TopologyMemo:
     """Unready pods' own reasons (``k8s.taskprobe``): pod name → (resourceVersion, when
     asked, reason), so a tick asks a task again only when its pod changed or every
     :data:`~backstop.controller.tick.PROBE_EVERY` seconds."""
+    desired: tuple[Any, dict[str, dict[str, Any]]] | None = None
+    """The pods of the plan in force and their key (uid, generation, plan): built again
+    only when one of these changes (:func:`~backstop.controller.tick.planned_pods`)."""
 
 
 def of(memo: MutableMapping[str, Any]) -> TopologyMemo:

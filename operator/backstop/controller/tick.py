@@ -11,7 +11,7 @@ re-reads the object and the caller decides again from what is there now.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,15 +116,45 @@ def with_conditions(t: Tick, new: TopologyStatus, pods: Iterable[PodState]) -> T
 
 def planned_pods(t: Tick, plan: PlanStatus) -> dict[str, dict[str, Any]]:
     """The pods a recorded plan (``status.plan``) asks for: one builder for converging
-    to it and for checking that a restore step has landed."""
-    return desired_pods(
-        t.owner,
-        t.model,
-        t.graph,
+    to it and for checking that a restore step has landed.
+
+    Built once per (topology uid, generation, plan) and kept in the topology's memo:
+    every 1 s tick asks for them, and at 10k tasks building them took 1.8 s. The dict is
+    a fresh copy each time; the manifests in it are shared and must not be changed.
+    """
+    key = (t.owner, t.generation, plan_key(plan))
+    cached = t.memory.desired
+    if cached is None or cached[0] != key:
+        pods = desired_pods(
+            t.owner,
+            t.model,
+            t.graph,
+            frozenset(plan.backups),
+            plan.assignment or {},
+            plan.replicas,
+            plan.epochs,
+        )
+        cached = t.memory.desired = (key, pods)
+    return dict(cached[1])
+
+
+def plan_key(plan: PlanStatus) -> tuple[Hashable, ...]:
+    """Everything of a plan that the task pods depend on, comparable and hashable.
+
+    Examples
+    --------
+    >>> a = PlanStatus(assignment={"s-0": "n1"}, backups=["s-0"])
+    >>> plan_key(a) == plan_key(a.model_copy(update={"assignment": {"s-0": "n1"}}))
+    True
+    >>> plan_key(a) == plan_key(a.model_copy(update={"epochs": {"s-0": 1}}))
+    False
+    """
+    replicas = plan.replicas or {}
+    return (
         frozenset(plan.backups),
-        plan.assignment or {},
-        plan.replicas,
-        plan.epochs,
+        frozenset((plan.assignment or {}).items()),
+        frozenset((task, tuple(nodes)) for task, nodes in replicas.items()),
+        frozenset(plan.epochs.items()),
     )
 
 
