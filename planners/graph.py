@@ -212,6 +212,16 @@ class TaskGraph:
         return [i for i, p in enumerate(self.preds) if not p]
 
     @cached_property
+    def pred_sets(self) -> tuple[frozenset[int], ...]:
+        """``preds`` as sets, for the planners' set intersections (built once per graph)."""
+        return tuple(frozenset(ps) for ps in self.preds)
+
+    @cached_property
+    def succ_sets(self) -> tuple[frozenset[int], ...]:
+        """``succs`` as sets (see :attr:`pred_sets`)."""
+        return tuple(frozenset(ss) for ss in self.succs)
+
+    @cached_property
     def upstream_closure(self) -> tuple[frozenset[int], ...]:
         """For each task, itself plus every task it (transitively) reads from."""
         closure: list[frozenset[int]] = []
