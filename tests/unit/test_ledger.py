@@ -216,12 +216,13 @@ def test_the_pod_feed_resumes_from_a_bookmark_instead_of_listing_again(
         {"type": "ADDED", "object": {"kind": "Pod", "apiVersion": "v1", **added}},
         {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "9"}}},
     ]
-    decoder = watch.Watch()
+    asked: dict[str, Any] = {}
 
     class Stream:
-        def stream(self, *_: Any, **__: Any) -> Any:
-            for e in raw:
-                yield decoder.unmarshal_event(json.dumps(e), "V1Pod")
+        def stream(self, *_: Any, **kwargs: Any) -> Any:
+            asked.update(kwargs)
+            for e in raw:  # what the client yields with deserialize=False: parsed JSON
+                yield json.loads(json.dumps(e))
 
         def stop(self) -> None:
             pass
@@ -230,4 +231,73 @@ def test_the_pod_feed_resumes_from_a_bookmark_instead_of_listing_again(
     ledger = CapacityLedger()
     feed = podfeed.PodFeed(client.ApiClient(), ledger)
     assert feed._watch("1") == "9"
+    assert asked["deserialize"] is False  # no V1Pod models: the feed keeps no pods
     assert ledger.free({"n1": Resources(2.0, 4 * GI, 110)})["n1"].cpu == pytest.approx(1.5)
+
+
+def test_the_pod_feed_lists_in_pages_of_json() -> None:
+    """The (re)listing reads pages of :data:`PAGE` pods as JSON, not one list of models
+    (5,000 pods as models: +203 MiB); every page's pods count, the last page's version
+    is where the watch starts."""
+    import json
+
+    from kubernetes import client
+
+    from backstop.k8s import podfeed
+
+    pods = [pod("ns", f"p{i}", f"n{i % 3}", "100m", "1Mi") for i in range(7)]
+    calls: list[dict[str, Any]] = []
+
+    class Core:
+        def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
+            calls.append(kwargs)
+            start = int(kwargs.get("_continue") or 0)
+            end = start + kwargs["limit"]
+            more = {"continue": str(end)} if end < len(pods) else {}
+            page = {"metadata": {"resourceVersion": "42", **more}, "items": pods[start:end]}
+            return type("Resp", (), {"data": json.dumps(page).encode()})()
+
+    ledger = CapacityLedger()
+    feed = podfeed.PodFeed(client.ApiClient(), ledger)
+    feed.core = Core()
+    old_page = podfeed.PAGE
+    podfeed.PAGE = 3
+    try:
+        assert feed._list() == "42"
+    finally:
+        podfeed.PAGE = old_page
+    assert [c.get("_continue") for c in calls] == [None, "3", "6"]
+    assert all(c["_preload_content"] is False for c in calls)
+    alloc = {f"n{i}": Resources(1.0, GI, 110) for i in range(3)}
+    # n0 holds p0, p3, p6; n1 and n2 two pods each (7 pods round-robin over 3 nodes)
+    assert {n: round(f.cpu, 6) for n, f in ledger.free(alloc).items()} == {
+        "n0": 0.7, "n1": 0.8, "n2": 0.8
+    }  # fmt: skip
+    assert ledger.synced.is_set()
+
+
+def test_a_planner_booking_does_not_stop_the_pod_feed() -> None:
+    """Planners wait for each other (:meth:`CapacityLedger.booking`), but the feed, the
+    holds of recorded plans and readers do not wait for a planner: before, one lock
+    served both, so every supervise tick (it re-holds its plan) and every watch event
+    stood still while any topology planned."""
+    ledger = CapacityLedger()
+    ledger.replace_pods([])
+    alloc = {"n": Resources(2.0, GI, 110)}
+    done = threading.Event()
+    with ledger.booking() as booking:
+        free = booking.free(alloc)["n"]
+
+        def feed() -> None:
+            ledger.observe(pod("other", "x", "n", "1", "1Mi"))
+            ledger.hold("ns/b", {("ns", "b0"): ("n", Resources(0.5, 0, 1))})
+            done.set()
+
+        threading.Thread(target=feed, daemon=True).start()
+        assert done.wait(5), "the feed waited for the planner"
+        # the planner read 2 CPU free, but a pod and a hold came meanwhile: refused
+        assert free.cpu == 2.0
+        with pytest.raises(Overcommitted, match="node n"):
+            booking.reserve("ns/a", {("ns", "a0"): ("n", Resources(1.0, 0, 1))}, alloc)
+        booking.reserve("ns/a", {("ns", "a0"): ("n", Resources(0.5, 0, 1))}, alloc)
+    assert ledger.free(alloc)["n"].cpu == pytest.approx(0.0)

@@ -9,13 +9,14 @@ the node index and the topology's model to the ledger's units.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from backstop.domain.incidents import NodeInfo
 from backstop.domain.podmerge import task_pod_requests
 from backstop.domain.spec import StreamTopologySpec
-from backstop.k8s.kubeio import Kube
+from backstop.k8s.kubeio import ClusterView, Kube
 from backstop.k8s.ledger import (
     Booking,
     CapacityLedger,
@@ -29,11 +30,13 @@ from planners.placement import Node
 
 @dataclass
 class Placing:
-    """What a reconcile places with: the API gateway, the shared ledger, the node index."""
+    """What a reconcile places with: the API gateway, the shared ledger, the node index
+    and the topology's pods from the pod index (``pods()``: fresh ``V1Pod`` copies)."""
 
     kube: Kube
     ledger: CapacityLedger
     nodes: dict[str, NodeInfo]
+    pods: Callable[[], list[Any]] = field(default=list)
 
 
 def owner_key(owner: Owner) -> str:
@@ -44,6 +47,57 @@ def owner_key(owner: Owner) -> str:
 def allocatable(nodes: Mapping[str, NodeInfo], names: Iterable[str]) -> dict[str, Resources]:
     """Allocatable CPU, memory and pods of the named nodes, from the node index."""
     return {n: Resources(nodes[n].cpu, nodes[n].memory, nodes[n].pods) for n in names if n in nodes}
+
+
+def cluster_view(
+    nodes: Mapping[str, NodeInfo],
+    free: Mapping[str, Resources],
+    own_pods: list[Any],
+    topology_key: str | None,
+    node_selector: Mapping[str, str] | None = None,
+) -> ClusterView:
+    """A topology's view of the cluster from the watch caches, without an API call.
+
+    ``nodes`` is the node index as the topology sees it
+    (:func:`backstop.domain.incidents.for_topology`: ``schedulable`` already weighs its
+    tolerations), ``free`` the ledger's free resources with the topology's own pods
+    left out (:meth:`CapacityLedger.free` with ``exclude``). A node is usable when
+    the selector picks it, it is schedulable and it has CPU left; the same answer
+    :meth:`backstop.k8s.kubeio.Kube.view` gives from a LIST of every node and pod,
+    except that other plans' holds count too (as they do in :func:`plan_nodes`).
+
+    Examples
+    --------
+    >>> from backstop.domain.incidents import NodeInfo
+    >>> info = {n: NodeInfo(n, n != "c", 0.0, 4, n != "c", False, (("pool", "p"),))
+    ...         for n in "abc"}
+    >>> free = {"a": Resources(1.5, 0, 9), "b": Resources(0, 0, 9), "c": Resources(4, 0, 9)}
+    >>> v = cluster_view(info, free, [], None, {"pool": "p"})
+    >>> v.nodes, sorted(v.dead())
+    ([Node(name='a', cpu=1.5, domain=None)], ['c'])
+    >>> cluster_view(info, free, [], None, {"pool": "q"}).ready
+    {}
+    """
+    selected = {n: i for n, i in nodes.items() if i.matches(node_selector or {})}
+    usable = []
+    for name, info in selected.items():
+        cpu = round(free[name].cpu, 6) if name in free else 0.0
+        if info.schedulable and cpu > 0:
+            domain = dict(info.labels).get(topology_key) if topology_key else None
+            usable.append(Node(name, cpu, domain))
+    return ClusterView(usable, own_pods, {n: i.ready for n, i in selected.items()})
+
+
+def topology_view(
+    ledger: CapacityLedger,
+    nodes: Mapping[str, NodeInfo],
+    model: StreamTopologySpec,
+    owner: Owner,
+    own_pods: list[Any],
+) -> ClusterView:
+    """:func:`cluster_view` of ``owner`` from the ledger (``nodes``: as the topology sees them)."""
+    free = ledger.free(allocatable(nodes, nodes), exclude=owner_key(owner))
+    return cluster_view(nodes, free, own_pods, model.topology_key, model.node_selector)
 
 
 def task_profile(model: StreamTopologySpec) -> tuple[float, float]:

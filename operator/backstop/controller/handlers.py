@@ -21,14 +21,14 @@ from kubernetes.client.exceptions import ApiException
 from backstop.controller import daemon, faults, kopf_config, metrics
 from backstop.controller import memo as topology_memo
 from backstop.controller import settings as config
-from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve
+from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve, topology_view
 from backstop.controller.context import kube, node_snapshot, post_event
 from backstop.controller.fencing import publish_epochs
 from backstop.controller.lifecycle import pending_of, rollout_with_plan
 from backstop.domain.admission import unknown_fields
 from backstop.domain.constants import ANN_APPLIED, GROUP, LABEL_TOPOLOGY, PLURAL, VERSION
 from backstop.domain.fencing import fenced_tasks
-from backstop.domain.incidents import NodeInfo, node_info, topology_tolerations
+from backstop.domain.incidents import NodeInfo, for_topology, node_info
 from backstop.domain.lifecycle import hold_pending
 from backstop.domain.planning import current_assignment, diff_pods, plan_replicas, plan_topology
 from backstop.domain.spec import StreamTopologySpec, expand, spec_hash
@@ -42,10 +42,9 @@ from backstop.domain.status_types import (
     status_patch,
     with_changes,
 )
-from backstop.k8s.kubeio import ClusterView, Kube
+from backstop.k8s.kubeio import ClusterView, Kube, pod_models
 from backstop.k8s.ledger import CapacityLedger, Overcommitted, manifest_holds
 from backstop.k8s.manifests import Owner, build_pdb, desired_pods, template_samples
-from backstop.k8s.nodes import node_is_ready
 from backstop.k8s.podfeed import PodFeed
 from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
 
@@ -119,7 +118,12 @@ def reconcile(
     if recovering and recorded.get("generation") == generation:
         logger.info("a recovery session is running; the supervisor drives the pods")
         return
-    placing = Placing(k, memo.ledger, node_snapshot(kwargs["node_index"]))
+    pods_index = kwargs["pods_by_topology"]
+
+    def own_pods() -> list[Any]:
+        return pod_models(k.api, list(pods_index.get((namespace, name), [])))
+
+    placing = Placing(k, memo.ledger, node_snapshot(kwargs["node_index"]), own_pods)
     with topology_memo.of(memo).lock:
         _reconcile(placing, body, model, graph, owner, generation, recorded, status, patch, logger)
 
@@ -158,13 +162,12 @@ def _reconcile(
     logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> None:
     k, namespace, name = p.kube, owner.namespace, owner.name
-    view = k.view(
-        namespace, name, model.topology_key, model.node_selector, topology_tolerations(model)
-    )
+    # from the node index, the ledger and the pod index: no LIST on the reconcile path
+    view = topology_view(p.ledger, for_topology(p.nodes, model), model, owner, p.pods())
     this_spec = spec_hash(dict(body["spec"]))
     same_spec = recorded.get("generation") == generation or recorded.get("specHash") == this_spec
     # a resume keeps the recorded placement only where every node is still usable
-    nodes_ok = set(view.node_objects) if not status.get("suspend") else view.usable_names()
+    nodes_ok = set(view.ready) if not status.get("suspend") else view.usable_names()
     reuse = (
         same_spec
         and not status.get("problem")
@@ -203,11 +206,7 @@ def _reconcile(
         logger.info("suspended: the plan is kept, no pod runs")
         return
     held = pending_of(rollout)
-    _apply_plan(k, owner, model, graph, plan_status, view, status, patch, logger, held)
-
-
-def _dead(view: ClusterView) -> set[str]:
-    return {n for n, obj in view.node_objects.items() if not node_is_ready(obj)}
+    _apply_plan(p, owner, model, graph, plan_status, view, status, patch, logger, held)
 
 
 def _rollout(
@@ -221,11 +220,11 @@ def _rollout(
 ) -> RolloutStatus | None:
     """The rollout to record with ``plan_status`` (:func:`rollout_with_plan`)."""
     desired = _desired(owner, model, graph, plan_status)
-    return rollout_with_plan(status, generation, desired, view.own_pods, _dead(view))
+    return rollout_with_plan(status, generation, desired, view.own_pods, view.dead())
 
 
 def _apply_plan(
-    k: Kube,
+    p: Placing,
     owner: Owner,
     model: StreamTopologySpec,
     graph: TaskGraph,
@@ -238,16 +237,16 @@ def _apply_plan(
 ) -> None:
     """Make the pods match a recorded plan (tasks leaving a lost node get a new epoch);
     the running pods of ``held`` tasks are a rollout's to replace, step by step."""
-    namespace, generation = owner.namespace, int(plan_status["generation"])
+    k, namespace, generation = p.kube, owner.namespace, int(plan_status["generation"])
     desired = _desired(owner, model, graph, plan_status)
-    dead = _dead(view)
+    dead = view.dead()
     try:
         fenced = fenced_tasks(view.own_pods, desired, dead)
         if fenced:
             rec = status.get("recovery") or {}
             plan_status, _ = publish_epochs(k, owner, graph, plan_status, rec, fenced)
             desired = _desired(owner, model, graph, plan_status)
-        live = set(view.node_objects) - dead
+        live = set(view.ready) - dead
         diff = hold_pending(diff_pods(desired, view.own_pods, dead), view.own_pods, held, live)
         k.put_pdb(build_pdb(owner, len(desired)))  # evictions wait for the operator's drain
         deleted, created = k.apply_pod_diff(namespace, diff)
@@ -257,7 +256,7 @@ def _apply_plan(
     patch.status["conditions"] = conditions_patch(
         generation,
         {**status, "plan": plan_status, "problem": None},
-        [pod_state(p) for p in k.own_pods(namespace, owner.name)],
+        [pod_state(pod) for pod in p.pods()],  # the index: the pods just written may lag
     )
     if diff.waiting:
         raise kopf.TemporaryError(f"waiting for {diff.waiting} pods to terminate", delay=1)

@@ -33,9 +33,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from backstop.controller import faults
-from backstop.controller.capacity import plan_nodes
+from backstop.controller.capacity import plan_nodes, topology_view
 from backstop.controller.tick import Tick, planned_pods, pods_match, reserve_tasks, write_status
-from backstop.domain.incidents import epoch_rfc3339, topology_tolerations
+from backstop.domain.incidents import epoch_rfc3339
 from backstop.domain.recovery import plan_with_worst
 from backstop.domain.spec import ApplyMode
 from backstop.domain.status_types import (
@@ -266,13 +266,8 @@ def _attempt(
     if seen is not None and seen[0] == nkey and now - seen[1] < POLL_SECONDS:
         return False
     t.memory.restore_looked = (nkey, now)
-    view = t.kube.view(
-        t.owner.namespace,
-        t.owner.name,
-        t.model.topology_key,
-        t.model.node_selector,
-        topology_tolerations(t.model),
-    )
+    # the node index (as the topology sees it) and the ledger: no LIST of nodes or pods
+    view = topology_view(t.ledger, t.nodes, t.model, t.owner, [])
     nodes = plan_nodes(booking, t.nodes, view.nodes, t.model, t.owner)
     key = capacity_key(nodes)
     # the same capacity gives the same answer (the planners are deterministic)

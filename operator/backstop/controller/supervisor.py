@@ -48,6 +48,7 @@ from backstop.domain.fencing import bump_epochs, fenced_tasks
 from backstop.domain.planning import diff_pods
 from backstop.domain.podfaults import drain_held
 from backstop.domain.status_types import PlanStatus, with_changes
+from backstop.k8s.kubeio import pod_models
 from backstop.k8s.ledger import manifest_holds
 from backstop.k8s.manifests import build_recoveryplan, build_session_configmap
 from planners.recovery import failed_queries
@@ -170,7 +171,7 @@ def converge(
     t.ledger.hold(owner_key(t.owner), manifest_holds(desired, t.owner.namespace))
     if pods_match(desired, indexed):
         return 0, 0, 0
-    existing = t.kube.own_pods(t.owner.namespace, t.owner.name)
+    existing = pod_models(t.kube.api, indexed)  # the pod index: no LIST per round
     fenced = fenced_tasks(existing, desired, force_nodes)
     if fenced:  # an old copy may still run behind a partition: new epochs first
         if not fence(t, plan, fenced):

@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from backstop.domain.constants import ANN_NODE, GROUP, LABEL_TOPOLOGY, VERSION
 from backstop.domain.planning import PodDiff
 from backstop.domain.podmerge import taints_tolerated
-from backstop.k8s.nodes import nodes_from_manifests
+from backstop.k8s.nodes import node_is_ready, nodes_from_manifests
 from planners.placement import Node
 
 DONE_PHASES = ("Succeeded", "Failed")
@@ -72,15 +72,39 @@ FaultHook = Callable[[Literal["mid-pod-batch"]], None]
 
 @dataclass
 class ClusterView:
-    """What the planner may use: Ready schedulable nodes and this topology's pods."""
+    """What the planner may use: Ready schedulable nodes and this topology's pods.
+
+    ``ready`` names every node the topology's ``nodeSelector`` selects (usable or not)
+    and whether its Ready condition is True.
+    """
 
     nodes: list[Node]
     own_pods: list[Any]
-    node_objects: dict[str, Any]
+    ready: dict[str, bool]
 
     def usable_names(self) -> set[str]:
         """Names of the nodes a plan may use now (Ready, schedulable, CPU left)."""
         return {n.name for n in self.nodes}
+
+    def dead(self) -> set[str]:
+        """Selected nodes whose Ready condition is not True."""
+        return {n for n, ok in self.ready.items() if not ok}
+
+
+class _Raw:
+    """What :meth:`client.ApiClient.deserialize` reads: a response's JSON text."""
+
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        self.data = json.dumps(obj, default=dict)  # Kopf's bodies are Mappings, not dicts
+
+
+def pod_models(api: client.ApiClient, bodies: Iterable[Mapping[str, Any]]) -> list[Any]:
+    """``V1Pod`` objects from pod dicts (a watch cache's, e.g. Kopf's pod index).
+
+    The domain's pod functions read pods as the client's models; the controller's
+    copies come from the index (no LIST), so they are converted here.
+    """
+    return [api.deserialize(_Raw(b), "V1Pod") for b in bodies]
 
 
 def pod_node(pod: Any) -> str | None:
@@ -151,13 +175,6 @@ class Kube:
                 return str(err.body or err.reason)
         return None
 
-    def own_pods(self, namespace: str, topology: str) -> list[Any]:
-        return list(
-            self.core.list_namespaced_pod(
-                namespace, label_selector=f"{LABEL_TOPOLOGY}={topology}"
-            ).items
-        )
-
     def view(
         self,
         namespace: str,
@@ -168,6 +185,9 @@ class Kube:
     ) -> ClusterView:
         """Nodes with the CPU left for this topology (other pods' requests subtracted).
 
+        Lists every node and pod of the cluster: for the CLI's one-off questions
+        (``backstop place``). The controller builds the same view from its watch
+        caches instead (:func:`backstop.controller.capacity.cluster_view`).
         A node with NoSchedule/NoExecute taints is left out unless every operator's pods
         tolerate them (``tolerations``: one list per operator,
         :func:`backstop.domain.incidents.topology_tolerations`).
@@ -195,7 +215,7 @@ class Kube:
             if not taints_tolerated((d.get("spec") or {}).get("taints") or [], tolerations)
         }
         usable = [n for n in nodes if n.name not in tainted]
-        return ClusterView(usable, own, {n.metadata.name: n for n in node_list})
+        return ClusterView(usable, own, {n.metadata.name: node_is_ready(n) for n in node_list})
 
     # ------------------------------------------------------------------ writing
     def apply_pod_diff(self, namespace: str, diff: PodDiff) -> tuple[int, int]:

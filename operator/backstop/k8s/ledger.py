@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -133,10 +133,24 @@ def pod_owner(pod: Mapping[str, Any]) -> str | None:
 
 @dataclass(frozen=True)
 class _Entry:
+    """All the ledger keeps of a pod (or a hold): about 200 bytes, whatever the pod."""
+
     node: str
     requests: Resources
     owner: str | None
     at: float = 0.0
+
+
+def _entry(pod: Mapping[str, Any]) -> tuple[PodKey, _Entry | None]:
+    """A pod's key and what it holds (``None``: nothing, e.g. finished or not placed)."""
+    meta = pod.get("metadata") or {}
+    key = (str(meta.get("namespace")), str(meta.get("name")))
+    node = pod_place(pod)
+    return key, None if node is None else _Entry(node, pod_requests(pod), pod_owner(pod))
+
+
+def _shown(pod: _Entry | None, hold: _Entry) -> bool:
+    return pod is not None and pod.node == hold.node
 
 
 class CapacityLedger:
@@ -144,6 +158,9 @@ class CapacityLedger:
 
     def __init__(self, clock: Any = time.monotonic) -> None:
         self._lock = threading.RLock()
+        """Guards the pods and holds; held for moments (an event, a sum, a reserve)."""
+        self._planning = threading.RLock()
+        """Serializes planners (:meth:`booking`) without stopping the feed or the readers."""
         self._pods: dict[PodKey, _Entry] = {}
         self._holds: dict[PodKey, _Entry] = {}
         self._clock = clock
@@ -152,16 +169,14 @@ class CapacityLedger:
     # ------------------------------------------------------------- the pod feed
     def observe(self, pod: Mapping[str, Any]) -> None:
         """A pod was added or changed (from the watch)."""
-        meta = pod.get("metadata") or {}
-        key = (str(meta.get("namespace")), str(meta.get("name")))
-        node = pod_place(pod)
+        key, entry = _entry(pod)
         with self._lock:
-            if node is None:
+            if entry is None:
                 self._pods.pop(key, None)
                 return
-            self._pods[key] = _Entry(node, pod_requests(pod), pod_owner(pod))
+            self._pods[key] = entry
             hold = self._holds.get(key)
-            if hold is not None and hold.node == node:
+            if hold is not None and hold.node == entry.node:
                 del self._holds[key]  # the pod itself counts from now on
 
     def forget(self, key: PodKey) -> None:
@@ -171,11 +186,32 @@ class CapacityLedger:
 
     def replace_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
         """A complete listing (start, or after the watch lost its place)."""
-        with self._lock:
-            self._pods.clear()
+        with self.relisting() as observe:
             for pod in pods:
-                self.observe(pod)
+                observe(pod)
+
+    @contextmanager
+    def relisting(self) -> Iterator[Callable[[Mapping[str, Any]], None]]:
+        """A complete listing read page by page: ``observe`` each pod; on exit the
+        ledger's pods are replaced at once (readers see the old set until then)."""
+        fresh: dict[PodKey, _Entry] = {}
+
+        def observe(pod: Mapping[str, Any]) -> None:
+            key, entry = _entry(pod)
+            if entry is not None:
+                fresh[key] = entry
+
+        yield observe
+        with self._lock:
+            self._pods = fresh
+            for key in [k for k, h in self._holds.items() if _shown(fresh.get(k), h)]:
+                del self._holds[key]
             self.synced.set()
+
+    def pod_count(self) -> int:
+        """Pods that hold resources now (bound or pinned, not finished)."""
+        with self._lock:
+            return len(self._pods)
 
     # ----------------------------------------------------------------- reading
     def free(
@@ -207,10 +243,15 @@ class CapacityLedger:
     # ----------------------------------------------------------------- writing
     @contextmanager
     def booking(self, timeout: float = SYNC_TIMEOUT) -> Iterator[Booking]:
-        """Serialize planners: free capacity read inside stays theirs until they reserve."""
+        """Serialize planners: free capacity read inside stays theirs until they reserve.
+
+        Only planners wait for each other here; the pod feed, holds of recorded plans
+        and readers go on (:meth:`Booking.reserve` checks again under the data lock, so
+        a pod or hold that arrived meanwhile is never double-booked).
+        """
         if not self.synced.wait(timeout):
             raise Overcommitted("the capacity ledger has not listed the pods yet")
-        with self._lock:
+        with self._planning:
             yield Booking(self)
 
     def hold(self, owner: str, pods: Mapping[PodKey, tuple[str, Resources]]) -> None:
@@ -273,6 +314,17 @@ class Booking:
         Overcommitted
             Some node lacks CPU, memory or pod slots; the message names it.
         """
+        with self.ledger._lock:  # check and hold at once: the feed may add a pod meanwhile
+            self._reserve(owner, pods, allocatable, exclusive=exclusive)
+
+    def _reserve(
+        self,
+        owner: str,
+        pods: Mapping[PodKey, tuple[str, Resources]],
+        allocatable: Mapping[str, Resources],
+        *,
+        exclusive: bool,
+    ) -> None:
         free = self.ledger.free(allocatable, exclude=owner if exclusive else None)
         if not exclusive:  # holds being replaced (same pod, new node) give their room back
             for key in pods:
