@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client
 
 from backstop.controller import handlers, metrics
-from backstop.domain.constants import ANN_NODE
+from backstop.domain.constants import ANN_NODE, LABEL_TOPOLOGY
 from backstop.domain.incidents import node_info
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.ledger import CapacityLedger
@@ -82,27 +82,36 @@ def test_a_reconcile_lists_nothing_and_plans_on_the_ledger(
         "spec": SPEC,
         "status": {},
     }
+    # a pod of a task the spec no longer has, in the pod index only: deleted
+    stale = {
+        "metadata": {"namespace": NS, "name": "t--gone-0", "labels": {LABEL_TOPOLOGY: "t"}},
+        "spec": {"nodeName": "a", "containers": [{"name": "task"}]},
+        "status": {"phase": "Running"},
+    }
     patch = kopf.Patch()
     reconcile: Any = handlers.reconcile  # Kopf passes these by keyword
-    reconcile(
-        body=body,
-        spec=SPEC,
-        meta=body["metadata"],
-        status={},
-        name="t",
-        namespace=NS,
-        patch=patch,
-        logger=logging.getLogger("test"),
-        memo=kopf.Memo(ledger=ledger, metrics=metrics.OperatorMetrics()),
-        node_index=node_index,
-        pods_by_topology={},
-    )
+    with pytest.raises(kopf.TemporaryError, match="waiting for 1 pods to terminate"):
+        reconcile(
+            body=body,
+            spec=SPEC,
+            meta=body["metadata"],
+            status={},
+            name="t",
+            namespace=NS,
+            patch=patch,
+            logger=logging.getLogger("test"),
+            memo=kopf.Memo(ledger=ledger, metrics=metrics.OperatorMetrics()),
+            node_index=node_index,
+            pods_by_topology={(NS, "t"): [kopf.Body(stale)]},
+        )
     calls = [c[0] for c in [*kube.core.method_calls, *kube.custom.method_calls]]
     assert [c for c in calls if c.startswith("list_")] == []
     created = [c.args[1] for c in kube.core.create_namespaced_pod.call_args_list]
     assert len(created) == 4  # 2 + 2 tasks, no backups asked for on 2-CPU nodes
     placed = {p["metadata"]["annotations"][ANN_NODE] for p in created}
     assert placed <= {"a", "b"}  # never the node the other namespace's pod fills
+    deleted = [c.args[0] for c in kube.core.delete_namespaced_pod.call_args_list]
+    assert deleted == ["t--gone-0"]
     # the new pods are held on the ledger until they show up: nothing more fits there
     held = ledger.holds("team/t")
     assert len(held) == 4

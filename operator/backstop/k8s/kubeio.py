@@ -91,20 +91,16 @@ class ClusterView:
         return {n for n, ok in self.ready.items() if not ok}
 
 
-class _Raw:
-    """What :meth:`client.ApiClient.deserialize` reads: a response's JSON text."""
-
-    def __init__(self, obj: Mapping[str, Any]) -> None:
-        self.data = json.dumps(obj, default=dict)  # Kopf's bodies are Mappings, not dicts
-
-
 def pod_models(api: client.ApiClient, bodies: Iterable[Mapping[str, Any]]) -> list[Any]:
     """``V1Pod`` objects from pod dicts (a watch cache's, e.g. Kopf's pod index).
 
     The domain's pod functions read pods as the client's models; the controller's
     copies come from the index (no LIST), so they are converted here.
     """
-    return [api.deserialize(_Raw(b), "V1Pod") for b in bodies]
+    # Kopf's bodies are Mappings, not dicts: ``default=dict`` serializes them
+    return [
+        api.deserialize(json.dumps(b, default=dict), "V1Pod", "application/json") for b in bodies
+    ]
 
 
 def pod_node(pod: Any) -> str | None:
