@@ -11,7 +11,7 @@ The expected pod count and nodes come from the test's own topology and nodes.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 from unittest import mock
 
 import kopf
@@ -102,7 +102,7 @@ def test_a_reconcile_lists_nothing_and_plans_on_the_ledger(
             logger=logging.getLogger("test"),
             memo=kopf.Memo(ledger=ledger, metrics=metrics.OperatorMetrics()),
             node_index=node_index,
-            pods_by_topology={(NS, "t"): [kopf.Body(stale)]},
+            pods_by_topology={(NS, "t"): [kopf.Body(cast(kopf.RawBody, stale))]},
         )
     calls = [c[0] for c in [*kube.core.method_calls, *kube.custom.method_calls]]
     assert [c for c in calls if c.startswith("list_")] == []
