@@ -253,6 +253,11 @@ def plan_joint(
     small instances (≤ 60 tasks) go to CP-SAT minimising nodes, then backups.
     With ``exact``, CP-SAT minimises nodes and then backups directly.
 
+    It is an anytime plan: the first placement and one full drop pass always
+    run (a valid plan, fast: the drop pass is incremental, see ``_Backups``);
+    the other packings, drop orders, the local search and CP-SAT run only while
+    the (deterministic) budget lasts.
+
     Parameters
     ----------
     graph:
@@ -294,7 +299,8 @@ def plan_joint(
 
     Notes
     -----
-    One greedy drop pass is O(n) checks of the failure groups below the task;
+    One greedy drop pass is O(n) checks, each touching only the failure groups
+    that read the task and the tasks whose ``ℓ`` rises;
     the CP-SAT model has O(m · (n + E)) constraints. No seed solves this joint
     problem; it is what the operator uses by default.
 
@@ -312,7 +318,9 @@ def plan_joint(
     where = {graph.index(t): slot_of[n] for t, n in placed.assignment.items()}
     state = _state_from(prob, prob.slots, where)
     candidates = [state]
-    if algorithm == "auto":
+    # anytime: the placement found first, with one full drop pass, is the plan;
+    # other packings, drop orders, the local search and CP-SAT only while work is left
+    if algorithm == "auto" and not prob.budget.past(deadline):
         try:
             others = _heuristic_states(prob, deadline)
         except _NoRoom:

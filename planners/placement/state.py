@@ -120,6 +120,7 @@ class _State:
         self.members: list[set[int]] = [set() for _ in slots]
         self.group: dict[str, set[int]] = {}
         self.group_h: dict[str, float] = {}
+        self._hw: dict[tuple[int, str], float] = {}  # h_with since the last put/remove
 
     def copy(self) -> _State:
         self.lat.work.spend(len(self.where) + len(self.slots))  # a copy is work too
@@ -131,6 +132,7 @@ class _State:
         new.members = [set(m) for m in self.members]
         new.group = {k: set(v) for k, v in self.group.items()}
         new.group_h = dict(self.group_h)
+        new._hw = {}
         return new
 
     @property
@@ -141,14 +143,23 @@ class _State:
         return self.load[k] + self.graph.weight[i] <= self.slots[k].cpu + _EPS
 
     def h_with(self, i: int, k: int) -> float:
-        g = self.group.get(self.key[k], set())
-        return self.lat.h(g | {i})
+        """``H`` of ``k``'s failure group with ``i`` added (kept until the next change,
+        so that :meth:`put` right after a check does not compute it again)."""
+        key = self.key[k]
+        h = self._hw.get((i, key))
+        if h is None:
+            h = self.lat.h(self.group.get(key, set()) | {i})
+            self._hw[(i, key)] = h
+        return h
 
     def fits(self, i: int, k: int) -> bool:
         return self.cap_ok(i, k) and self.h_with(i, k) <= self.bound + _EPS
 
     def put(self, i: int, k: int, h: float | None = None) -> None:
         key = self.key[k]
+        if h is None:
+            h = self._hw.get((i, key))
+        self._hw.clear()
         self.load[k] += self.graph.weight[i]
         self.where[i] = k
         self.members[k].add(i)
@@ -158,6 +169,7 @@ class _State:
     def remove(self, i: int) -> None:
         k = self.where.pop(i)
         key = self.key[k]
+        self._hw.clear()
         self.load[k] -= self.graph.weight[i]
         self.members[k].discard(i)
         self.group[key].discard(i)
@@ -180,6 +192,8 @@ Strategy = Literal["nf", "ff", "bf"]
 def _pack(state: _State, groups: Sequence[Sequence[int]], strategy: Strategy) -> _State:
     """1-D packing of each group in turn (bins are never shared across groups)."""
     w = state.graph.weight
+    cpu = [s.cpu for s in state.slots]
+    load = state.load  # updated in place by put
     for group in groups:
         bins: list[int] = []
         opened: set[int] = set()
@@ -192,10 +206,11 @@ def _pack(state: _State, groups: Sequence[Sequence[int]], strategy: Strategy) ->
                 chosen = next((k for k in bins if state.fits(i, k)), None)
             else:
                 best = math.inf
-                for k in bins:
-                    if not state.cap_ok(i, k):
+                wi = w[i]
+                for k in bins:  # cap_ok inlined: this loop runs n · bins times
+                    if load[k] + wi > cpu[k] + _EPS:
                         continue
-                    resid = state.slots[k].cpu - state.load[k] - w[i]
+                    resid = cpu[k] - load[k] - wi
                     if resid < best - _EPS and state.h_with(i, k) <= state.bound + _EPS:
                         best, chosen = resid, k
             if chosen is None:

@@ -5,8 +5,10 @@ Why: the joint plan's backup-dropping pass keeps each failure group's ``ℓ`` an
 planning a 500-task topology took 5 s, recomputing every group per drop). A
 wrong shortcut there would accept a drop that breaks the bound, or refuse one
 that keeps it. So every figure here is compared with
-:func:`planners.evaluate.node_failure_latency`, which recomputes ``ℓ`` over the
-whole graph from scratch and shares no code with the incremental path.
+:func:`planners.evaluate.recovery_latencies`, which recomputes ``ℓ`` over the
+whole graph from scratch and shares no code with the incremental path. The
+evaluator's own shortcut (a failure set's pass visits only the tasks its ``H``
+reads) is compared with the same whole-graph pass.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planners import TaskGraph
-from planners.evaluate import node_failure_latency
+from planners.evaluate import _failure_h, recovery_latencies
 from planners.placement import NodePool
 from planners.placement.joint import _Backups
 from planners.placement.model import _EPS
@@ -51,7 +53,9 @@ def _groups(group: list[int]) -> list[set[int]]:
 
 def _h(graph: TaskGraph, flags: list[bool], members: set[int]) -> float:
     backups = [graph.tasks[i] for i, f in enumerate(flags) if f]
-    return node_failure_latency(graph, backups, [graph.tasks[i] for i in members])
+    failed = [graph.tasks[i] for i in members]
+    ell = recovery_latencies(graph, backups, failed)
+    return max(ell[t] for t in failed)
 
 
 @FAST
@@ -64,6 +68,21 @@ def test_latency_h_matches_the_evaluator(case: Case, data: st.DataObject) -> Non
         lat.set_flag(u, f)
     for members in _groups(group):
         assert abs(lat.h(members) - _h(graph, flags, members)) < 1e-9
+
+
+@FAST
+@given(cases(), st.data())
+def test_evaluator_restricted_pass_matches_the_whole_graph_pass(
+    case: Case, data: st.DataObject
+) -> None:
+    """``H(F)`` over only the tasks it reads equals the whole-graph pass's maximum."""
+    graph, group, _, _ = case
+    flags = data.draw(st.lists(st.booleans(), min_size=len(graph), max_size=len(graph)))
+    backups = [graph.tasks[i] for i, f in enumerate(flags) if f]
+    for members in _groups(group):
+        failed = [graph.tasks[i] for i in members]
+        ell = recovery_latencies(graph, backups, failed)
+        assert abs(_failure_h(graph, flags, members) - max(ell[t] for t in failed)) < 1e-9
 
 
 @FAST

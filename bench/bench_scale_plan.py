@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Benchmark the joint plan where the operator waits on it: 500 and 10,000 tasks (issue 15).
+
+Why: issue 15 (item 3) asks for the joint plan of a 500-task topology in < 0.5 s and
+of 10,000 tasks in < 5 s, anytime (a valid plan first, improvement within the budget),
+and the plan must not get worse. This times ``backstop.domain.planning.plan_topology``
+(what a reconcile calls: the joint plan, the minimum-migration check and the
+evaluator's checks) with the operator's budget, on the current tree and, in the same
+run, on a baseline tree (``--base DIR``, e.g. a ``git worktree`` of an older commit),
+each in its own process. Every plan, old and new, is re-checked here by the
+failure-effect evaluator of this tree (``planners.evaluate.check_plan``).
+
+Cases (CPU per task as in the manifests; nodes of ``--node-cpu`` CPU, enough of them):
+
+* **500 tasks**: bench_operator's ``src 50 → map 200 (shuffle) → agg 200 (forward)
+  → sink 50 (shuffle)``, 150m CPU, t = 0.5 s, bound 1.5 s, 12 × 8-CPU nodes;
+* **100 × 100 operators**: bench_cli's manifest (10,000 tasks, forward, every tenth
+  operator a shuffle: 99,000 edges), 100m CPU, t = 0.5 s, bound ``--bound-10k``;
+* **10 × 1,000 forward**: bench_cli's forward chain (10,000 tasks), same CPU and bound.
+
+Then the anytime curve of the current tree: the same plans with other budgets.
+
+Prints a markdown section (progress to stderr); ``--out FILE`` also writes it into
+FILE, replacing only its ``## Joint plan at scale`` section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADING = "## Joint plan at scale"
+OPERATOR_BUDGET = 3.0  # backstop.domain.constants.DEFAULT_TIME_LIMIT (nominal seconds)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def load() -> str:
+    """The 1-minute load average (the machine is shared; every figure carries it)."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+# ------------------------------------------------------------------ the child
+
+
+def child() -> None:
+    """Plan one case read from stdin with whatever ``planners``/``backstop`` is on the path."""
+    from backstop.domain.planning import plan_topology
+    from backstop.domain.spec import expand, parse_spec
+    from planners.placement import Node
+
+    req = json.load(sys.stdin)
+    model = parse_spec(req["spec"])
+    graph = expand(model)
+    nodes = [Node(name=f"n{i:03d}", cpu=float(req["node_cpu"])) for i in range(req["nodes"])]
+    runs = []
+    for _ in range(req["repeats"]):
+        t = time.perf_counter()
+        plan = plan_topology(model, graph, nodes, time_limit=req["budget"])
+        runs.append(time.perf_counter() - t)
+    json.dump(
+        {
+            "secs": runs,
+            "assignment": plan.placement.assignment,
+            "backups": sorted(plan.backups),
+        },
+        sys.stdout,
+    )
+
+
+# ------------------------------------------------------------------ the parent
+
+
+def cases(bound_10k: float) -> list[tuple[str, dict[str, Any], int]]:
+    """(name, StreamTopology spec, nodes) for each case."""
+    from bench.bench_cli import forward_chain, many_operators
+    from bench.opharness import chain_topology
+
+    big = chain_topology("big", "bench", (50, 200, 200, 50), cpu="150m", bound=1.5)["spec"]
+    many = many_operators()["spec"]
+    chain = forward_chain()["spec"]
+    for spec in (many, chain):
+        spec["recoveryLatencyBound"] = bound_10k
+    return [
+        ("500 tasks", big, 12),
+        ("100 × 100 operators", many, 160),
+        ("10 × 1,000 forward", chain, 160),
+    ]
+
+
+def run_tree(
+    tree: Path, spec: dict[str, Any], nodes: int, node_cpu: float, budget: float, repeats: int
+) -> dict[str, Any]:
+    """Plan in a fresh process whose ``planners`` and ``backstop`` come from ``tree``."""
+    env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{tree / 'operator'}"}
+    req = {"spec": spec, "nodes": nodes, "node_cpu": node_cpu, "budget": budget, "repeats": repeats}
+    before = load()
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--child"],
+        input=json.dumps(req),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"planning with {tree} failed: {proc.stderr.strip()[-2000:]}")
+    out: dict[str, Any] = json.loads(proc.stdout)
+    out["load"] = f"{before}–{load()}"
+    return out
+
+
+def judge(spec: dict[str, Any], nodes: int, node_cpu: float, out: dict[str, Any]) -> dict[str, Any]:
+    """Check a plan with this tree's failure-effect evaluator; its size and worst ``H``."""
+    from backstop.domain.spec import expand, parse_spec
+    from planners.evaluate import check_plan, worst_node_failure
+
+    model = parse_spec(spec)
+    graph = expand(model)
+    bound = model.planning_bound
+    capacity = {f"n{i:03d}": node_cpu for i in range(nodes)}
+    bad = check_plan(
+        graph,
+        bound=bound,
+        backups=out["backups"],
+        assignment=out["assignment"],
+        capacity=capacity,
+    )
+    worst, _ = worst_node_failure(graph, out["backups"], out["assignment"])
+    return {
+        "tasks": len(graph),
+        "edges": len(graph.edges),
+        "bound": bound,
+        "secs": statistics.median(out["secs"]),
+        "nodes": len(set(out["assignment"].values())),
+        "backups": len(out["backups"]),
+        "worst": worst,
+        "valid": "yes" if not bad else f"NO: {bad[0].message}",
+        "plan": hashlib.sha256(
+            json.dumps([sorted(out["assignment"].items()), out["backups"]]).encode()
+        ).hexdigest()[:8],
+        "load": out["load"],
+    }
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _ratio(new: float, old: float) -> str:
+    return f"{new / old:.2f}" if old else "—"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--base", type=Path, help="A baseline tree to compare with.")
+    parser.add_argument("--base-label", default="base", help="What the baseline is (a commit).")
+    parser.add_argument("--node-cpu", type=float, default=8.0)
+    parser.add_argument("--bound-10k", type=float, default=3.0, help="Bound of the 10k cases (s).")
+    parser.add_argument("--repeats", type=int, default=3, help="Runs per plan (median).")
+    parser.add_argument(
+        "--budgets", default="0.1,0.3,10", help="Extra budgets (nominal s) for the anytime table."
+    )
+    parser.add_argument("--only", help="Run only the cases whose name contains this.")
+    parser.add_argument("--out", type=Path, help="Also write the section into this file.")
+    args = parser.parse_args(argv)
+    if args.child:
+        child()
+        return 0
+    sys.path.insert(0, str(ROOT))
+    from bench.bench_cli import machine
+    from bench.docsection import write_section
+
+    trees = [("new", ROOT)] + ([("old", args.base.resolve())] if args.base else [])
+    rows: list[list[str]] = []
+    anytime: list[list[str]] = []
+    for name, spec, nodes in cases(args.bound_10k):
+        if args.only and args.only not in name:
+            continue
+        res: dict[str, dict[str, Any]] = {}
+        for label, tree in trees:
+            repeats = args.repeats if label == "new" else 1
+            log(f"{name}: {label} ({tree}), budget {OPERATOR_BUDGET:g}, load {load()}")
+            res[label] = judge(
+                spec,
+                nodes,
+                args.node_cpu,
+                run_tree(tree, spec, nodes, args.node_cpu, OPERATOR_BUDGET, repeats),
+            )
+            r = res[label]
+            log(
+                f"    {r['secs']:.2f}s nodes {r['nodes']} backups {r['backups']} "
+                f"worst {r['worst']:g}/{r['bound']:g} valid {r['valid']}"
+            )
+            rows.append(
+                [
+                    name,
+                    f"{r['tasks']} / {r['edges']}",
+                    label,
+                    f"{r['secs']:.2f}",
+                    str(r["nodes"]),
+                    str(r["backups"]),
+                    f"{r['worst']:g} / {r['bound']:g}",
+                    r["valid"],
+                    r["load"],
+                ]
+            )
+        if "old" in res:
+            new, old = res["new"], res["old"]
+            rows.append(
+                [
+                    name,
+                    "",
+                    "new / old",
+                    _ratio(new["secs"], old["secs"]),
+                    _ratio(new["nodes"], old["nodes"]),
+                    _ratio(new["backups"], old["backups"]),
+                    "",
+                    "same plan" if new["plan"] == old["plan"] else "other plan",
+                    "",
+                ]
+            )
+        for budget in [float(b) for b in args.budgets.split(",") if b]:
+            log(f"{name}: new, budget {budget:g}, load {load()}")
+            r = judge(
+                spec, nodes, args.node_cpu, run_tree(ROOT, spec, nodes, args.node_cpu, budget, 1)
+            )
+            anytime.append(
+                [
+                    name,
+                    f"{budget:g}",
+                    f"{r['secs']:.2f}",
+                    str(r["nodes"]),
+                    str(r["backups"]),
+                    f"{r['worst']:g} / {r['bound']:g}",
+                    r["valid"],
+                    r["load"],
+                ]
+            )
+    base = f" against `{args.base_label}`" if args.base else ""
+    text = "\n".join(
+        [
+            HEADING,
+            "",
+            f"Generated by `python bench/bench_scale_plan.py{' --base DIR' if args.base else ''}"
+            f" --out docs/benchmarks.md`{base} on {machine()}. `s` is the wall time of "
+            "`plan_topology` (the joint plan, the migration check and the evaluator's checks: what "
+            "a reconcile waits on) with the operator's budget of 3 nominal seconds, median of "
+            f"{args.repeats} runs for `new` (1 for `old`), each tree in its own process; `load` "
+            "is the 1-minute load average before–after (the machine is shared). Every plan is "
+            "re-checked here by the failure-effect evaluator (`valid`); `worst` is the worst "
+            "single-node failure's H against the bound.",
+            "",
+            _table(
+                [
+                    "case",
+                    "tasks / edges",
+                    "code",
+                    "s",
+                    "nodes",
+                    "backups",
+                    "worst / bound",
+                    "valid",
+                    "load",
+                ],
+                rows,
+            ),
+            "",
+            "### Anytime: the current code with other budgets (nominal seconds)",
+            "",
+            _table(
+                ["case", "budget", "s", "nodes", "backups", "worst / bound", "valid", "load"],
+                anytime,
+            ),
+            "",
+        ]
+    )
+    print(text)
+    if args.out:
+        write_section(args.out, HEADING, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
