@@ -4,12 +4,14 @@ The store's own epochs (``tasks/<task>/epochs/<n>``) fence copies that share the
 The operator fences too, for copies that may not: when it recreates a task off a lost
 node while the old copy may still run (a partition), it gives the new pod a higher
 ``BACKSTOP_EPOCH`` and publishes it in the session ConfigMap (``session.json``,
-``"epochs": {task: n}``) before the new pod exists. A copy whose own epoch is older than
-the one published for its task stops writing: :meth:`backstop_runtime.store.Store.check_fence`
-raises :class:`~backstop_runtime.config.Fenced` (before every checkpoint, sink write and
-address publication, and every 200 ms), and the task exits with code 3. The kubelet
-refreshes a mounted ConfigMap within about a minute of the change, or as soon as a
-partitioned node reaches the API server again.
+``"epochTasks": {"<n>": <task list>}``, :mod:`backstop_runtime.tasksets`; an older
+operator wrote ``"epochs": {task: n}``) before the new pod exists. A copy whose own
+epoch is older than the one published for its task stops writing:
+:meth:`backstop_runtime.store.Store.check_fence` raises
+:class:`~backstop_runtime.config.Fenced` (before every checkpoint, sink write and address
+publication, and every 200 ms), and the task exits with code 3. The kubelet refreshes a
+mounted ConfigMap within about a minute of the change, or as soon as a partitioned node
+reaches the API server again.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+
+from backstop_runtime import tasksets
 
 
 def published_epoch(doc: object, task: str) -> int:
@@ -26,8 +30,20 @@ def published_epoch(doc: object, task: str) -> int:
     (2, 0)
     >>> published_epoch({"epochs": {"sink-0": "x"}}, "sink-0")
     0
+    >>> published_epoch({"epochTasks": {"1": "sink:0-3", "2": "sink:1"}}, "sink-1")
+    2
     """
-    epochs = doc.get("epochs") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        return 0
+    by_value = doc.get("epochTasks")
+    if isinstance(by_value, dict):
+        found = [
+            int(n)
+            for n, text in by_value.items()
+            if str(n).isdigit() and isinstance(text, str) and tasksets.contains(text, task)
+        ]
+        return max(found, default=0)
+    epochs = doc.get("epochs")
     value = epochs.get(task) if isinstance(epochs, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 

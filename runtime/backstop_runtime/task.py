@@ -58,7 +58,7 @@ class Task:
         self.round = 0
         self.stepped = 0  # the last round the state holds
         self.eos = False
-        self.session = sessions.read(cfg.recovery_dir)
+        self.session = sessions.read(cfg.recovery_dir, cfg.task)
         self.adaptive = self.session.adaptive
         self.behind_since = time.time()  # the last time the input had no backlog (a source)
         self.replayed_from: set[str] = set()  # where replays to this copy came from
@@ -524,7 +524,7 @@ class Task:
     async def _session_watch(self) -> None:
         """Follow the operator's recovery session: adaptive buffering while it asks."""
         while self.cfg.recovery_dir is not None:
-            self.session = sessions.read(self.cfg.recovery_dir)
+            self.session = sessions.read(self.cfg.recovery_dir, self.cfg.task)
             if self.session.adaptive != self.adaptive:
                 on = self.session.adaptive
                 log.info("%s: adaptive buffering %s", self.cfg.task, "on" if on else "off")

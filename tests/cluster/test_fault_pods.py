@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import expand, parse_spec
 from backstop.sim.nodesim import PRESSURE_TAINT, Simulator
+from backstop_runtime.fencing import published_epoch
 from planners.evaluate import worst_node_failure
 from tests.support.kubetools import ROOT, Env, topology_env, wait_for
 
@@ -283,6 +284,7 @@ def test_fault03_tasks_recreated_off_a_lost_node_carry_a_newer_epoch(env: Env) -
             assert epoch == ("1" if task in lost else None), task
             assert pod.metadata.annotations[f"{GROUP}/epoch"] == ("1" if task in lost else "0")
         cm = env.core.read_namespaced_config_map(f"{name}-recovery", env.namespace)
-        assert json.loads(cm.data["session.json"])["epochs"] == {t: 1 for t in sorted(lost)}
+        doc = json.loads(cm.data["session.json"])
+        assert {t: published_epoch(doc, t) for t in sorted(lost)} == {t: 1 for t in sorted(lost)}
     finally:
         env.simulator.revive(victim)

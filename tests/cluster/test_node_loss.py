@@ -9,6 +9,7 @@ real node-lifecycle controller turns them NotReady.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -230,7 +231,7 @@ def test_single_node_loss_recovers_onto_spare_capacity(env: Env, pool: Pool) -> 
     }
     assert {"NodeLost", "RecoveryPlanIssued", "TaskRecovered", "Recovered"} <= reasons
     cm = env.core.read_namespaced_config_map(f"{name}-recovery", env.namespace)
-    assert '"phase": "Completed"' in cm.data["session.json"]
+    assert json.loads(cm.data["session.json"])["phase"] == "Completed"
     _check_recovery_metrics(env, name, obj, steps=rec["step"])
 
 

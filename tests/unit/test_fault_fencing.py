@@ -11,7 +11,9 @@ import pytest
 
 from backstop.domain.fencing import bump_epochs, fenced_tasks
 from backstop.domain.spec import expand, parse_spec
-from backstop.k8s.manifests import Owner, build_session_configmap, desired_pods, pod_name
+from backstop.k8s.manifests import Owner, desired_pods, pod_name
+from backstop.k8s.sessionmap import build_session_configmap
+from backstop_runtime.fencing import published_epoch
 from tests.support.runtime_data import wordcount_spec, write_input
 from tests.support.runtime_harness import LocalTopology
 
@@ -71,7 +73,9 @@ def test_fault03_a_task_recreated_off_a_lost_node_gets_a_newer_epoch() -> None:
     # the node came back before the move (not lost): no new epoch needed
     assert fenced_tasks([old_pod], after, lost_nodes=set()) == set()
     cm = build_session_configmap(OWNER, graph, [], {"active": True, "step": 1}, epochs=epochs)
-    assert json.loads(cm["data"]["session.json"])["epochs"] == {"sink-0": 1}
+    doc = json.loads(cm["data"]["session.json"])
+    assert doc["epochTasks"] == {"1": "sink:0"}  # task lists as runs (docs/scale.md)
+    assert published_epoch(doc, "sink-0") == 1 and published_epoch(doc, "src-0") == 0
 
 
 @pytest.mark.timeout(120)

@@ -10,7 +10,8 @@ from typing import Any
 from backstop.controller import faults
 from backstop.domain.fencing import bump_epochs
 from backstop.k8s.kubeio import Kube
-from backstop.k8s.manifests import Owner, build_session_configmap
+from backstop.k8s.manifests import Owner
+from backstop.k8s.sessionmap import build_session_configmap
 from planners import TaskGraph
 
 

@@ -50,7 +50,8 @@ from backstop.domain.podfaults import drain_held
 from backstop.domain.status_types import PlanStatus, with_changes
 from backstop.k8s.kubeio import pod_models
 from backstop.k8s.ledger import manifest_holds
-from backstop.k8s.manifests import build_recoveryplan, build_session_configmap
+from backstop.k8s.manifests import build_recoveryplan
+from backstop.k8s.sessionmap import build_session_configmap
 from planners.recovery import failed_queries
 
 Pods = Callable[[], list[Mapping[str, Any]]]

@@ -25,6 +25,14 @@ POD_NAME_SEPARATOR = "--"
 #: server refuses an oversized spec before any webhook or planner sees it.
 MAX_OPERATORS = 100
 MAX_INPUTS = 100
+MAX_PARALLELISM = 1000
+#: Limits no CRD schema can state (sums over operators), checked by the spec's model, so
+#: by the admission webhook and by the reconcile alike, before the task graph is built:
+#: the ceiling up to which the status, the RecoveryPlans and the session ConfigMap are
+#: tested to stay under their size limits (docs/scale.md). A shuffle of p x q tasks has
+#: p*q task-to-task edges: 300 x 300 fits, 1000 x 1000 does not.
+MAX_TASKS = 10_000
+MAX_TASK_EDGES = 100_000
 IMAGE_MAX = 1024
 #: A label key: an optional DNS-1123 subdomain prefix (253) + ``/`` + a name (63).
 LABEL_KEY_MAX = 317

@@ -34,12 +34,14 @@ from backstop.domain.constants import (
     LABEL_KEY_MAX,
     MAX_INPUTS,
     MAX_OPERATORS,
+    MAX_PARALLELISM,
     OPERATOR_NAME,
     OPERATOR_NAME_MAX,
     SECONDS_MAX,
     TOPOLOGY_NAME_MAX,
 )
 from backstop.domain.lifecycle_spec import LifecycleFields
+from backstop.domain.limits import check_size_limits
 from backstop.domain.names import (
     check_topology_name,
     format_validation_error,
@@ -155,7 +157,7 @@ class OperatorSpec(_Model):
         description="A DNS-1123 label without `--` (the separator of pod names "
         "`<topology>--<operator>-<index>`).",
     )
-    parallelism: int = Field(1, ge=1, le=1000, description="Number of tasks.")
+    parallelism: int = Field(1, ge=1, le=MAX_PARALLELISM, description="Number of tasks.")
     image: str | None = Field(
         None, min_length=1, max_length=IMAGE_MAX, description="Task image; default spec.image."
     )
@@ -338,6 +340,7 @@ class StreamTopologySpec(_Model, LifecycleFields):
         one_of("placement algorithm", PLACEMENT_ALGORITHMS)
     )
     _templates = model_validator(mode="after")(check_templates)  # merged: mounts, limits
+    _size = model_validator(mode="after")(check_size_limits)  # tasks, edges: before expand()
 
     @field_validator("operators")
     @classmethod

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,6 @@ from backstop.domain.constants import (
     STORE_MOUNT,
     VERSION,
 )
-from backstop.domain.incidents import replay_sources
 from backstop.domain.podmerge import build_pod_spec, merge_templates
 from backstop.domain.spec import OperatorSpec, StreamTopologySpec
 from planners import TaskGraph
@@ -436,53 +435,6 @@ def build_recoveryplan(
             "recoveredPriority": step["recoveredPriority"],
             "failedPriority": step["failedPriority"],
         },
-    }
-
-
-def build_session_configmap(
-    owner: Owner,
-    graph: TaskGraph,
-    backups: Collection[str],
-    recovery: Mapping[str, Any],
-    epochs: Mapping[str, int] | None = None,
-) -> dict[str, Any]:
-    """The ConfigMap every task pod mounts: the contract with the stream runtime.
-
-    ``session.json`` holds the recovery step, the checkpoint to restore from,
-    whether adaptive buffering and order-preserving processing are on (from the
-    first plan until the session completes), and, for each recovered task, the
-    upstream tasks that replay to it. See the README's "Runtime contract".
-    """
-    active = bool(recovery.get("active"))
-    session_failed = set(recovery.get("sessionFailed") or [])
-    recovered = [t for t in recovery.get("recovered") or [] if t in graph._index]
-    doc = {
-        "session": recovery.get("session"),
-        "phase": "Recovering" if active else "Completed",
-        "step": recovery.get("step", 0),
-        "lostNodes": sorted(recovery.get("lost") or {}),
-        "checkpoint": {
-            "restore": "latest-before",
-            "before": recovery.get("startedAt"),
-        },
-        "adaptiveBuffering": active and recovery.get("step", 0) > 0,
-        "orderPreserving": active and recovery.get("step", 0) > 0,
-        "replay": {t: replay_sources(graph, backups, session_failed, t) for t in sorted(recovered)},
-        "pending": sorted(recovery.get("failed") or []),
-        # the current fencing epoch of every task recreated while an old copy may run:
-        # a copy with an older BACKSTOP_EPOCH stops writing (backstop.domain.fencing)
-        "epochs": {t: int(n) for t, n in sorted((epochs or {}).items())},
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": owner.name + SESSION_CONFIGMAP_SUFFIX,
-            "namespace": owner.namespace,
-            "labels": {f"{GROUP}/topology": owner.name},
-            "ownerReferences": [owner.reference()],
-        },
-        "data": {"session.json": json.dumps(doc, indent=2, sort_keys=True)},
     }
 
 
