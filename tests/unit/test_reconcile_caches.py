@@ -115,3 +115,25 @@ def test_a_reconcile_lists_nothing_and_plans_on_the_ledger(
     # the new pods are held on the ledger until they show up: nothing more fits there
     held = ledger.holds("team/t")
     assert len(held) == 4
+
+
+def test_the_pod_index_keeps_pods_without_managed_fields() -> None:
+    """At 10k task pods the index held every pod whole; the server's field-ownership
+    records (``managedFields``, read by nothing in the operator) are left out."""
+    pod = {
+        "metadata": {
+            "namespace": NS,
+            "name": "t--src-0",
+            "labels": {LABEL_TOPOLOGY: "t"},
+            "managedFields": [{"manager": "kube-scheduler", "fieldsV1": {"f:status": {}}}],
+        },
+        "spec": {"nodeName": "a"},
+        "status": {"phase": "Running"},
+    }
+    index: Any = handlers.pods_by_topology
+    got = index(namespace=NS, labels=pod["metadata"]["labels"], body=kopf.Body(cast(Any, pod)))
+    kept = got[(NS, "t")]
+    assert "managedFields" not in kept["metadata"]
+    assert kept["metadata"]["labels"] == {LABEL_TOPOLOGY: "t"}
+    assert kept["spec"] == {"nodeName": "a"} and kept["status"] == {"phase": "Running"}
+    assert "managedFields" in pod["metadata"]  # Kopf's own copy is not changed

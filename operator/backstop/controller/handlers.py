@@ -42,7 +42,7 @@ from backstop.domain.status_types import (
     status_patch,
     with_changes,
 )
-from backstop.k8s.kubeio import ClusterView, Kube, pod_models
+from backstop.k8s.kubeio import ClusterView, Kube, pod_models, slim_pod
 from backstop.k8s.ledger import CapacityLedger, Overcommitted, manifest_holds
 from backstop.k8s.manifests import Owner, build_pdb, desired_pods, template_samples
 from backstop.k8s.podfeed import PodFeed
@@ -388,8 +388,12 @@ def _record(
 def pods_by_topology(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
 ) -> dict[tuple[str | None, str], Any]:
-    """In-memory index of task pods per topology, so readiness needs no API calls."""
-    return {(namespace, labels[LABEL_TOPOLOGY]): body}
+    """In-memory index of task pods per topology, so readiness needs no API calls.
+
+    The pod is kept without ``metadata.managedFields`` (the server's field ownership,
+    read by nothing here and a large part of each pod at 10k pods).
+    """
+    return {(namespace, labels[LABEL_TOPOLOGY]): slim_pod(body)}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)

@@ -91,6 +91,18 @@ class ClusterView:
         return {n for n, ok in self.ready.items() if not ok}
 
 
+def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A pod without ``metadata.managedFields`` (for a cache that keeps many pods).
+
+    Examples
+    --------
+    >>> slim_pod({"metadata": {"name": "p", "managedFields": [{}]}, "spec": {}})
+    {'metadata': {'name': 'p'}, 'spec': {}}
+    """
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    return {**body, "metadata": meta}
+
+
 def pod_models(api: client.ApiClient, bodies: Iterable[Mapping[str, Any]]) -> list[Any]:
     """``V1Pod`` objects from pod dicts (a watch cache's, e.g. Kopf's pod index).
 
