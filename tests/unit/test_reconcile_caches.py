@@ -120,7 +120,7 @@ def test_a_reconcile_lists_nothing_and_plans_on_the_ledger(
 def test_the_pod_index_keeps_pods_without_managed_fields() -> None:
     """At 10k task pods the index held every pod whole; the server's field-ownership
     records (``managedFields``, read by nothing in the operator) are left out."""
-    pod = {
+    pod: dict[str, Any] = {
         "metadata": {
             "namespace": NS,
             "name": "t--src-0",
