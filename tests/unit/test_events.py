@@ -6,6 +6,7 @@ loop: about one a second), and ``post_event`` posted every call.
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 import kopf
@@ -67,3 +68,38 @@ def test_fault10_no_handler_asks_kopf_for_a_finalizer() -> None:
     assert handlers_, "the operator's handlers are registered"
     asking = [h.id for h in handlers_ if getattr(h, "requires_finalizer", False)]
     assert asking == []
+
+
+def test_an_unknown_reason_is_posted_not_raised(monkeypatch: Any, caplog: Any) -> None:
+    """ops-polish item 4: a reason missing from the set (Suspending, Suspended, Resumed,
+    RolloutStep and RolloutComplete were, between d405fba and aa96b85) raised ValueError in
+    the supervise daemon, which Kopf retried only after 60 s. Now mypy refuses it at the call
+    site, and at run time it is logged and posted, never raised."""
+    posted: list[tuple[str, str]] = []
+
+    def record(_body: Any, *, reason: str, message: str) -> None:
+        posted.append((reason, message))
+
+    monkeypatch.setattr(kopf, "info", record)
+    body: Any = {"metadata": {"uid": "u-events-3", "name": "t", "namespace": "ns"}}
+    reason: Any = "NotAReason"  # what mypy refuses at a typed call site
+    context.post_event(body, reason, "something happened")
+    assert posted == [("NotAReason", "something happened")]
+    assert "NotAReason" in caplog.text
+
+
+def test_every_event_path_takes_the_reason_type() -> None:
+    """The reason is ``EventReason`` (a Literal) wherever an Event is asked for, so that
+    ``make typecheck`` catches a reason outside the set before it runs."""
+    from backstop.controller import tick
+    from backstop.domain import recovery
+    from backstop.domain.constants import EVENT_REASONS, EventReason
+
+    hints = {
+        "post_event": typing.get_type_hints(context.post_event)["reason"],
+        "Notice": typing.get_type_hints(recovery.Notice)["reason"],
+        "Tick.emit": typing.get_args(typing.get_type_hints(tick.Tick)["emit"])[0][0],
+    }
+    assert hints == dict.fromkeys(hints, EventReason)
+    assert set(typing.get_args(EventReason)) == EVENT_REASONS
+    assert {"Suspending", "RolloutStep", "TaskLost", "Recovered"} <= EVENT_REASONS

@@ -22,7 +22,7 @@ from backstop.controller import settings as config
 from backstop.controller.context import gone, kube, node_snapshot, post_event
 from backstop.controller.supervisor import supervise_once
 from backstop.controller.tick import Tick
-from backstop.domain.constants import GROUP, PLURAL, VERSION
+from backstop.domain.constants import GROUP, PLURAL, VERSION, EventReason
 from backstop.domain.incidents import for_topology
 from backstop.domain.recovery import last_good_generation
 from backstop.domain.spec import StreamTopologySpec, expand
@@ -200,7 +200,7 @@ def _tick(
         return None
     model, graph, followed, fallback = target
 
-    def emit(reason: str, message: str, warning: bool) -> None:
+    def emit(reason: EventReason, message: str, warning: bool) -> None:
         post_event(body, reason, message, warning=warning)
 
     return Tick(

@@ -26,7 +26,14 @@ from backstop.controller.context import kube, node_snapshot, post_event
 from backstop.controller.fencing import publish_epochs
 from backstop.controller.lifecycle import pending_of, rollout_with_plan
 from backstop.domain.admission import unknown_fields
-from backstop.domain.constants import ANN_APPLIED, GROUP, LABEL_TOPOLOGY, PLURAL, VERSION
+from backstop.domain.constants import (
+    ANN_APPLIED,
+    GROUP,
+    LABEL_TOPOLOGY,
+    PLURAL,
+    VERSION,
+    EventReason,
+)
 from backstop.domain.fencing import fenced_tasks
 from backstop.domain.incidents import NodeInfo, for_topology, node_info
 from backstop.domain.lifecycle import hold_pending
@@ -78,7 +85,7 @@ def stop_feed(memo: kopf.Memo, **_: Any) -> None:
         memo.pod_feed.stop()
 
 
-def _problem(body: kopf.Body, generation: int, reason: str, message: str) -> Problem:
+def _problem(body: kopf.Body, generation: int, reason: EventReason, message: str) -> Problem:
     post_event(body, reason, message, warning=True)
     return Problem(reason=reason, message=message, generation=generation)
 

@@ -35,6 +35,7 @@ from typing import Any
 from backstop.controller import faults
 from backstop.controller.capacity import plan_nodes, topology_view
 from backstop.controller.tick import Tick, planned_pods, pods_match, reserve_tasks, write_status
+from backstop.domain.constants import EventReason
 from backstop.domain.incidents import epoch_rfc3339
 from backstop.domain.recovery import plan_with_worst
 from backstop.domain.spec import ApplyMode
@@ -412,6 +413,8 @@ def _finish(t: Tick, plan: PlanStatus, rst: RestoreStatus, now: float) -> bool:
     )
     if not _write(t, plan, done):
         return False
-    reason = ("Consolidated" if consolidated else "BoundRestored") if ok else "BoundViolated"
+    reason: EventReason = (
+        ("Consolidated" if consolidated else "BoundRestored") if ok else "BoundViolated"
+    )
     t.emit(reason, message, not ok)
     return True

@@ -21,7 +21,7 @@ from backstop.controller.capacity import reserve
 from backstop.controller.memo import TopologyMemo
 from backstop.controller.metrics import OperatorMetrics
 from backstop.domain.conditions import merge_conditions
-from backstop.domain.constants import ANN_HASH, LABEL_TASK
+from backstop.domain.constants import ANN_HASH, LABEL_TASK, EventReason
 from backstop.domain.incidents import NodeInfo
 from backstop.domain.podfaults import is_terminal
 from backstop.domain.spec import StreamTopologySpec
@@ -40,7 +40,7 @@ from backstop.k8s.ledger import Booking, CapacityLedger
 from backstop.k8s.manifests import Owner, desired_pods
 from planners import TaskGraph
 
-Emit = Callable[[str, str, bool], None]
+Emit = Callable[[EventReason, str, bool], None]
 """``emit(reason, message, warning)`` posts an Event on the topology."""
 
 

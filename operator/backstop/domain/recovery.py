@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from backstop.domain.constants import EventReason
 from backstop.domain.incidents import NodeInfo, detect_lost, epoch_rfc3339, session_mode
 from backstop.domain.planning import per_node_worst
 from backstop.domain.spec import StreamTopologySpec
@@ -52,7 +53,7 @@ controller answers it from the capacity ledger; asked only when a step is planne
 class Notice:
     """An Event to post on the topology once the status is written."""
 
-    reason: str
+    reason: EventReason
     message: str
     warning: bool = False
 
