@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
 from backstop.domain.conditions import merge_patch
 from backstop.domain.constants import ANN_HASH
 from backstop.domain.incidents import NodeInfo, detect_lost, replay_sources, session_mode
@@ -158,4 +156,3 @@ def test_replay_sources_follow_the_failure_effect_model() -> None:
     # a keeps a backup but failed too: the search goes past it to the source log
     assert replay_sources(g, backups=["a"], failed=["a", "b", "c"], task="c") == ["log:s"]
     assert replay_sources(g, backups=["b"], failed=["c"], task="c") == ["b"]
-
