@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
+from urllib.parse import urlparse
 
 import typer
 
@@ -190,6 +192,11 @@ def operator(
             raise typer.Exit(2)
     if metrics_port is not None:
         os.environ["BACKSTOP_METRICS_PORT"] = str(metrics_port)
+    listens = _listens(liveness, webhook_addr if webhook_port else None, webhook_port)
+    problem = listen_problem(listens) if listens is not None else "--liveness must be a URL"
+    if problem is not None:
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2)
     import kopf
 
     import backstop.controller.handlers  # noqa: F401  (registers the handlers)
@@ -231,6 +238,11 @@ def operator(
             liveness_endpoint=liveness or None,
         )
 
+    try:  # a missing kubeconfig is one line and exit 2, not a Kopf that retries forever
+        api = api_client()
+    except ClusterUnavailable as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     if not leader_elect:
         run()
         return
@@ -245,11 +257,6 @@ def operator(
     if problem is not None:
         typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(2)
-    try:
-        api = api_client()
-    except ClusterUnavailable as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
     standby = None
     if webhook is not None:
         standby = admission.serve_while_standby(
@@ -259,6 +266,60 @@ def operator(
             scanning=cluster_scanning,
         )
     run_elected(api, election, run, health=liveness or None, standby=standby)
+
+
+Listen = tuple[str, str, int]
+"""``(flag, host, port)``: a port the operator listens on and the flag that chose it."""
+
+
+def _listens(liveness: str, webhook_addr: str | None, webhook_port: int) -> list[Listen] | None:
+    """The ports this process will listen on (``None``: ``--liveness`` is no URL)."""
+    out: list[Listen] = []
+    metrics = os.environ.get("BACKSTOP_METRICS_PORT", "")
+    if metrics.isdigit():
+        out.append(("--metrics-port", "0.0.0.0", int(metrics)))
+    if webhook_addr is not None:
+        out.append(("--webhook-port", webhook_addr, webhook_port))
+    if liveness:
+        url = urlparse(liveness)
+        try:
+            port = url.port or 80
+        except ValueError:
+            return None
+        if url.scheme not in ("http", "https") or not url.hostname:
+            return None
+        out.append(("--liveness", url.hostname, port))
+    return out
+
+
+def listen_problem(listens: list[Listen]) -> str | None:
+    """Why the operator could not listen on one of ``listens``, in one line, or ``None``.
+
+    Checked before anything starts: otherwise Kopf's webhook or liveness server fails to
+    bind inside its event loop and prints a traceback (and, in a standby, in a thread
+    while the process waits on). Two flags may not name one port; each port is bound once
+    (with ``SO_REUSEADDR``, as the servers do) and released at once.
+
+    Examples
+    --------
+    >>> listen_problem([("--liveness", "0.0.0.0", 8080), ("--metrics-port", "0.0.0.0", 8080)])
+    '--liveness and --metrics-port both name port 8080; choose another port'
+    """
+    seen: dict[int, str] = {}
+    for flag, _, port in listens:
+        if port in seen:
+            return f"{seen[port]} and {flag} both name port {port}; choose another port"
+        seen[port] = flag
+    for flag, host, port in listens:
+        try:
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((host, port))
+        except OSError as err:
+            why = err.strerror or str(err)
+            return f"{flag}: cannot listen on {host}:{port} ({why}); choose another port"
+    return None
 
 
 def _serve_metrics() -> OperatorMetrics:
