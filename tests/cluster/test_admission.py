@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -146,12 +147,32 @@ def test_webhook_refuses_each_bad_manifest_in_one_line_naming_the_field(
     cluster: str, kube: client.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
     """Issue 16, item 4: one operator start with its webhook, then one apply per bad manifest
-    (the CRD's schema or the webhook refuses, whichever comes first: both name the field)."""
+    (the CRD's schema or the webhook refuses, whichever comes first: both name the field).
+
+    The operator runs with ``--leader-elect`` while a stranger holds the Lease, so the table
+    is answered by the standby's webhook (which failed to log in out-of-cluster before),
+    then the Lease is freed and the same port answers as the leader's."""
     install_crds(kube)
     port = free_port()
     admission = client.AdmissionregistrationV1Api(kube)
+    coord = client.CoordinationV1Api(kube)
+    now = datetime.now(UTC)
+    lease = {"holderIdentity": "a-stranger", "leaseDurationSeconds": 3600,
+             "acquireTime": now, "renewTime": now}  # fmt: skip
+    coord.create_namespaced_lease(
+        namespace, {"metadata": {"name": "backstop-operator"}, "spec": lease}
+    )
     op = start_operator(
-        cluster, namespace, tmp_path / "operator.log", ("--webhook-port", str(port))
+        cluster,
+        namespace,
+        tmp_path / "operator.log",
+        (
+            "--webhook-port",
+            str(port),
+            "--leader-elect",
+            f"--leader-elect-namespace={namespace}",
+            "--lease-duration=3600",  # the stranger's Lease never expires: standby until freed
+        ),
     )
     try:
         wait_for(lambda: _webhook_registered(admission, port), 30, "the webhook registered")
@@ -182,6 +203,11 @@ def test_webhook_refuses_each_bad_manifest_in_one_line_naming_the_field(
         )  # fmt: skip
         assert ok.returncode == 0, ok.stderr
         assert "created (server dry run)" in ok.stdout, ok.stdout
+        log = (tmp_path / "operator.log").read_text()
+        assert "leads" not in log and "authentication has failed" not in log, log[-3000:]
+        coord.delete_namespaced_lease("backstop-operator", namespace)  # the standby leads
+        wait_for(lambda: " leads (" in (tmp_path / "operator.log").read_text(), 60, "leading")
+        wait_for(refused, 30, "the leader's webhook answering")
     finally:
         stop_operator(op)
         with contextlib.suppress(client.ApiException):

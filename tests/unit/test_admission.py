@@ -289,3 +289,34 @@ def test_operator_refuses_a_webhook_service_that_is_not_namespace_slash_name() -
     )
     assert result.exit_code == 2
     assert "--webhook-service must be NAMESPACE/NAME, got 'svc'" in result.output
+
+
+def test_the_standby_webhook_logs_in_as_the_leader_does(monkeypatch: Any, tmp_path: Any) -> None:
+    """ops-polish item 1: with --leader-elect, the standby's Kopf (admission only) ran on a
+    bare ``OperatorRegistry``: no login handler, so "Initial authentication has failed" and
+    no webhook served while standing by. Its registry must log in and validate."""
+    import threading
+
+    import kopf
+
+    from backstop.controller import admission
+
+    seen: dict[str, Any] = {}
+
+    async def operator(**kwargs: Any) -> None:
+        seen.update(kwargs)
+
+    monkeypatch.setattr(kopf, "operator", operator)
+    hook = admission.Webhook(port=1, cert_dir=str(tmp_path), persistent=True)
+    serve = admission.serve_while_standby(
+        hook, namespaces=["ns"], clusterwide=False, scanning=False
+    )
+    serve(threading.Event())
+    registry = seen["registry"]
+    logins = [
+        h.fn for h in registry._activities.get_all_handlers() if h.activity == "authentication"
+    ]
+    assert logins == [kopf.login_via_client]
+    (handler,) = registry._webhooks.get_all_handlers()
+    assert handler.fn is admission.validate and handler.persistent is True
+    assert seen["settings"].admission.managed == admission.CONFIGURATION

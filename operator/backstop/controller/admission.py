@@ -155,10 +155,16 @@ def serve_while_standby(
     webhook without a server. The standby's Kopf has a registry with the validating handler
     alone (it watches nothing) and stops when ``stop`` is set, before the leader's Kopf starts
     on the same port.
+
+    A plain :class:`kopf.OperatorRegistry` has none of the login handlers Kopf's default
+    registry comes with, so the standby's Kopf logged "Initial authentication has failed" and
+    served nothing: it logs in as the leader's does (:func:`kopf.login_via_client`, the
+    kubeconfig or the pod's ServiceAccount).
     """
 
     def serve(stop: threading.Event) -> None:
         registry = kopf.OperatorRegistry()
+        kopf.on.login(registry=registry)(kopf.login_via_client)
         settings = kopf.OperatorSettings()
         settings.scanning.disabled = not scanning
         configure(settings, registry, webhook)
