@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -24,7 +25,7 @@ from backstop.controller.supervisor import supervise_once
 from backstop.controller.tick import Tick
 from backstop.domain.constants import GROUP, PLURAL, VERSION, EventReason
 from backstop.domain.incidents import for_topology
-from backstop.domain.recovery import last_good_generation
+from backstop.domain.recovery import last_good_generation, next_look
 from backstop.domain.spec import StreamTopologySpec, expand
 from backstop.domain.status_types import TopologyStatus, parse_status
 from backstop.k8s.kubeio import Kube
@@ -153,6 +154,7 @@ def _supervise(
     mem = topology_memo.of(kwargs["memo"])
     k = kube()
     while not stopped and not gone(kwargs["topologies"], namespace, name, meta["uid"]):
+        wait = 1.0
         try:
             with kwargs["memo"].metrics.timed("supervise"):
                 tick = _tick(k, mem, name, namespace, meta, spec, status, body, kwargs)
@@ -163,6 +165,7 @@ def _supervise(
                         )
                     if deleted or created:
                         logger.info("pods: %d deleted, %d created", deleted, created)
+                    wait = next_look(tick.status, tick.model, tick.nodes, time.time())
         except ApiException as err:
             if err.status == 404 and k.topology_gone(namespace, name):
                 return
@@ -176,7 +179,7 @@ def _supervise(
             )
         except PlannerError as err:
             logger.warning("recovery planning failed: %s", err)
-        stopped.wait(1.0)
+        stopped.wait(wait)
 
 
 def _tick(

@@ -201,6 +201,42 @@ def observe(
     )
 
 
+def next_look(
+    status: TopologyStatus,
+    spec: StreamTopologySpec,
+    nodes: Mapping[str, NodeInfo],
+    now: float,
+    period: float = 1.0,
+) -> float:
+    """Seconds until the supervisor's next tick: ``period``, or sooner when a node the
+    plan uses reaches the end of its grace period before then, so the loss is acted on
+    when it becomes one and not up to a period later (the first RecoveryPlan is due
+    within 1 s of detection).
+
+    Examples
+    --------
+    >>> plan = PlanStatus(assignment={"a-0": "n1", "a-1": "n2"})
+    >>> spec = StreamTopologySpec.model_validate({"image": "i", "recoveryLatencyBound": 1,
+    ...     "recovery": {"gracePeriodSeconds": 2},
+    ...     "operators": [{"name": "a", "parallelism": 2, "reprocessingLatency": 1}]})
+    >>> down = {"n1": NodeInfo("n1", False, 100.0, 4, False, False)}
+    >>> round(next_look(TopologyStatus(plan=plan), spec, down, now=101.7), 3)
+    0.3
+    >>> next_look(TopologyStatus(plan=plan), spec, down, now=102.5)  # already lost
+    1.0
+    >>> next_look(TopologyStatus(plan=plan), spec, {}, now=101.7)
+    1.0
+    """
+    assignment = status.plan.assignment if status.plan is not None else None
+    grace = spec.recovery.grace_period_seconds
+    due = [
+        info.since + grace - now
+        for n in set((assignment or {}).values())
+        if (info := nodes.get(n)) is not None and not info.ready
+    ]
+    return min([period, *(d for d in due if d > 0)])
+
+
 def decide(
     status: TopologyStatus,
     spec: StreamTopologySpec,
