@@ -362,7 +362,7 @@ class Bench:
             except OSError:
                 return False
 
-        wait_for(alive, 60, "the operator's liveness endpoint", interval=0.2)
+        wait_for(alive, 180, "the operator's liveness endpoint", interval=0.2)  # slow under load
         time.sleep(1.0)  # let its watches and indexes start
 
     def watch(

@@ -11,6 +11,7 @@ The expected pod count and nodes come from the test's own topology and nodes.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, cast
 from unittest import mock
 
@@ -137,3 +138,58 @@ def test_the_pod_index_keeps_pods_without_managed_fields() -> None:
     assert kept["metadata"]["labels"] == {LABEL_TOPOLOGY: "t"}
     assert kept["spec"] == {"nodeName": "a"} and kept["status"] == {"phase": "Running"}
     assert "managedFields" in pod["metadata"]  # Kopf's own copy is not changed
+
+
+def test_concurrent_reconciles_of_many_topologies_never_overbook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 15, item 4: reconciles of different topologies run at once (Kopf's threads)
+    against one ledger. Six topologies of 4 × 500m CPU race for 3 nodes of 2 CPU
+    (room for three): the pods created, summed per node by the test from the manifests,
+    never exceed a node, and every topology that got pods got all of them."""
+    kube = Kube(client.ApiClient())
+    kube.core = mock.MagicMock(spec=client.CoreV1Api)
+    kube.custom = mock.MagicMock(spec=client.CustomObjectsApi)
+    monkeypatch.setattr(handlers, "kube", lambda: kube)
+    monkeypatch.setattr(handlers, "post_event", lambda *a, **k: None)
+    ledger = CapacityLedger()
+    ledger.replace_pods([])
+    nodes = [node(n, "2") for n in ("a", "b", "c")]
+    node_index = {n["metadata"]["name"]: [node_info(n)] for n in nodes}
+    memo = kopf.Memo(ledger=ledger, metrics=metrics.OperatorMetrics())
+    start = threading.Barrier(6)
+    outcome: dict[str, str] = {}
+
+    def run(i: int) -> None:
+        meta = {"name": f"t{i}", "namespace": NS, "uid": f"u{i}", "generation": 1}
+        reconcile: Any = handlers.reconcile
+        start.wait()
+        try:
+            reconcile(
+                body={"metadata": meta, "spec": SPEC}, spec=SPEC, meta=meta, status={},
+                name=f"t{i}", namespace=NS, patch=kopf.Patch(), logger=logging.getLogger("t"),
+                memo=memo, node_index=node_index, pods_by_topology={},
+            )  # fmt: skip
+            outcome[f"t{i}"] = "placed"
+        except kopf.TemporaryError as err:
+            outcome[f"t{i}"] = str(err)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    created = [c.args[1] for c in kube.core.create_namespaced_pod.call_args_list]
+    per_node: dict[str, float] = {}
+    per_topology: dict[str, int] = {}
+    for p in created:
+        cpu = p["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+        assert cpu == "500m"
+        where = p["metadata"]["annotations"][ANN_NODE]
+        per_node[where] = per_node.get(where, 0.0) + 0.5
+        topo = p["metadata"]["labels"][LABEL_TOPOLOGY]
+        per_topology[topo] = per_topology.get(topo, 0) + 1
+    assert per_node and all(cpu <= 2.0 for cpu in per_node.values()), per_node
+    assert set(per_topology.values()) == {4}, per_topology
+    assert len(per_topology) == 3  # 6 CPU of room, 2 CPU per topology
+    assert sorted(per_topology) == sorted(t for t, o in outcome.items() if o == "placed")
