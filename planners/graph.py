@@ -195,7 +195,11 @@ class TaskGraph:
 
     def indices(self, tasks: Iterable[str]) -> list[int]:
         """Indices of several task ids (see :meth:`index`)."""
-        return [self.index(t) for t in tasks]
+        index = self._index
+        try:
+            return [index[t] for t in tasks]
+        except KeyError:  # name the first unknown id
+            return [self.index(t) for t in tasks]
 
     def ids(self, indices: Iterable[int]) -> list[str]:
         """Task ids of indices, in topological order."""

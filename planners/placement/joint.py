@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import heapq
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from planners.graph import TaskGraph
@@ -130,7 +129,7 @@ class _Backups:
                             lat.work.spend(len(added) + len(ell))
                             return None
                         h = max(h, cand)
-        lat.work.spend(len(added) + len(ell))
+        lat.work.spend(len(added) + len(ell))  # each a set intersection and a heap step
         return _Raise(gi, added, ell, h)
 
     def apply(self, u: int, raises: Sequence[_Raise]) -> None:
@@ -154,23 +153,22 @@ class _Backups:
                     self.apply(u, raises)
 
 
-def _drop_orders(graph: TaskGraph, single: Sequence[float]) -> list[list[int]]:
+def _drop_orders(graph: TaskGraph) -> Iterator[list[int]]:
+    """The drop orders, best first; lazily, since a large plan may have budget for one."""
     cands = [u for u in range(len(graph)) if graph.succs[u]]
+    # cheapest first: short recompute, few tasks that read it
+    yield sorted(cands, key=lambda u: (graph.latency[u], len(graph.succs[u]), u))
     down = [d.bit_count() for d in _descendants(graph)]
-    return [
-        # cheapest first: short recompute, few tasks that read it
-        sorted(cands, key=lambda u: (graph.latency[u], len(graph.succs[u]), u)),
-        sorted(cands, key=lambda u: (down[u], graph.latency[u], u)),
-        sorted(cands, key=lambda u: (-u,)),
-        sorted(cands),
-    ]
+    yield sorted(cands, key=lambda u: (down[u], graph.latency[u], u))
+    yield sorted(cands, key=lambda u: (-u,))
+    yield sorted(cands)
 
 
 def _min_backups(prob_all: _Problem, state: _State, deadline: int) -> list[bool]:
     """Fewest backups for a fixed placement: greedy drops in several orders."""
     graph = prob_all.graph
     best: list[bool] | None = None
-    for order in _drop_orders(graph, prob_all.single):
+    for order in _drop_orders(graph):
         groups = [state.group[k] for k in sorted(state.group)]
         tracker = _Backups(prob_all, groups, [True] * len(graph))
         tracker.drop_greedy(order)
@@ -186,7 +184,9 @@ def _rebase(prob: _Problem, state: _State, flags: Sequence[bool]) -> _State:
     lat = _Latency(prob.graph, flags, prob.budget)
     st = _State(prob.graph, state.slots, lat, prob.bound)
     for i, k in sorted(state.where.items()):
-        st.put(i, k)
+        st.put(i, k, h=0.0)  # each group's H once, below
+    for key, members in st.group.items():
+        st.group_h[key] = lat.h(members)
     return st
 
 
@@ -317,21 +317,21 @@ def plan_joint(
     slot_of = {s.name: k for k, s in enumerate(prob.slots)}
     where = {graph.index(t): slot_of[n] for t, n in placed.assignment.items()}
     state = _state_from(prob, prob.slots, where)
-    candidates = [state]
-    # anytime: the placement found first, with one full drop pass, is the plan;
-    # other packings, drop orders, the local search and CP-SAT only while work is left
+    # anytime: the placement found first, with one full drop pass, is a valid plan
+    # at once; other packings, drop orders, the local search and CP-SAT run only
+    # while the budget lasts, and replace it only when they do better
+    best_state, best_flags = state, _min_backups(prob, state, deadline)
     if algorithm == "auto" and not prob.budget.past(deadline):
         try:
             others = _heuristic_states(prob, deadline)
         except _NoRoom:
             others = []
-        candidates.extend([s for s in others if len(s.used) <= len(state.used)][:3])
-    best_state, best_flags = state, [bool(s) for s in graph.succs]
-    best_count = math.inf
-    for cand in candidates:
-        flags = _min_backups(prob, cand, deadline)
-        if sum(flags) < best_count:
-            best_state, best_flags, best_count = cand, flags, sum(flags)
+        for cand in [s for s in others if len(s.used) <= len(state.used)][:3]:
+            if prob.budget.past(deadline):
+                break
+            flags = _min_backups(prob, cand, deadline)
+            if sum(flags) < sum(best_flags):
+                best_state, best_flags = cand, flags
     if algorithm in ("auto", "exact"):
         if algorithm == "auto":
             local_deadline = prob.budget.mark(1 / 3)

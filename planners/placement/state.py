@@ -369,5 +369,7 @@ def _run_greedy(
 def _state_from(prob: _Problem, slots: Sequence[Node], where: Mapping[int, int]) -> _State:
     st = _State(prob.graph, slots, prob.lat, prob.bound)
     for i, j in sorted(where.items()):
-        st.put(i, j)
+        st.put(i, j, h=0.0)  # each group's H once, below, not once per task
+    for key, members in st.group.items():
+        st.group_h[key] = st.lat.h(members)
     return st
