@@ -32,7 +32,7 @@ from planners.evaluate import worst_node_failure
 
 
 def fan_spec(
-    *, mode: str = "incremental", cap: float = 0.8, bound: float = 10
+    *, mode: str = "incremental", cap: float = 0.8, bound: float = 10, restart: float = 0
 ) -> StreamTopologySpec:
     """8 tasks of 1 CPU: 2 sources -> 3 workers -> 3 queries (priorities 9, 5, 1)."""
     op = {"resources": {"cpu": "1"}, "reprocessingLatency": 0.5}
@@ -41,7 +41,12 @@ def fan_spec(
         {
             "image": "x",
             "recoveryLatencyBound": bound,
-            "recovery": {"gracePeriodSeconds": 5, "mode": mode, "utilizationCap": cap},
+            "recovery": {
+                "gracePeriodSeconds": 5,
+                "mode": mode,
+                "utilizationCap": cap,
+                "restartSeconds": restart,
+            },
             "operators": [
                 {"name": "src", "parallelism": 2, **op},
                 {"name": "work", "parallelism": 3, "inputs": [{"operator": "src"}], **op},
@@ -126,6 +131,23 @@ def test_a_lost_node_starts_a_session_and_the_step_fits_the_capacity_left() -> N
     [wanted] = wanted_recovery_plans(d.status)
     assert (wanted.session, wanted.step.step, wanted.phase) == ("s100", 1, "Issued")
     assert wanted.step.lost_nodes == ["n0"]
+
+
+def test_the_recovered_message_says_the_bound_the_user_set() -> None:
+    """ops-polish item 5: with restartSeconds 3 and a bound of 10 the message said
+    "worst single-node recovery now 2.5s (bound 7s)" under a BOUND column of 10."""
+    spec = fan_spec(bound=10, restart=3)
+    nodes = {f"n{i}": node(f"n{i}") for i in range(4)} | {"big": node("big", 4.0)}
+    nodes["n0"] = node("n0", ready=False, since=90.0)
+    d = tick(recorded(GRAPH, FOUR), nodes, 100.0, spec=spec)
+    assert d.status.plan is not None and d.status.plan.assignment is not None
+    worst = worst_node_failure(GRAPH, d.status.plan.backups, d.status.plan.assignment)[0]
+    [message] = [n.message for n in d.notices if n.reason == "Recovered"]
+    assert message.endswith(
+        f"worst single-node recovery now {3 + worst:g}s (3s restart + {worst:g}s after it; "
+        "bound 10s)"
+    ), message
+    assert "bound 7" not in message
 
 
 def test_cpu_other_pods_hold_is_not_given_to_a_step() -> None:

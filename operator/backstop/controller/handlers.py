@@ -26,6 +26,7 @@ from backstop.controller.context import kube, node_snapshot, post_event
 from backstop.controller.fencing import publish_epochs
 from backstop.controller.lifecycle import pending_of, rollout_with_plan
 from backstop.domain.admission import unknown_fields
+from backstop.domain.boundtext import worst_vs_bound
 from backstop.domain.constants import (
     ANN_APPLIED,
     GROUP,
@@ -203,8 +204,8 @@ def _reconcile(
             "Planned",
             (
                 f"{plan_status['backupCount']} backups, {plan_status['nodesUsed']} nodes, "
-                f"worst recovery {plan_status['worstRecoveryLatency']:g}s "
-                f"(bound {plan_status['bound']:g}s), {moved} pods move"
+                f"worst recovery {worst_vs_bound(plan_status['worstRecoveryLatency'], model)}, "
+                f"{moved} pods move"
             ),
         )
         if not plan_status["boundSatisfied"]:

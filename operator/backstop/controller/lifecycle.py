@@ -24,6 +24,7 @@ from backstop.controller.tick import (
     write_status,
 )
 from backstop.domain import lifecycle
+from backstop.domain.boundtext import worst_vs_bound
 from backstop.domain.planning import current_assignment, diff_pods
 from backstop.domain.status_types import RolloutStatus, TopologyStatus, parse_status, with_changes
 
@@ -105,6 +106,7 @@ def rollout_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = 
         bound=t.model.planning_bound,
         limit=policy.max_unavailable,
         now=now,
+        restart=t.model.recovery.restart_seconds,
     )
     if new is None or not _write(t, new, indexed):
         return False
@@ -114,7 +116,7 @@ def rollout_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = 
         t.emit(
             "RolloutStep",
             f"step {step}: replacing {', '.join(issued.tasks)}; worst single-node recovery "
-            f"meanwhile {issued.worst:g}s (bound {t.model.planning_bound:g}s)",
+            f"meanwhile {worst_vs_bound(issued.worst, t.model)}",
             issued.worst > t.model.planning_bound + 1e-9,
         )
     elif new.rollout is not None and not new.rollout.active:

@@ -35,6 +35,7 @@ from typing import Any
 from backstop.controller import faults
 from backstop.controller.capacity import plan_nodes, topology_view
 from backstop.controller.tick import Tick, planned_pods, pods_match, reserve_tasks, write_status
+from backstop.domain.boundtext import worst_vs_bound
 from backstop.domain.constants import EventReason
 from backstop.domain.incidents import epoch_rfc3339
 from backstop.domain.recovery import plan_with_worst
@@ -312,8 +313,8 @@ def _wait(t: Tick, plan: PlanStatus, attempts: int, key: str, why: str, usable: 
         return False
     t.emit(
         "BoundViolated",
-        f"worst single-node recovery {plan.worst_recovery_latency or 0:g}s > bound "
-        f"{t.model.planning_bound:g}s; no placement on the {usable} usable nodes "
+        f"worst single-node recovery {worst_vs_bound(plan.worst_recovery_latency or 0, t.model)}"
+        f"; no placement on the {usable} usable nodes "
         "restores it yet: waiting for capacity",
         True,
     )
@@ -386,21 +387,18 @@ def _finish(t: Tick, plan: PlanStatus, rst: RestoreStatus, now: float) -> bool:
     took = now - (rst.started_epoch if rst.started_epoch is not None else now)
     worst = plan.worst_recovery_latency or 0.0
     ok = bool(plan.bound_satisfied)
-    bound = t.model.planning_bound
+    said = worst_vs_bound(worst, t.model)
     consolidated = rst.purpose == CONSOLIDATE
     moves = f"moving {rst.moved or 0} pods in {len(rst.steps)} steps"
     if not ok:
-        message = f"restore ended with worst single-node recovery {worst:g}s: re-planning"
+        message = f"restore ended with worst single-node recovery {said}: re-planning"
     elif consolidated:
         message = (
             f"consolidated onto {plan.nodes_used} nodes after {moves} ({took:.1f}s); "
-            f"worst single-node recovery {worst:g}s <= {bound:g}s at every step"
+            f"worst single-node recovery {said} at every step"
         )
     else:
-        message = (
-            f"bound restored: worst single-node recovery {worst:g}s <= {bound:g}s "
-            f"after {moves} ({took:.1f}s)"
-        )
+        message = f"bound restored: worst single-node recovery {said} after {moves} ({took:.1f}s)"
     done = rst.model_copy(
         update={
             "active": False,

@@ -35,6 +35,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from backstop.domain.boundtext import said
 from backstop.domain.conditions import build_condition
 from backstop.domain.constants import ANN_HASH, LABEL_ROLE, LABEL_TASK
 from backstop.domain.incidents import epoch_rfc3339
@@ -318,12 +319,14 @@ def rollout_next(
     bound: float,
     limit: int,
     now: float,
+    restart: float = 0.0,
 ) -> tuple[TopologyStatus | None, RolloutStepRecord | None]:
     """Advance a rollout: ``(new status or None, the step issued now or None)``.
 
     ``fresh`` are the tasks whose pod runs the new spec. The step in flight must have
     landed before the next is issued; tasks renewed another way (a recovery) leave
-    ``pending``. The next step is planned on the state the pods are in now.
+    ``pending``. The next step is planned on the state the pods are in now. ``bound`` is the
+    planning bound, ``restart`` what the user's bound adds to it (said in the message).
     """
     rec, plan = status.rollout, status.plan_or_empty
     assert rec is not None
@@ -362,7 +365,8 @@ def rollout_next(
             "step": rec.step + 1,
             "history": [*rec.history, issued],
             "message": f"step {rec.step + 1}: {len(tasks)} pods replaced, {len(rest)} left; "
-            f"worst single-node recovery meanwhile {worst:g}s (bound {bound:g}s)",
+            "worst single-node recovery meanwhile "
+            + said(worst, restart=restart, bound=bound + restart),
         }
     )
     return with_changes(status, rollout=new), issued

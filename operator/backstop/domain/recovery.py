@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from backstop.domain.boundtext import worst_vs_bound
 from backstop.domain.constants import EventReason
 from backstop.domain.incidents import NodeInfo, detect_lost, epoch_rfc3339, session_mode
 from backstop.domain.planning import per_node_worst
@@ -402,7 +403,7 @@ def _completed(
     worst = plan.worst_recovery_latency or 0.0
     message = (
         f"session {rec.session} recovered {len(rec.recovered)} tasks in {rec.step} steps; "
-        f"worst single-node recovery now {worst:g}s (bound {bound:g}s)"
+        f"worst single-node recovery now {worst_vs_bound(worst, spec)}"
     )
     rec = rec.model_copy(update={"completed_at": epoch_rfc3339(now), "message": message})
     notices = [Notice("Recovered", message)]
@@ -412,8 +413,8 @@ def _completed(
         notices.append(
             Notice(
                 "BoundViolated",
-                f"after recovery the worst single-node failure recovers in {worst:g}s > "
-                f"bound {bound:g}s",
+                "after recovery the worst single-node failure recovers in "
+                + worst_vs_bound(worst, spec),
                 True,
             )
         )
