@@ -908,6 +908,11 @@ def test_install_then_operator_runs_on_the_chart_service_account_alone(
             env["BACKSTOP_WEBHOOK_CERT_SECRET"].split("/")[1], release_ns
         )
         assert set(tls.data) == {"tls.crt", "tls.key"}, "the shared certificate"
+        [owner] = tls.metadata.owner_references  # what makes helm uninstall remove it
+        assert (owner.kind, owner.name) == (
+            "ValidatingWebhookConfiguration",
+            env["BACKSTOP_WEBHOOK_CONFIGURATION"],
+        )
         assignment = obj["status"]["plan"]["assignment"]
         pods = core.list_namespaced_pod(watched_ns, label_selector=f"{GROUP}/topology=senti").items
         assert sorted(p.metadata.labels[f"{GROUP}/task"] for p in pods) == sorted(assignment)
@@ -968,6 +973,12 @@ def test_install_then_operator_runs_on_the_chart_service_account_alone(
     configs = client.AdmissionregistrationV1Api(kube).list_validating_webhook_configuration()
     leftover = [c.metadata.name for c in configs.items if c.metadata.name.startswith(release)]
     assert leftover == [], "helm uninstall removes the webhook configuration the operator filled"
+
+    def secrets_left() -> list[str]:  # the garbage collector follows the owner: not at once
+        items = core.list_namespaced_secret(release_ns).items
+        return [s.metadata.name for s in items if s.metadata.name.startswith(release)]
+
+    wait_for(lambda: secrets_left() == [], 30, "the webhook certificate Secret to go")
 
 
 def _webhook_refuses_a_cycle(custom: client.CustomObjectsApi, namespace: str, doc: Doc) -> str:
@@ -1036,7 +1047,7 @@ def test_webhook_objects_render_with_a_shared_self_signed_certificate(
     named = [r for r in role["rules"] if r.get("resourceNames")]
     assert named == [
         {"apiGroups": [""], "resources": ["secrets"],
-         "resourceNames": ["rel-backstop-webhook-tls"], "verbs": ["get"]}
+         "resourceNames": ["rel-backstop-webhook-tls"], "verbs": ["get", "patch"]}
     ]  # fmt: skip
     one(docs, "ClusterRoleBinding", "rel-backstop-webhook")
     one(docs, "RoleBinding", "rel-backstop-webhook")

@@ -122,7 +122,9 @@ def build_server(webhook: Webhook) -> kopf.WebhookServer:
     else:
         if webhook.cert_secret:
             ns, name = webhook.cert_secret.split("/", 1)
-            cert, key = shared_certificate(api_client(), ns, name, webhook.hostnames())
+            cert, key = shared_certificate(
+                api_client(), ns, name, webhook.hostnames(), owner=webhook.configuration
+            )
         else:
             cert, key = self_signed(webhook.hostnames())
         d = Path(tempfile.mkdtemp(prefix="backstop-webhook-"))

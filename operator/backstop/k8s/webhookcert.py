@@ -11,6 +11,11 @@ the webhook configuration holds one ``caBundle``; replicas that each made their 
 certificate would fail the API server's TLS check on every other request. The first replica
 creates the Secret; the others (and later restarts) read it; a create that loses the race
 (409) reads the winner's.
+
+Why an owner: the operator, not Helm, creates the Secret, so ``helm uninstall`` left it
+behind. It is owned by the ValidatingWebhookConfiguration the chart renders (cluster-scoped,
+so it may own a namespaced object): when Helm deletes that, Kubernetes' garbage collector
+deletes the Secret. A Secret made before this is adopted (one patch).
 """
 
 from __future__ import annotations
@@ -81,20 +86,60 @@ def _decode(secret: client.V1Secret) -> tuple[bytes, bytes]:
     return base64.b64decode(data["tls.crt"]), base64.b64decode(data["tls.key"])
 
 
-def shared_certificate(
-    api: client.ApiClient, namespace: str, name: str, hostnames: Sequence[str]
-) -> tuple[bytes, bytes]:
-    """The certificate and key kept in Secret ``namespace/name``, created on first use."""
-    core = client.CoreV1Api(api)
+def owner_reference(api: client.ApiClient, configuration: str | None) -> dict[str, str] | None:
+    """An ownerReference to ValidatingWebhookConfiguration ``configuration``, or ``None``
+    when there is none (yet): then the Secret has no owner and stays until deleted by hand."""
+    if not configuration:
+        return None
     try:
-        return _decode(core.read_namespaced_secret(name, namespace))
+        vwc = client.AdmissionregistrationV1Api(api).read_validating_webhook_configuration(
+            configuration
+        )
+    except ApiException as err:
+        if err.status not in (403, 404):
+            raise
+        log.warning(
+            "webhook: no ValidatingWebhookConfiguration %s to own the certificate Secret (%s)",
+            configuration,
+            err.reason,
+        )
+        return None
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "name": configuration,
+        "uid": vwc.metadata.uid,
+    }
+
+
+def shared_certificate(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    hostnames: Sequence[str],
+    owner: str | None = None,
+) -> tuple[bytes, bytes]:
+    """The certificate and key kept in Secret ``namespace/name``, created on first use,
+    owned by ValidatingWebhookConfiguration ``owner`` (see the module docstring)."""
+    core = client.CoreV1Api(api)
+    ref = owner_reference(api, owner)
+    try:
+        secret = core.read_namespaced_secret(name, namespace)
+        if ref is not None and not any(
+            o.uid == ref["uid"] for o in secret.metadata.owner_references or []
+        ):
+            core.patch_namespaced_secret(name, namespace, {"metadata": {"ownerReferences": [ref]}})
+            log.info("webhook: the certificate Secret %s/%s is owned by %s", namespace, name, owner)
+        return _decode(secret)
     except ApiException as err:
         if err.status != 404:
             raise
     cert, key = self_signed(hostnames)
     body = client.V1Secret(
         metadata=client.V1ObjectMeta(
-            name=name, labels={"app.kubernetes.io/component": "admission-webhook"}
+            name=name,
+            labels={"app.kubernetes.io/component": "admission-webhook"},
+            owner_references=[ref] if ref is not None else None,
         ),
         type="kubernetes.io/tls",
         data={
