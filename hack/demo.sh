@@ -13,11 +13,14 @@
 #     task's measured recovery against ℓ(v) and the bound (bench/bench_runtime_recovery.py);
 #  6. runs one re-optimization with the Spark job in local mode.
 # Stops what it started (operator, simulator, demo nodes, the control plane if it started it)
-# unless KEEP=1.
+# unless KEEP=1. K8S_RUN_DIR picks the control plane (as hack/local-cluster.sh), DEMO_PORT the
+# operator's /healthz port (18080), DEMO_SKIP="real-nodes reoptimize" leaves those steps out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BACKSTOP_CACHE=${BACKSTOP_CACHE:-$HOME/.cache/backstop}
-export KUBECONFIG=$BACKSTOP_CACHE/run/kubeconfig
+export KUBECONFIG=${K8S_RUN_DIR:-$BACKSTOP_CACHE/run}/kubeconfig
+DEMO_PORT=${DEMO_PORT:-18080}
+DEMO_SKIP=${DEMO_SKIP:-}
 TOPOLOGY=${TOPOLOGY:-examples/twitter-sentiment.yaml}
 NS=${NS:-backstop-demo}
 POOL=demo-$RANDOM
@@ -47,10 +50,30 @@ where() {
 condition() { # condition TYPE: the topology's condition TYPE is True
   [[ $(kubectl get -n "$NS" st twitter-sentiment -o jsonpath="{.status.conditions[?(@.type==\"$1\")].status}") == True ]]
 }
-recovery_session() { [[ -n $(kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.session}') ]]; }
+session_id() { kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.session}'; }
+# new_session_plan OLD: a recovery session other than OLD is recorded and its first RecoveryPlan
+# exists (what shows a kill's recovery: Recovering is True for only ~1 s on simulated nodes)
+new_session_plan() {
+  local s; s=$(session_id)
+  [[ -n $s && $s != "$1" ]] || return 1
+  [[ -n $(kubectl get -n "$NS" recoveryplans -l "streams.backstop.dev/session=$s" -o name) ]]
+}
+# what the recovery went through: each condition's last transition, the session's
+# RecoveryPlans and the topology's Events, in time order
+recovery_history() {
+  echo "conditions, by last transition:"
+  kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{range .status.conditions[*]}{"  "}{.lastTransitionTime}{"  "}{.type}{"="}{.status}{"  "}{.reason}{"\n"}{end}' | sort
+  echo "RecoveryPlans of session $1:"
+  kubectl get -n "$NS" recoveryplans -l "streams.backstop.dev/session=$1" \
+    --sort-by=.metadata.creationTimestamp | sed 's/^/  /'
+  echo "Events (one TaskRecovered per task left out):"
+  kubectl get events -n "$NS" --field-selector involvedObject.kind=StreamTopology \
+    --sort-by=.lastTimestamp -o custom-columns=TIME:.lastTimestamp,REASON:.reason,MESSAGE:.message \
+    | grep -v TaskRecovered | tail -10 | sed 's/^/  /'
+}
 recovery_over() { [[ $(kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.active}') == false ]]; }
 nodes_ready() { [[ $(kubectl get nodes -l "test.backstop.dev/pool=$POOL" --no-headers 2>/dev/null | grep -c ' Ready') -ge 4 ]]; }
-operator_up() { python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:18080/healthz', timeout=1)"; }
+operator_up() { python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$DEMO_PORT/healthz', timeout=1)"; }
 
 started_cluster=0
 cluster_status=$(hack/local-cluster.sh status)  # not piped into grep -q: SIGPIPE + pipefail
@@ -115,7 +138,7 @@ run backstop plan "$MANIFEST" --from-cluster -n "$NS"
 backstop plan "$MANIFEST" --from-cluster -n "$NS" --json > "$LOGS/preview.json"
 
 step "the operator (Kopf), watching namespace $NS; grace period 5 s for the demo"
-backstop operator --namespace "$NS" --liveness http://127.0.0.1:18080/healthz \
+backstop operator --namespace "$NS" --liveness "http://127.0.0.1:$DEMO_PORT/healthz" \
   --log-format plain --grace-period-seconds 5 >"$LOGS/operator.log" 2>&1 &
 pids+=($!)
 wait_until "the operator's /healthz" 30 operator_up || true
@@ -148,11 +171,12 @@ PY
 
 step "node failure: killing two nodes (heartbeats stop; the node-lifecycle controller turns them NotReady)"
 victims=$(kubectl get pods -n "$NS" -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort | uniq -c | sort -rn | head -2 | awk '{print $2}')
+before=$(session_id)
 run backstop nodes kill $victims
-wait_until "the nodes to turn NotReady (~15 s) + the 5 s grace period: recovery starts" 90 condition Recovering || true
-wait_until "the first RecoveryPlan (status.recovery.session)" 60 recovery_session || true
+wait_until "the nodes to turn NotReady (~15 s) + the 5 s grace period: a new recovery session and its first RecoveryPlan" 90 new_session_plan "$before" || true
 run kubectl get -n "$NS" st,recoveryplans
 echo "recovery: $(kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.message}')"
+recovery_history "$(session_id)"
 
 step "replacement nodes arrive one by one; each one Ready triggers the next query-centric plan"
 k=4
@@ -187,7 +211,9 @@ kubectl get cm -n "$NS" twitter-sentiment-recovery -o jsonpath='{.data.session\.
 
 step "real nodes: the example on the task runtime, the worst node killed, the bound measured"
 # Real nodes (kubelet + containerd each) need root; without it the simulated run above is the demo.
-if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+if [[ " $DEMO_SKIP " == *" real-nodes "* ]]; then
+  echo "skipped (DEMO_SKIP)"
+elif [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
   # its own 3 real nodes, operator and tweet log; the numbers are measured, not computed
   echo "starting 3 real nodes, the runtime and a tweet log (about 3.5 min; the benchmark prints its phases)"
   if ! python3 bench/bench_runtime_recovery.py --kills 1 --no-plain --show --warmup 5 \
@@ -202,7 +228,9 @@ else
 fi
 
 step "re-optimization: task metrics -> Spark (local mode) -> new estimates and a recommendation"
-ROWS=${ROWS:-50000} hack/demo-reoptimize.sh
+if [[ " $DEMO_SKIP " == *" reoptimize "* ]]; then echo "skipped (DEMO_SKIP)"; else
+  ROWS=${ROWS:-50000} hack/demo-reoptimize.sh
+fi
 
 if [[ -n ${REAL_NODES_FAILED:-} ]]; then
   step "done, except: $REAL_NODES_FAILED"
