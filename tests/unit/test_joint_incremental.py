@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planners import TaskGraph
-from planners.evaluate import _failure_h, recovery_latencies
-from planners.placement import NodePool
+from planners.evaluate import _failure_h, check_plan, recovery_latencies
+from planners.placement import NodePool, plan_joint
 from planners.placement.joint import _Backups
 from planners.placement.model import _EPS
 from planners.placement.state import _Latency, _prepare
@@ -114,3 +114,22 @@ def test_drop_checks_match_the_evaluator(case: Case) -> None:
     again.drop_greedy(order)
     assert again.lat.flags == flags
     assert sum(not f for f in flags) == dropped
+
+
+def test_no_budget_still_gives_a_valid_plan_with_one_drop_pass() -> None:
+    """Anytime: with no budget at all, the first placement and one drop pass still run.
+
+    ``a → b → c``, each t = 1 and 0.5 CPU, bound 2, 1-CPU nodes: 1.5 CPU needs two
+    nodes; dropping both ``a``'s and ``b``'s backups makes ``c`` alone recover in
+    1 + 1 + 1 = 3 > 2, and keeping one is enough (with ``b``'s, ``c`` replays at once;
+    ``b`` with ``a`` on its node: 2), so the fewest backups is 1.
+    """
+    g = TaskGraph.build(
+        ["a", "b", "c"],
+        [("a", "b"), ("b", "c")],
+        latency={"a": 1, "b": 1, "c": 1},
+        weight={t: 0.5 for t in "abc"},
+    )
+    p = plan_joint(g, NodePool.uniform(1.0), bound=2, time_limit=0.0)
+    assert check_plan(g, bound=2, backups=p.backups, assignment=p.assignment) == []
+    assert (p.nodes_used, len(p.backups or ())) == (2, 1)
