@@ -110,6 +110,18 @@ def test_job_for_spark_on_kubernetes_and_a_host_path() -> None:
                  "spark.kubernetes.authenticate.driver.serviceAccountName=drv"):  # fmt: skip
         assert conf in c["args"]
     assert _arg(c, "--master") == "k8s://https://k:443"
+    # the executors mount the metrics where the driver has them: they read the files
+    volume = "spark.kubernetes.executor.volumes.hostPath.metrics"
+    for conf in (f"{volume}.mount.path=/var/lib/backstop", f"{volume}.mount.readOnly=true",
+                 f"{volume}.options.path=/srv/backstop"):  # fmt: skip
+        assert conf in c["args"]
+    claim = JobSettings(namespace="ops", image="sp:1", spark_master="k8s://https://k:443",
+                        metrics_claim="store")  # fmt: skip
+    args = _container(build_reopt_job("j", claim, TOPOLOGY, "/var/lib/backstop/tw/m"))["args"]
+    assert (
+        "spark.kubernetes.executor.volumes.persistentVolumeClaim.metrics.options.claimName"
+        "=store" in args
+    )
     # no Python workers in the driver: 2048 - (256 + 320) = 1472 -> 1472
     assert "spark.driver.memory=1472m" in c["args"]
 

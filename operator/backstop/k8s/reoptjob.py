@@ -162,7 +162,9 @@ def _volumes(job: str, settings: JobSettings) -> tuple[list[dict[str, Any]], lis
 
 
 def _spark_on_k8s(settings: JobSettings) -> tuple[list[str], list[dict[str, Any]]]:
-    """Spark's own Kubernetes scheduler: the Job's pod is the driver (client mode)."""
+    """Spark's own Kubernetes scheduler: the Job's pod is the driver (client mode), the
+    executors are pods of the same image with the metrics volume mounted where the driver
+    has it (Spark reads the files in the executors, not in the driver)."""
     conf = {
         "spark.kubernetes.container.image": settings.image,
         "spark.kubernetes.namespace": settings.namespace,
@@ -171,6 +173,18 @@ def _spark_on_k8s(settings: JobSettings) -> tuple[list[str], list[dict[str, Any]
     }
     if settings.service_account:
         conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = settings.service_account
+    # the executors read the metrics files too: the same volume, at the same path, in each
+    volume = None
+    if settings.metrics_claim:
+        volume = ("persistentVolumeClaim", "claimName", settings.metrics_claim)
+    elif settings.metrics_host_path:
+        volume = ("hostPath", "path", settings.metrics_host_path)
+    if volume is not None:
+        kind, option, value = volume
+        prefix = f"spark.kubernetes.executor.volumes.{kind}.metrics"
+        conf[f"{prefix}.mount.path"] = STORE_MOUNT
+        conf[f"{prefix}.mount.readOnly"] = "true"
+        conf[f"{prefix}.options.{option}"] = value
     args = [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
     env = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
