@@ -55,6 +55,8 @@ NOTES = [
     "reuses the H its fit check computed. The plan is "
     "anytime: the first placement and one full drop pass give a valid plan; other packings, "
     "drop orders, the local search and CP-SAT run only while the deterministic budget lasts. "
+    "The planning share in *Operator: apply to pods* (about 5 s of the 500-task path) was "
+    "measured on the old code.",
     "",
 ]
 
