@@ -26,7 +26,17 @@ from backstop.domain import spec as spec_mod
 from backstop.domain import tasksets
 from backstop.domain.incidents import replay_sources
 from backstop.domain.spec import StreamTopologySpec, expand, parse_spec
-from backstop.k8s.manifests import Owner
+from backstop.domain.status_types import (
+    PlanStatus,
+    RecoveryStatus,
+    RolloutStatus,
+    StepRecord,
+    TopologyStatus,
+    parse_status,
+    status_patch,
+    with_changes,
+)
+from backstop.k8s.manifests import Owner, build_recoveryplan
 from backstop.k8s.sessionmap import build_session_configmap
 from backstop_runtime import fencing as runtime_fencing
 from backstop_runtime import session as runtime_session
@@ -57,7 +67,7 @@ def test_any_list_of_task_ids_round_trips_through_the_operator_and_the_runtime(
 @given(st.dictionaries(task_ids, st.sampled_from(["n1", "node-2.zone", 3, 7]), max_size=60))
 def test_any_task_map_round_trips_keeping_its_order(mapping: dict[str, Any]) -> None:
     packed = tasksets.encode_task_map(mapping)
-    assert packed is not None and tasksets.is_task_map(packed)
+    assert packed is not None and tasksets.is_task_map(json.loads(json.dumps(packed)))
     back = tasksets.decode_task_map(json.loads(json.dumps(packed)))
     assert list(back.items()) == list(mapping.items())
 
@@ -192,3 +202,111 @@ def test_limits_refuse_oversized_topologies_at_admission_naming_the_field(
 def test_the_largest_admitted_topologies_are_admitted() -> None:
     assert len(expand(chains(10, 1000))) == 10_000
     assert len(expand(shuffle(300, 300))) == 600
+
+
+# ------------------------------------------------------------------ the topology's status
+
+
+def gke_node(i: int) -> str:
+    return f"gke-prod-cluster-default-pool-{i:08x}-x7k9"  # 43 characters, as GKE names them
+
+
+def managed_fields(obj: Any) -> Any:
+    """The ``fieldsV1`` the API server records for an object written by one manager: every
+    key of every map (``f:<key>``); a list (atomic in a schemaless status) is one entry."""
+    return {f"f:{k}": managed_fields(v) if isinstance(v, dict) else {} for k, v in obj.items()}
+
+
+def stored_size(status: dict[str, Any]) -> int:
+    return len(json.dumps(status, separators=(",", ":"))) + len(
+        json.dumps(managed_fields(status), separators=(",", ":"))
+    )
+
+
+def mid_recovery_status() -> TopologyStatus:
+    """10,000 tasks on 400 nodes, placed scattered (no run of tasks shares a node); half
+    the nodes lost (5,000 tasks), half of those recovered, the rest pending; an image
+    rollout was under way (every task's old node recorded)."""
+    spec = chains(10, 1000)
+    tasks = list(expand(spec).tasks)
+    nodes = 400
+    before = {t: gke_node((i * 7919) % nodes) for i, t in enumerate(tasks)}
+    lost = {gke_node(i) for i in range(0, nodes, 2)}
+    failed = [t for t in tasks if before[t] in lost]
+    recovered, pending = failed[::2], failed[1::2]
+    moved = {t: gke_node(1 + 2 * (i % (nodes // 2))) for i, t in enumerate(recovered)}
+    assignment = {t: moved.get(t, n) for t, n in before.items() if t not in set(pending)}
+    backups = [t for t in tasks if t.split("-")[0] in ("op1", "op4", "op7")]
+    return TopologyStatus(
+        plan=PlanStatus(
+            generation=3, algorithm="joint", tasks=len(tasks), backup_count=len(backups),
+            backups=backups, nodes_used=nodes, worst_recovery_latency=3.5, bound=4.0,
+            bound_satisfied=True, assignment=assignment,
+            worst_by_node={gke_node(i): 3.5 for i in range(nodes)},
+            epochs=dict.fromkeys(recovered, 1), spec=spec.model_dump(by_alias=True, mode="json"),
+        ),
+        recovery=RecoveryStatus(
+            session="s1795646076", started_at="2026-11-26T12:00:00Z", step=3, failed=pending,
+            session_failed=failed, recovered=recovered, lost=dict.fromkeys(sorted(lost), 1.0),
+            lost_history=dict.fromkeys(sorted(lost), 1.0), active=True,
+            seen_ready=[gke_node(i) for i in range(1, nodes, 2)],
+            last_step=StepRecord(step=3, trigger="NodeReady", recover=moved, pending=pending),
+        ),
+        rollout=RolloutStatus(
+            generation=3, active=True, pending=tasks[5000:], batch=tasks[4990:5000],
+            old_assignment=before, old_backups=backups,
+        ),
+    )  # fmt: skip
+
+
+def test_the_status_of_10k_tasks_mid_recovery_fits_and_reads_back() -> None:
+    status = mid_recovery_status()
+    wire = status.wire()
+    assert stored_size(wire) < ETCD_REQUEST_MAX
+    assert stored_size(status.dump()) > ETCD_REQUEST_MAX  # what the operator wrote before
+    parsed = parse_status(json.loads(json.dumps(wire)))
+    assert parsed.dropped == () and parsed.status == status
+
+
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386, as the API server applies a merge patch (written from the RFC's text)."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = apply_merge_patch(out.get(k), v)
+    return out
+
+
+def test_a_patch_turns_either_stored_form_into_the_new_status() -> None:
+    """The API may hold the plain form (an older operator wrote it) or the compact one:
+    the patch computed from the typed statuses brings either to the new status."""
+    old = mid_recovery_status()
+    plan = old.plan
+    assert plan is not None and plan.assignment is not None
+    smaller = dict(list(plan.assignment.items())[:100])  # back under the compact size
+    new_plan = plan.model_copy(update={"assignment": {**plan.assignment, "op0-1": "n-new"}})
+    for new in (
+        with_changes(old, plan=new_plan, rollout=None),
+        with_changes(old, plan=plan.model_copy(update={"assignment": smaller})),
+    ):
+        patch = status_patch(old, new)
+        for stored in (old.dump(), old.wire()):
+            result = apply_merge_patch(stored, patch)
+            assert parse_status(result).status.plan == new.plan
+            assert parse_status(result).status.rollout == new.rollout
+
+
+def test_the_largest_recoveryplan_fits() -> None:
+    """One step that recovers all 10,000 tasks (every node replaced at once)."""
+    tasks = list(expand(chains(10, 1000)).tasks)
+    step = StepRecord(step=1, trigger="NodeReady", algorithm="best-density",
+                      recover={t: gke_node(i % 400) for i, t in enumerate(tasks)},
+                      recovered_queries=[t for t in tasks if t.startswith("op9-")])  # fmt: skip
+    plan = build_recoveryplan(
+        OWNER, session="s1", step_no=1, trigger="NodeReady", lost=[], step=step.dump()
+    )
+    assert len(json.dumps(plan, separators=(",", ":"))) < ETCD_REQUEST_MAX

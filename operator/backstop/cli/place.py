@@ -149,6 +149,7 @@ def _recorded(kube: Any, namespace: str, name: str) -> tuple[dict[str, str], lis
     from kubernetes.client.exceptions import ApiException
 
     from backstop.domain.constants import GROUP, VERSION
+    from backstop.domain.statuswire import plain_status
 
     try:
         obj = kube.custom.get_namespaced_custom_object(
@@ -158,7 +159,7 @@ def _recorded(kube: Any, namespace: str, name: str) -> tuple[dict[str, str], lis
         if err.status == 404:
             return None
         raise
-    plan = (obj.get("status") or {}).get("plan") or {}
+    plan = plain_status(obj.get("status")).get("plan") or {}  # large maps are compact
     if not plan.get("assignment"):
         return None
     return dict(plan["assignment"]), list(plan.get("backups") or [])

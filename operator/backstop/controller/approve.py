@@ -31,6 +31,7 @@ from backstop.domain.approval import approval_condition, decide_approval
 from backstop.domain.conditions import merge_conditions, merge_patch, now_rfc3339
 from backstop.domain.constants import ANN_APPLIED, GROUP, PLURAL, VERSION
 from backstop.domain.spec import spec_hash
+from backstop.domain.statuswire import compact_status, plain_status
 
 __all__ = ["apply_plan", "approve_once", "record"]
 
@@ -61,7 +62,7 @@ async def apply_plan(
     obj = await asyncio.to_thread(
         k.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
     )
-    live = dict((obj.get("status") or {}).get("plan") or {})
+    live = dict(plain_status(obj.get("status")).get("plan") or {})
     if obj["metadata"]["generation"] != generation or live.get("assignment") != plan_before.get(
         "assignment"
     ):
@@ -71,7 +72,7 @@ async def apply_plan(
         record(
             namespace,
             name,
-            {"plan": merge_patch(live, plan), "reoptimization": reoptimization},
+            {"plan": merge_patch(_wire(live), _wire(plan)), "reoptimization": reoptimization},
             resource_version=obj["metadata"]["resourceVersion"],
         )
     except ApiException as err:
@@ -86,11 +87,17 @@ async def apply_plan(
     return None
 
 
+def _wire(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """A plan as the status stores it (large task maps compact, ``docs/scale.md``)."""
+    wire: dict[str, Any] = compact_status({"plan": plan})["plan"]
+    return wire
+
+
 async def approve_once(
     body: kopf.Body, approved: str, nodes: Any, logger: logging.Logger | logging.LoggerAdapter[Any]
 ) -> None:
     """Decide the approval of recommendation ``approved``; apply it or record the refusal."""
-    meta, status = body["metadata"], body.get("status") or {}
+    meta, status = body["metadata"], plain_status(body.get("status"))
     namespace, name, generation = meta["namespace"], meta["name"], int(meta["generation"])
     state = dict(status.get("reoptimization") or {})
     ready = frozenset(n for n, i in context.node_snapshot(nodes).items() if i.ready)

@@ -9,6 +9,8 @@ from typing import Any
 
 from backstop.controller import faults
 from backstop.domain.fencing import bump_epochs
+from backstop.domain.statuswire import compact_value
+from backstop.domain.tasksets import task_map_of, tasks_of
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.manifests import Owner
 from backstop.k8s.sessionmap import build_session_configmap
@@ -28,10 +30,11 @@ def publish_epochs(
 
     Returns the plan with its new ``epochs`` and the topology object as written.
     """
-    epochs = bump_epochs(plan.get("epochs"), sorted(tasks))
-    obj = kube.patch_status_returning(owner.namespace, owner.name, {"plan": {"epochs": epochs}})
+    epochs = bump_epochs(task_map_of(plan.get("epochs")), sorted(tasks))
+    patch = {"plan": {"epochs": compact_value(epochs)}}  # as status_patch would write it
+    obj = kube.patch_status_returning(owner.namespace, owner.name, patch)
     faults.point("after-status")
-    backups = list(plan.get("backups") or [])
+    backups = tasks_of(plan.get("backups"))
     kube.put_configmap(build_session_configmap(owner, graph, backups, recovery, epochs=epochs))
     faults.point("after-configmap")
     return {**plan, "epochs": epochs}, obj

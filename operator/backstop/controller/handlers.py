@@ -50,6 +50,7 @@ from backstop.domain.status_types import (
     status_patch,
     with_changes,
 )
+from backstop.domain.statuswire import plain_status
 from backstop.k8s.kubeio import ClusterView, Kube, pod_models, slim_pod
 from backstop.k8s.ledger import CapacityLedger, Overcommitted, manifest_holds
 from backstop.k8s.manifests import Owner, build_pdb, desired_pods, template_samples
@@ -121,7 +122,7 @@ def reconcile(
         return
     _warn_unknown_fields(body, meta)
     owner = Owner(name=name, namespace=namespace, uid=meta["uid"])
-    recorded = dict(status.get("plan") or {})
+    recorded = dict(plain_status(status).get("plan") or {})  # large task maps are compact
     recovering = (status.get("recovery") or {}).get("active")
     if recovering and recorded.get("generation") == generation:
         logger.info("a recovery session is running; the supervisor drives the pods")
@@ -251,7 +252,7 @@ def _apply_plan(
     try:
         fenced = fenced_tasks(view.own_pods, desired, dead)
         if fenced:
-            rec = status.get("recovery") or {}
+            rec = plain_status(status).get("recovery") or {}
             plan_status, _ = publish_epochs(k, owner, graph, plan_status, rec, fenced)
             desired = _desired(owner, model, graph, plan_status)
         live = set(view.ready) - dead

@@ -40,6 +40,7 @@ from backstop.domain.spec import (
     ReoptimizationPolicy,
     StreamTopologySpec,
 )
+from backstop.domain.statuswire import plain_status
 from planners import InvalidTopology
 
 log = logging.getLogger("backstop.reoptimize")
@@ -203,7 +204,7 @@ async def reoptimize_once(
     assert policy is not None
     state = {k: v for k, v in dict(status.get("reoptimization") or {}).items()
              if k not in ("phase", "job")}  # fmt: skip
-    plan = dict(status.get("plan") or {})
+    plan = dict(plain_status(status).get("plan") or {})
     base = {"lastRun": now_rfc3339(), "nonce": policy.nonce, "generation": generation,
             "trigger": reason, "applied": False, "phase": None, "job": None}  # fmt: skip
     skipped = _skipped(policy)

@@ -10,6 +10,10 @@ never wedge this one. Unknown keys are kept as they are (``extra="allow"``), so 
 round trip loses nothing; a known key whose value no longer validates is dropped
 from the parsed model (and reported in :attr:`ParsedStatus.dropped`) instead of
 failing the tick. The keys on the wire stay camelCase, as before.
+
+Large per-task lists and maps are compact on the wire (:mod:`backstop.domain.statuswire`,
+``docs/scale.md``); the models hold them plain: :func:`parse_status` decodes,
+:meth:`TopologyStatus.wire` and :func:`status_patch` encode.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from backstop.domain.conditions import merge_patch
+from backstop.domain.statuswire import compact_status, patch_base, plain_status
 
 
 class _Status(BaseModel):
@@ -283,6 +288,11 @@ class TopologyStatus(_Status):
     def restore_or_empty(self) -> RestoreStatus:
         return self.restore or RestoreStatus()
 
+    def wire(self) -> dict[str, Any]:
+        """The JSON form the API stores: :meth:`dump` with large task lists and maps
+        compact (:func:`backstop.domain.statuswire.compact_status`)."""
+        return compact_status(self.dump())
+
     def suspended(self) -> bool:
         """Whether a suspend holds the pods (``Suspending`` or ``Suspended``)."""
         return self.suspend is not None and self.suspend.phase in ("Suspending", "Suspended")
@@ -312,7 +322,7 @@ def parse_status(raw: Mapping[str, Any] | None) -> ParsedStatus:
     >>> p.status.plan.generation, p.status.plan.tasks, p.status.recovery.step, p.dropped
     (None, 3, 1, ('plan.generation',))
     """
-    doc: Any = _plain(dict(raw or {}))
+    doc: Any = plain_status(_plain(dict(raw or {})))
     dropped: list[str] = []
     for _ in range(50):
         try:
@@ -359,7 +369,8 @@ def _drop(doc: Any, loc: tuple[Any, ...]) -> bool:
 
 
 def status_patch(old: TopologyStatus, new: TopologyStatus) -> dict[str, Any]:
-    """The one merge path: the JSON merge patch that turns ``old`` into ``new``.
+    """The one merge path: the JSON merge patch that turns ``old`` into ``new`` (as the
+    API stores them: :meth:`TopologyStatus.wire`).
 
     ``observedGeneration`` is set here, and only here, to the generation whose
     plan ``new`` records: a generation counts as observed once its plan is
@@ -374,7 +385,8 @@ def status_patch(old: TopologyStatus, new: TopologyStatus) -> dict[str, Any]:
     >>> status_patch(old, new)
     {'plan': {'assignment': {'b': None, 'a': 'n2'}}, 'observedGeneration': 1}
     """
-    before, after = old.dump(), new.dump()
+    after = new.wire()
+    before = patch_base(old.dump(), after)  # either stored form of a map patches right
     if new.plan is not None and new.plan.assignment is not None and new.plan.generation:
         after["observedGeneration"] = new.plan.generation
     elif "observedGeneration" in before:

@@ -18,10 +18,10 @@ The grammar (also in ``docs/scale.md``; the task runtime's decoder,
 - in the session ConfigMap's replay sources a run may be ``@``: the index of the task
   that replays (``stage2:@`` for ``stage3-7`` is ``stage2-7``), so the tasks of a
   forward chain share one entry.
-- a **task map** ``{task: value}`` is ``{"tasks": <task list>, "values": [v0, v1, …],
-  "at": <runs of value indices>}``: the keys in order, the distinct values in order of
-  first use, and for each key the index of its value, as ``k`` or ``k*n`` (``n`` keys
-  in a row with value ``k``).
+- a **task map** ``{task: value}`` is the array ``[<task list>, [v0, v1, …], <runs of
+  value indices>]``: the keys in order, the distinct values in order of first use, and
+  for each key the index of its value, as ``k`` or ``k*n`` (``n`` keys in a row with
+  value ``k``). An array, not an object, so a JSON merge patch replaces it whole.
 
 A name that is not ``<operator>-<index>`` (no task id ever is) has no compact form:
 :func:`encode_tasks` returns ``None`` and the caller keeps the plain list.
@@ -37,7 +37,6 @@ V = TypeVar("V")
 
 TASK_ID = re.compile(r"^([a-z0-9]+(?:-[a-z0-9]+)*)-(0|[1-9][0-9]*)$")
 """A task id: an operator name (the spec's pattern) and an index without leading zeros."""
-MAP_KEYS = frozenset({"tasks", "values", "at"})
 
 
 def split_task(task: str) -> tuple[str, int] | None:
@@ -129,12 +128,12 @@ def relative(text: str, own: int) -> str:
     )
 
 
-def encode_task_map(mapping: Mapping[str, V]) -> dict[str, Any] | None:
+def encode_task_map(mapping: Mapping[str, V]) -> list[Any] | None:
     """The compact form of ``{task: value}`` (keys in order), or ``None`` if a key is no
     task id. Values are compared by equality (use hashable ones: names, numbers).
 
     >>> encode_task_map({"a-0": "n1", "a-1": "n1", "a-2": "n2", "b-0": "n1"})
-    {'tasks': 'a:0-2;b:0', 'values': ['n1', 'n2'], 'at': '0*2,1,0'}
+    ['a:0-2;b:0', ['n1', 'n2'], '0*2,1,0']
     """
     tasks = encode_tasks(mapping)
     if tasks is None:
@@ -152,15 +151,21 @@ def encode_task_map(mapping: Mapping[str, V]) -> dict[str, Any] | None:
         else:
             at.append([k, 1])
     runs = ",".join(str(k) if n == 1 else f"{k}*{n}" for k, n in at)
-    return {"tasks": tasks, "values": values, "at": runs}
+    return [tasks, values, runs]
 
 
 def is_task_map(raw: Any) -> bool:
-    """Whether ``raw`` is the compact form of a task map (no task id is ``tasks``)."""
-    return isinstance(raw, Mapping) and set(raw) == MAP_KEYS and isinstance(raw["tasks"], str)
+    """Whether ``raw`` is the compact form of a task map (a plain one is an object)."""
+    return (
+        isinstance(raw, list)
+        and len(raw) == 3
+        and isinstance(raw[0], str)
+        and isinstance(raw[1], list)
+        and isinstance(raw[2], str)
+    )
 
 
-def decode_task_map(raw: Mapping[str, Any]) -> dict[str, Any]:
+def decode_task_map(raw: Sequence[Any]) -> dict[str, Any]:
     """``{task: value}`` of a compact task map (inverse of :func:`encode_task_map`).
 
     Raises
@@ -168,14 +173,16 @@ def decode_task_map(raw: Mapping[str, Any]) -> dict[str, Any]:
     ValueError
         When the parts do not fit together (a value index or a count out of range).
 
-    >>> decode_task_map({"tasks": "a:0-2;b:0", "values": ["n1", "n2"], "at": "0*2,1,0"})
+    >>> decode_task_map(["a:0-2;b:0", ["n1", "n2"], "0*2,1,0"])
     {'a-0': 'n1', 'a-1': 'n1', 'a-2': 'n2', 'b-0': 'n1'}
     """
-    tasks = decode_tasks(str(raw["tasks"]))
-    values = list(raw["values"])
+    tasks = decode_tasks(str(raw[0]))
+    values = list(raw[1])
     at: list[Any] = []
-    for run in str(raw["at"]).split(",") if raw["at"] else []:
+    for run in str(raw[2]).split(",") if raw[2] else []:
         k, star, n = run.partition("*")
+        if not 0 <= int(k) < len(values):
+            raise ValueError(f"value index {k} of {len(values)} values")
         at.extend([values[int(k)]] * (int(n) if star else 1))
     if len(at) != len(tasks):
         raise ValueError(f"a task map of {len(tasks)} tasks has {len(at)} values")
@@ -196,7 +203,7 @@ def tasks_of(raw: Any) -> list[str]:
 def task_map_of(raw: Any) -> dict[str, Any]:
     """A task map as either form holds it: a plain mapping, or its compact form.
 
-    >>> task_map_of({"a-0": "n1"}), task_map_of({"tasks": "a:0", "values": [2], "at": "0"})
+    >>> task_map_of({"a-0": "n1"}), task_map_of(["a:0", [2], "0"])
     ({'a-0': 'n1'}, {'a-0': 2})
     """
     if is_task_map(raw):
