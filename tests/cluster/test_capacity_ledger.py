@@ -13,34 +13,28 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.k8s.ledger import Resources, pod_place, pod_requests
-from backstop.sim.nodesim import NodeShape, Simulator
-from tests.support.kubetools import POOL_LABEL, Env, node_ready, topology_env, wait_for
+from backstop.sim.nodesim import NodeShape
+from tests.support.kubetools import (
+    POOL_LABEL,
+    Env,
+    cleanup_fixture,
+    env_fixture,
+    node_ready,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture(scope="module")
-def env(
-    cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_factory: Any
-) -> Iterator[Env]:
-    yield from topology_env(
-        cluster, kube, simulator, tmp_path_factory.mktemp("ledger"), node_cpu="1", nodes=1
-    )
-
-
-@pytest.fixture(autouse=True)
-def _cleanup(env: Env) -> Iterator[None]:
-    yield
-    env.cleanup()
+env = env_fixture("ledger", node_cpu="1", nodes=1)
+_cleanup = cleanup_fixture()
 
 
 def pair(name: str, pool: str) -> dict[str, Any]:

@@ -28,21 +28,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from backstop.controller import faults
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import cpu_cores, expand, parse_spec
-from backstop.sim.nodesim import NodeShape, Simulator
+from backstop.sim.nodesim import NodeShape
 from backstop_runtime import session as sessions
 from planners.evaluate import check_plan, worst_node_failure
 from tests.support.kubetools import (
     POOL_LABEL,
     Env,
+    env_fixture,
     node_ready,
     start_operator,
-    topology_env,
     wait_for,
 )
 
@@ -52,14 +51,8 @@ RECONCILE_POINTS = ["after-status", "mid-pod-batch"]
 RECOVERY_POINTS = ["after-status", "after-recoveryplan", "after-configmap", "mid-pod-batch"]
 
 
-@pytest.fixture(scope="module")
-def env(
-    cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_factory: Any
-) -> Iterator[Env]:
-    # every test makes its own labelled pool; the module's one node stays unused
-    yield from topology_env(
-        cluster, kube, simulator, tmp_path_factory.mktemp("faults"), node_cpu="1", nodes=1
-    )
+# every test makes its own labelled pool; the module's one node stays unused
+env = env_fixture("faults", node_cpu="1", nodes=1)
 
 
 @pytest.fixture(autouse=True)

@@ -11,36 +11,23 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import expand, parse_spec
-from backstop.sim.nodesim import PRESSURE_TAINT, Simulator
+from backstop.sim.nodesim import PRESSURE_TAINT
 from backstop_runtime.fencing import published_epoch
 from planners.evaluate import worst_node_failure
-from tests.support.kubetools import ROOT, Env, topology_env, wait_for
+from tests.support.kubetools import ROOT, Env, cleanup_fixture, env_fixture, wait_for
 
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture(scope="module")
-def env(
-    cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_factory: Any
-) -> Iterator[Env]:
-    yield from topology_env(
-        cluster, kube, simulator, tmp_path_factory.mktemp("faultpods"), node_cpu="4", nodes=3
-    )
-
-
-@pytest.fixture(autouse=True)
-def _cleanup(env: Env) -> Iterator[None]:
-    yield
-    env.cleanup()
+env = env_fixture("faultpods", node_cpu="4", nodes=3)
+_cleanup = cleanup_fixture()
 
 
 def chain(name: str, image: str, operators: list[tuple[str, int]]) -> dict[str, Any]:

@@ -15,40 +15,33 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import watch
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import expand, parse_spec
-from backstop.sim.nodesim import Simulator
 from planners import TaskGraph
 from planners.evaluate import node_failure_latency
-from tests.cluster.test_node_loss import POOL, Pool, plans
-from tests.support.kubetools import Env, condition, topology_env, wait_for
+from tests.support.kubetools import (
+    POOL_LABEL,
+    Env,
+    Pool,
+    condition,
+    env_fixture,
+    plans,
+    pool_fixture,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 LABEL = f"{GROUP}/topology"
 
 
-@pytest.fixture(scope="module")
-def env(
-    cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_factory: Any
-) -> Iterator[Env]:
-    yield from topology_env(
-        cluster, kube, simulator, tmp_path_factory.mktemp("lifecycle"), node_cpu="1", nodes=1
-    )
-
-
-@pytest.fixture
-def pool(env: Env) -> Iterator[Pool]:
-    p = Pool(env)
-    yield p
-    env.cleanup()
-    p.delete()
+env = env_fixture("lifecycle", node_cpu="1", nodes=1)
+pool = pool_fixture(cleanup=True)
 
 
 def chains(
@@ -76,7 +69,7 @@ def chains(
             "image": f"registry.example/{image}",
             "recoveryLatencyBound": 2.0,
             "backups": "all",
-            "nodeSelector": {POOL: pool},
+            "nodeSelector": {POOL_LABEL: pool},
             "recovery": {"gracePeriodSeconds": 1},
             "lifecycle": {"checkpointTimeoutSeconds": 5},
             "operators": operators,

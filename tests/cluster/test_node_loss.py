@@ -8,89 +8,40 @@ real node-lifecycle controller turns them NotReady.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import cpu_cores, expand, parse_spec
-from backstop.sim.nodesim import NodeShape, Simulator
 from planners.evaluate import check_plan
 from planners.recovery import failed_queries
 from tests.support.kubetools import (
+    POOL_LABEL,
     Env,
+    Pool,
+    cleanup_fixture,
     condition,
+    env_fixture,
     node_ready,
+    plans,
+    pool_fixture,
+    recovery,
     start_operator,
     stop_operator,
-    topology_env,
     wait_for,
 )
 
 pytestmark = pytest.mark.cluster
-POOL = "test.backstop.dev/pool"
+POOL = POOL_LABEL
 
 
-@pytest.fixture(scope="module")
-def env(
-    cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_factory: Any
-) -> Iterator[Env]:
-    # the module's own nodes stay unused: every test makes a labelled pool of its own
-    yield from topology_env(
-        cluster,
-        kube,
-        simulator,
-        tmp_path_factory.mktemp("nodeloss"),
-        node_cpu="1",
-        nodes=1,
-        metrics=True,
-    )
-
-
-@pytest.fixture(autouse=True)
-def _cleanup(env: Env) -> Iterator[None]:
-    yield
-    env.cleanup()
-
-
-class Pool:
-    """Simulated nodes of one test, all labelled ``POOL=<name>``."""
-
-    def __init__(self, env: Env) -> None:
-        assert env.simulator is not None
-        self.env, self.sim = env, env.simulator
-        self.name = f"p{uuid.uuid4().hex[:5]}"
-        self.nodes: list[str] = []
-
-    def add(self, cpu: str, *, ready_after: float = 0.0) -> str:
-        node = f"{self.name}-{len(self.nodes)}"
-        self.sim.create(node, NodeShape(cpu=cpu), ready_after=ready_after)
-        self.sim.core.patch_node(node, {"metadata": {"labels": {POOL: self.name}}})
-        self.nodes.append(node)
-        return node
-
-    def wait_ready(self, nodes: list[str] | None = None) -> None:
-        todo = nodes or self.nodes
-        wait_for(lambda: all(node_ready(self.sim.core, n) for n in todo), 30, f"{todo} Ready")
-
-    def delete(self) -> None:
-        for n in self.nodes:
-            with contextlib.suppress(ApiException):
-                self.sim.core.delete_node(n)
-
-
-@pytest.fixture
-def pool(env: Env) -> Iterator[Pool]:
-    p = Pool(env)
-    yield p
-    p.delete()
+# the module's own node stays unused: every test makes a labelled pool of its own
+env = env_fixture("nodeloss", node_cpu="1", nodes=1, metrics=True)
+_cleanup = cleanup_fixture()
+pool = pool_fixture(cleanup=False)
 
 
 def fan_topology(
@@ -132,17 +83,6 @@ def start_fan(env: Env, pool: Pool, name: str, **options: Any) -> None:
     pool.wait_ready()
     env.create(fan_topology(name, pool.name, **options))
     env.wait_condition(name, "Ready", "True")
-
-
-def plans(env: Env, name: str) -> list[dict[str, Any]]:
-    items = env.custom.list_namespaced_custom_object(
-        GROUP, VERSION, env.namespace, "recoveryplans", label_selector=f"{GROUP}/topology={name}"
-    )["items"]
-    return sorted(items, key=lambda p: p["spec"]["step"])
-
-
-def recovery(env: Env, name: str) -> dict[str, Any]:
-    return dict((env.get(name).get("status") or {}).get("recovery") or {})
 
 
 def nodes_of(env: Env, name: str) -> dict[str, str]:

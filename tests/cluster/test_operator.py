@@ -10,13 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from backstop.controller.settings import ENV_VARS
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import cpu_cores, expand, parse_spec
-from backstop.sim.nodesim import Simulator
 from planners.evaluate import check_plan, worst_node_failure
 from tests.support.kubetools import (
     EXAMPLE,
@@ -24,7 +22,7 @@ from tests.support.kubetools import (
     ROOT,
     Env,
     condition,
-    topology_env,
+    env_fixture,
     topology_manifest,
     wait_for,
 )
@@ -33,19 +31,12 @@ pytestmark = pytest.mark.cluster
 OPERATOR_GRACE = 12.5  # the operator-wide default (Helm value recovery.gracePeriodSeconds)
 
 
-@pytest.fixture(scope="module")
-def env(
-    cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_factory: Any
-) -> Iterator[Env]:
-    yield from topology_env(
-        cluster,
-        kube,
-        simulator,
-        tmp_path_factory.mktemp("operator"),
-        node_cpu="4",
-        nodes=6,
-        operator_env={ENV_VARS["grace_period_seconds"]: str(OPERATOR_GRACE)},
-    )
+env = env_fixture(
+    "operator",
+    node_cpu="4",
+    nodes=6,
+    operator_env={ENV_VARS["grace_period_seconds"]: str(OPERATOR_GRACE)},
+)
 
 
 @pytest.fixture(autouse=True)

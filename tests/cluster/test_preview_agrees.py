@@ -11,22 +11,19 @@ case that used to differ run to run).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
 
 from backstop.domain.constants import GROUP
 from backstop.domain.spec import expand, parse_spec
-from backstop.sim.nodesim import Simulator
 from planners.evaluate import check_plan
 from tests.support.kubetools import (
     EXAMPLE,
     POOL_LABEL,
     Env,
-    topology_env,
+    env_fixture,
     topology_manifest,
     wait_for,
 )
@@ -34,13 +31,7 @@ from tests.support.kubetools import (
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture(scope="module")
-def env(
-    cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_factory: Any
-) -> Iterator[Env]:
-    yield from topology_env(
-        cluster, kube, simulator, tmp_path_factory.mktemp("preview"), node_cpu="2", nodes=4
-    )
+env = env_fixture("preview", node_cpu="2", nodes=4)
 
 
 def _preview(env: Env, doc: dict[str, Any], name: str) -> dict[str, Any]:

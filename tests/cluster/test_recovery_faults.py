@@ -18,33 +18,31 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import expand, parse_spec
-from backstop.sim.nodesim import Simulator
 from tests.cluster.test_node_loss import (
-    Pool,
     check_final,
     fan_topology,
     nodes_of,
-    plans,
-    recovery,
     start_fan,
     wait_recovered,
 )
-from tests.support.kubetools import Env, condition, stop_operator, topology_env, wait_for
+from tests.support.kubetools import (
+    Env,
+    Pool,
+    condition,
+    env_fixture,
+    plans,
+    recovery,
+    stop_operator,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture(scope="module")
-def env(
-    cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_factory: Any
-) -> Iterator[Env]:
-    yield from topology_env(
-        cluster, kube, simulator, tmp_path_factory.mktemp("recfaults"), node_cpu="1", nodes=1
-    )
+env = env_fixture("recfaults", node_cpu="1", nodes=1)
 
 
 @pytest.fixture(autouse=True)

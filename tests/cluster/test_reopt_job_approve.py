@@ -32,7 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from backstop.domain.constants import ANN_APPROVE, GROUP, VERSION
 from backstop.domain.recommend import PlanParams, recommend_topology
 from backstop.k8s.reoptjob import job_name, publish_result
-from backstop.sim.nodesim import NodeShape, Simulator
+from backstop.sim.nodesim import Simulator
 from planners.placement import Node
 from tests.support.kubetools import (
     POOL_LABEL,
@@ -41,6 +41,7 @@ from tests.support.kubetools import (
     create_namespace,
     free_port,
     install_crds,
+    labelled_nodes,
     stop_operator,
     topology_manifest,
     wait_for,
@@ -69,10 +70,7 @@ def env(cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_fac
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA},
         "subjects": [{"kind": "ServiceAccount", "name": SA, "namespace": ns}]})  # fmt: skip
     pool = f"rj{uuid.uuid4().hex[:4]}"
-    nodes = [f"{pool}-{i}" for i in range(4)]
-    for i, n in enumerate(nodes):
-        simulator.create(n, NodeShape(cpu="4"), zone=f"zone-{i % 2}")
-        core.patch_node(n, {"metadata": {"labels": {POOL_LABEL: pool}}})
+    nodes = labelled_nodes(core, simulator, pool, 4, "4", wait=False)
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     resources = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}}
     environ = {**os.environ, "KUBECONFIG": cluster, "BACKSTOP_REOPT_TICK": "1",

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import load_topology
 from backstop.sim.metricsgen import GeneratorParams, write_metrics
-from backstop.sim.nodesim import NodeShape, Simulator
+from backstop.sim.nodesim import Simulator
 from tests.support.kubetools import (
     POOL_LABEL,
     ROOT,
@@ -31,6 +31,7 @@ from tests.support.kubetools import (
     create_namespace,
     free_port,
     install_crds,
+    labelled_nodes,
     stop_operator,
     topology_manifest,
     wait_for,
@@ -101,10 +102,7 @@ def env(
     ns = f"ro-{uuid.uuid4().hex[:6]}"
     create_namespace(core, ns)
     pool = f"ro{uuid.uuid4().hex[:4]}"
-    names = [f"{pool}-{i}" for i in range(4)]
-    for i, n in enumerate(names):
-        simulator.create(n, NodeShape(cpu="4"), zone=f"zone-{i % 2}")
-        core.patch_node(n, {"metadata": {"labels": {POOL_LABEL: pool}}})
+    names = labelled_nodes(core, simulator, pool, 4, "4", wait=False)
     metrics = tmp_path_factory.mktemp("reopt-metrics")
     topo = load_topology(EXAMPLE)
     fleet = [

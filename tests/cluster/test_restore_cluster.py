@@ -15,19 +15,27 @@ from __future__ import annotations
 import itertools
 import subprocess
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import cpu_cores, expand, parse_spec
-from backstop.sim.nodesim import Simulator
 from planners import TaskGraph
 from planners.evaluate import check_plan, worst_node_failure
-from tests.cluster.test_node_loss import POOL, Pool, plans, recovery
-from tests.support.kubetools import ROOT, Env, condition, node_ready, topology_env, wait_for
+from tests.support.kubetools import (
+    POOL_LABEL,
+    ROOT,
+    Env,
+    Pool,
+    condition,
+    env_fixture,
+    node_ready,
+    plans,
+    pool_fixture,
+    recovery,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -39,21 +47,8 @@ MOVE_ALLOWANCE = 15.0
 """Per restore step: delete, the simulator finishing it, create, schedule, Running (~3-5 s)."""
 
 
-@pytest.fixture(scope="module")
-def env(
-    cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_factory: Any
-) -> Iterator[Env]:
-    yield from topology_env(
-        cluster, kube, simulator, tmp_path_factory.mktemp("restore"), node_cpu="1", nodes=1
-    )
-
-
-@pytest.fixture
-def pool(env: Env) -> Iterator[Pool]:
-    p = Pool(env)
-    yield p
-    env.cleanup()
-    p.delete()
+env = env_fixture("restore", node_cpu="1", nodes=1)
+pool = pool_fixture(cleanup=True)
 
 
 def chains_topology(name: str, pool: str, *, parallelism: int = 3) -> dict[str, Any]:
@@ -85,7 +80,7 @@ def chains_topology(name: str, pool: str, *, parallelism: int = 3) -> dict[str, 
         "spec": {
             "image": "registry.example/chains:1",
             "recoveryLatencyBound": 2.5,
-            "nodeSelector": {POOL: pool},
+            "nodeSelector": {POOL_LABEL: pool},
             "recovery": {"gracePeriodSeconds": 1, "mode": "auto"},
             "operators": operators,
         },
@@ -176,7 +171,7 @@ def test_bound_broken_by_a_node_loss_is_restored_with_minimal_safe_moves(
     final = dict(obj["status"]["plan"]["assignment"])
     alloc = {
         n.metadata.name: cpu_cores(n.status.allocatable["cpu"])
-        for n in env.core.list_node(label_selector=f"{POOL}={pool.name}").items
+        for n in env.core.list_node(label_selector=f"{POOL_LABEL}={pool.name}").items
         if node_ready(env.core, n.metadata.name)
     }
     assert set(alloc) == {second, added}

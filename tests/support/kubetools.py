@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -287,11 +288,7 @@ def topology_env(
     ns = f"op-{uuid.uuid4().hex[:6]}"
     create_namespace(core, ns)
     prefix = f"op{uuid.uuid4().hex[:4]}"
-    names = [f"{prefix}-{i}" for i in range(nodes)]
-    for i, n in enumerate(names):
-        simulator.create(n, NodeShape(cpu=node_cpu), zone=f"zone-{i % 2}")
-        core.patch_node(n, {"metadata": {"labels": {POOL_LABEL: prefix}}})
-    wait_for(lambda: all(node_ready(core, n) for n in names), 30, "test nodes Ready")
+    names = labelled_nodes(core, simulator, prefix, nodes, node_cpu)
     e = Env(kubeconfig, ns, core, client.CustomObjectsApi(kube), names, tmp / "operator.log")
     e.simulator = simulator
     e.pool = prefix
@@ -308,3 +305,117 @@ def topology_env(
             if n.metadata.name.startswith(prefix + "-"):
                 with contextlib.suppress(ApiException):
                     core.delete_node(n.metadata.name)
+
+
+def env_fixture(
+    tmp: str,
+    *,
+    node_cpu: str,
+    nodes: int,
+    metrics: bool = False,
+    operator_env: Mapping[str, str] | None = None,
+) -> Callable[..., Iterator[Env]]:
+    """A module-scoped ``env`` fixture: :func:`topology_env` with these nodes (its log under
+    a temporary directory named ``tmp``). Assign it in the module: ``env = env_fixture(...)``."""
+
+    @pytest.fixture(scope="module")
+    def env(
+        cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_factory: Any
+    ) -> Iterator[Env]:
+        yield from topology_env(
+            cluster,
+            kube,
+            simulator,
+            tmp_path_factory.mktemp(tmp),
+            node_cpu=node_cpu,
+            nodes=nodes,
+            metrics=metrics,
+            operator_env=operator_env,
+        )
+
+    return env
+
+
+def cleanup_fixture() -> Callable[..., Iterator[None]]:
+    """An autouse fixture deleting what each test created (``_cleanup = cleanup_fixture()``)."""
+
+    @pytest.fixture(autouse=True)
+    def _cleanup(env: Env) -> Iterator[None]:
+        yield
+        env.cleanup()
+
+    return _cleanup
+
+
+class Pool:
+    """Simulated nodes of one test, all labelled ``POOL_LABEL=<name>``."""
+
+    def __init__(self, env: Env) -> None:
+        assert env.simulator is not None
+        self.env, self.sim = env, env.simulator
+        self.name = f"p{uuid.uuid4().hex[:5]}"
+        self.nodes: list[str] = []
+
+    def add(self, cpu: str, *, ready_after: float = 0.0) -> str:
+        node = f"{self.name}-{len(self.nodes)}"
+        self.sim.create(node, NodeShape(cpu=cpu), ready_after=ready_after)
+        self.sim.core.patch_node(node, {"metadata": {"labels": {POOL_LABEL: self.name}}})
+        self.nodes.append(node)
+        return node
+
+    def wait_ready(self, nodes: list[str] | None = None) -> None:
+        todo = nodes or self.nodes
+        wait_for(lambda: all(node_ready(self.sim.core, n) for n in todo), 30, f"{todo} Ready")
+
+    def delete(self) -> None:
+        for n in self.nodes:
+            with contextlib.suppress(ApiException):
+                self.sim.core.delete_node(n)
+
+
+def pool_fixture(*, cleanup: bool) -> Callable[..., Iterator[Pool]]:
+    """A ``pool`` fixture: a fresh :class:`Pool` per test, its nodes deleted after it (and,
+    with ``cleanup``, the test's topologies first)."""
+
+    @pytest.fixture
+    def pool(env: Env) -> Iterator[Pool]:
+        p = Pool(env)
+        yield p
+        if cleanup:
+            env.cleanup()
+        p.delete()
+
+    return pool
+
+
+def labelled_nodes(
+    core: client.CoreV1Api,
+    simulator: Simulator,
+    prefix: str,
+    count: int,
+    cpu: str,
+    *,
+    wait: bool = True,
+) -> list[str]:
+    """``count`` simulated nodes ``<prefix>-<i>`` of ``cpu`` in two zones, labelled
+    ``POOL_LABEL=<prefix>`` (and Ready, with ``wait``)."""
+    nodes = [f"{prefix}-{i}" for i in range(count)]
+    for i, n in enumerate(nodes):
+        simulator.create(n, NodeShape(cpu=cpu), zone=f"zone-{i % 2}")
+        core.patch_node(n, {"metadata": {"labels": {POOL_LABEL: prefix}}})
+    if wait:
+        wait_for(lambda: all(node_ready(core, n) for n in nodes), 30, f"{prefix} nodes Ready")
+    return nodes
+
+
+def plans(env: Env, name: str) -> list[dict[str, Any]]:
+    """The topology's RecoveryPlans, by step."""
+    items = env.custom.list_namespaced_custom_object(
+        GROUP, VERSION, env.namespace, "recoveryplans", label_selector=f"{GROUP}/topology={name}"
+    )["items"]
+    return sorted(items, key=lambda p: p["spec"]["step"])
+
+
+def recovery(env: Env, name: str) -> dict[str, Any]:
+    """``status.recovery`` of the topology (``{}`` when none)."""
+    return dict((env.get(name).get("status") or {}).get("recovery") or {})
