@@ -279,6 +279,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         if not ok:
             out["problems"] = problems(operator_log(b.log_path))
             out["rss"] = rss.read()
+            with current.lock:
+                out["pods_at_timeout"] = len(current.pods)
+                out["running_at_timeout"] = sum(1 for _, _, run in current.pods.values() if run)
             return out
         time.sleep(args.settle)  # the operator with every pod in the cluster, steady
         out["rss_ready"] = rss.read()
@@ -437,6 +440,13 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
     if r.get("plans"):
         steps = ", ".join(f"step {p['step']} {p['trigger']} {p['tasks']} tasks" for p in r["plans"])
         lines += [f"RecoveryPlans: {steps}.", ""]
+    if "pods_at_timeout" in r:
+        lines += [
+            f"Not Ready within {args.timeout:g} s: {r['pods_at_timeout']} pods existed, "
+            f"{r['running_at_timeout']} Running; operator RSS then "
+            f"{_mib((r.get('rss') or {}).get('VmRSS'))}. No node was killed.",
+            "",
+        ]
     found = Counter(r.get("problems") or [])
     if found:
         lines += ["Distinct warning/error lines:", ""]

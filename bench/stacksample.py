@@ -54,26 +54,35 @@ def main() -> None:
     busy_total: collections.Counter[str] = collections.Counter()
     counts = {"samples": 0, "busy": 0}
     stop = threading.Event()
+    lock = threading.Lock()  # a dump while the sampler counts would see the dicts change
 
     def sample() -> None:
         me = threading.get_ident()
         while not stop.wait(0.01):
-            counts["samples"] += 1
-            for ident, frame in sys._current_frames().items():
-                if ident == me or _where(frame).endswith(IDLE):
-                    continue
-                counts["busy"] += 1
-                busy_self[_where(frame)] += 1
-                seen = set()
-                f: FrameType | None = frame
-                while f is not None:
-                    seen.add(_where(f))
-                    f = f.f_back
-                busy_total.update(seen)
+            with lock:
+                _take(me)
+
+    def _take(me: int) -> None:
+        counts["samples"] += 1
+        for ident, frame in sys._current_frames().items():
+            if ident == me or _where(frame).endswith(IDLE):
+                continue
+            counts["busy"] += 1
+            busy_self[_where(frame)] += 1
+            seen = set()
+            f: FrameType | None = frame
+            while f is not None:
+                seen.add(_where(f))
+                f = f.f_back
+            busy_total.update(seen)
 
     def dump(final: bool = True) -> None:
         if final:
             stop.set()
+        with lock:
+            _write()
+
+    def _write() -> None:
         busy = max(counts["busy"], 1)
         lines = [
             f"{counts['samples']} samples (10 ms), {counts['busy']} busy thread-samples",
