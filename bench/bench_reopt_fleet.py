@@ -287,12 +287,12 @@ def section(args: argparse.Namespace, info: dict[str, Any], runs: list[JobRun],
         )
     best = min(runs, key=lambda r: r.seconds)
     verdict = "meets" if best.seconds < 300 else "misses"
-    cpu = sum(best.sample.cpu.values())
+    cpu_all = sum(best.sample.cpu.values())
     lines += [
         "",
         f"Target: < 5 min for the fleet on 2 cores: **{verdict}** ({best.seconds:.0f} s wall). "
-        f"The job's processes used {cpu:.0f} CPU seconds, {cpu / args.cores:.0f} s of "
-        f"{args.cores} cores, so it had {cpu / (best.seconds * args.cores):.0%} of them: the "
+        f"The job's processes used {cpu_all:.0f} CPU seconds, {cpu_all / args.cores:.0f} s of "
+        f"{args.cores} cores, so it had {cpu_all / (best.seconds * args.cores):.0%} of them: the "
         "difference to the wall time is the other work on the machine (the load average). "
         f"The output was checked: {args.topologies} `Recommended` recommendations, {sound} of "
         "them sound under the failure-effect evaluator, and the estimates count every "
