@@ -69,8 +69,25 @@ NOTES = [
     "and no topology of the fleet turned Ready. What is left: planning is about 5 s of "
     "the 500-task path (`planners.placement`'s backup-dropping pass, beyond the planner's "
     "3 s budget); binding 500 pods takes the scheduler ~5 s (its API client rate); the "
-    "fleet's reconciles are serial by design, and each takes longer as the pods to list "
-    "grow (every view lists all pods of the cluster).",
+    "fleet's plans are made one at a time (the ledger's booking). The figures above were "
+    "measured when every view still listed all pods of the cluster; views now come from "
+    "the watch caches (see the cluster-view section).",
+    "",
+]
+LOSS_NOTES = [
+    "Notes. Planning is what the fleet waits on: one plan of a 50-task topology costs "
+    "about 1.3 CPU s (`plan_topology` in-process, on 16 or 100 nodes alike; CP-SAT is most "
+    "of its wall time) and the "
+    "plans of all topologies are made one at a time inside the ledger's booking (reads "
+    "of the cluster no longer are: they come from the watch caches, and the pod feed, "
+    "holds and readers no longer wait for a planner). At a load average near 40 one such "
+    "plan took 28-30 s of wall time, so 100 plans cannot be done in minutes; on a quiet "
+    "2-core host 100 plans in series are still about 130 s, over the 60 s target. What "
+    "would meet it: plans of different topologies made concurrently outside the booking "
+    "(CP-SAT releases the GIL) and reserved optimistically, a conflicting one re-planned "
+    "inside it; and binding 5,000 pods at the scheduler's client rate (~100 pods/s "
+    "measured above) alone takes about 50 s, so pods would have to be bound by the "
+    "operator (`spec.nodeName`) rather than left to the scheduler.",
     "",
 ]
 BIG = (50, 200, 200, 50)
@@ -363,7 +380,7 @@ def render_fleet_loss(args: argparse.Namespace, r: dict[str, Any]) -> str:
         f"| operator log warnings/errors | {len(r['problems'])} |",
         "",
     ]
-    return "\n".join([*lines, *_problem_lines(r["problems"])])
+    return "\n".join([*lines, *_problem_lines(r["problems"]), *LOSS_NOTES])
 
 
 def render(
