@@ -18,8 +18,9 @@
 #              Running again on the other real nodes. The leader's /metrics (curl of its pod IP,
 #              metrics.enabled) before and after: recovery steps, node loss -> first RecoveryPlan
 #              observations and seconds move, and the line prints both values
-#   uninstall  topology deleted (its /metrics series go), helm uninstall: no pod, ServiceAccount, Role(Binding) or
-#              ClusterRole(Binding) of the release is left (CRDs stay, as helm never deletes them)
+#   uninstall  topology deleted (its /metrics series go), helm uninstall: no pod, ServiceAccount, Role(Binding),
+#              ClusterRole(Binding) or Secret (the webhook's certificate) of the release is left (CRDs stay,
+#              as helm never deletes them)
 #   teardown   real nodes, kube-proxy and control plane stopped; no bridge, iptables rule or mount
 #              of theirs is left on the host
 # One line per phase with its duration. Needs root (kubelets, containerd, bridges) and apt.
@@ -273,7 +274,12 @@ if ! timeout 60 bash -c "until [[ -z \$(kubectl get pods -n $RELEASE_NS -o name)
   kubectl delete pods -n $RELEASE_NS --all --force --grace-period=0 >/dev/null 2>&1 || true
   wait_until 30 "the operator pod to go" bash -c "[[ -z \$(kubectl get pods -n $RELEASE_NS -o name) ]]"
 fi
+# the webhook certificate Secret (the operator made it) goes with the ValidatingWebhookConfiguration
+# that owns it, the ServiceAccount's token Secrets with it: both by controllers, within seconds
+release_secrets() { kubectl get secrets -n $RELEASE_NS -o name | grep "^secret/$RELEASE" || true; }
+timeout 60 bash -c "until [[ -z \$(kubectl get secrets -n $RELEASE_NS -o name | grep '^secret/$RELEASE') ]]; do sleep 1; done" || true
 left=$( { kubectl get sa,role,rolebinding,deploy,pods,svc -n $RELEASE_NS -o name | grep -v '^serviceaccount/default$'
+          release_secrets
           kubectl get role,rolebinding -n $NS -o name
           kubectl get clusterrole,clusterrolebinding -o name | grep "/$RELEASE"
           kubectl get validatingwebhookconfigurations,mutatingwebhookconfigurations -o name | grep "/$RELEASE"
