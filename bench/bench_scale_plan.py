@@ -14,6 +14,8 @@ Cases (CPU per task as in the manifests; nodes of ``--node-cpu`` CPU, enough of 
 
 * **500 tasks**: bench_operator's ``src 50 → map 200 (shuffle) → agg 200 (forward)
   → sink 50 (shuffle)``, 150m CPU, t = 0.5 s, bound 1.5 s, 12 × 8-CPU nodes;
+* **20 × 100 operators**: the same shape at 2,000 tasks (11,800 edges), where the old
+  code still finishes, bound ``--bound-10k``, 32 nodes;
 * **100 × 100 operators**: bench_cli's manifest (10,000 tasks, forward, every tenth
   operator a shuffle: 99,000 edges), 100m CPU, t = 0.5 s, bound ``--bound-10k``;
 * **10 × 1,000 forward**: bench_cli's forward chain (10,000 tasks), same CPU and bound.
@@ -152,12 +154,14 @@ def cases(bound_10k: float) -> list[tuple[str, dict[str, Any], int]]:
     from bench.opharness import chain_topology
 
     big = chain_topology("big", "bench", (50, 200, 200, 50), cpu="150m", bound=1.5)["spec"]
+    mid = many_operators(20)["spec"]
     many = many_operators()["spec"]
     chain = forward_chain()["spec"]
-    for spec in (many, chain):
+    for spec in (mid, many, chain):
         spec["recoveryLatencyBound"] = bound_10k
     return [
         ("500 tasks", big, 12),
+        ("20 × 100 operators", mid, 32),
         ("100 × 100 operators", many, 160),
         ("10 × 1,000 forward", chain, 160),
     ]
@@ -246,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", help="Run only the cases whose name contains this.")
     parser.add_argument(
-        "--base-cases", help="Run the baseline only on the cases whose name contains this."
+        "--base-cases",
+        help="Run the baseline only on the cases whose name contains one of these (a,b).",
     )
     parser.add_argument(
         "--note", action="append", default=[], help="A line to add to the notes (repeatable)."
@@ -277,7 +282,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         res: dict[str, dict[str, Any]] = {}
         for label, tree in trees:
-            if label == "old" and args.base_cases and args.base_cases not in name:
+            if (
+                label == "old"
+                and args.base_cases
+                and not any(c in name for c in args.base_cases.split(","))
+            ):
                 continue
             repeats = args.repeats if label == "new" else 1
             log(f"{name}: {label} ({tree}), budget {OPERATOR_BUDGET:g}, load {load()}")
