@@ -191,16 +191,16 @@ def replay_sources(
     >>> replay_sources(g, backups=[], failed=["b"], task="b")
     ['log:s']
     """
-    keep, down = set(backups), set(failed)
-    out: list[str] = []
+    # sets are used as they are: a caller asking for many tasks builds them once
+    keep = backups if isinstance(backups, set | frozenset) else set(backups)
+    down = failed if isinstance(failed, set | frozenset) else set(failed)
+    out: set[str] = set()  # a set: a reducer of a 300-task shuffle has 300 sources
     seen: set[int] = set()
     stack = [graph.index(task)]
     while stack:
         v = stack.pop()
         if not graph.preds[v]:
-            name = f"log:{graph.tasks[v]}"
-            if name not in out:
-                out.append(name)
+            out.add(f"log:{graph.tasks[v]}")
             continue
         for u in graph.preds[v]:
             if u in seen:
@@ -208,7 +208,7 @@ def replay_sources(
             seen.add(u)
             uid = graph.tasks[u]
             if uid in keep and uid not in down:
-                out.append(uid)
+                out.add(uid)
             else:
                 stack.append(u)
     return sorted(out)

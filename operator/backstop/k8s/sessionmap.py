@@ -103,6 +103,7 @@ def replay_groups(
     [{'from': '', 'logs': 's:@', 'tasks': 'a:0-1'}]
     """
     groups: dict[tuple[str, str], list[str]] = {}
+    backups, failed = frozenset(backups), frozenset(failed)  # once, not per task
     for task in recovered:
         parts = split_task(task)
         if parts is None:
