@@ -10,6 +10,7 @@ planners do inside a booking.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -301,3 +302,31 @@ def test_a_planner_booking_does_not_stop_the_pod_feed() -> None:
             booking.reserve("ns/a", {("ns", "a0"): ("n", Resources(1.0, 0, 1))}, alloc)
         booking.reserve("ns/a", {("ns", "a0"): ("n", Resources(0.5, 0, 1))}, alloc)
     assert ledger.free(alloc)["n"].cpu == pytest.approx(0.0)
+
+
+def test_a_recovery_books_before_waiting_reconciles() -> None:
+    """A node loss in a fleet being created: before, a recovery step waited for the
+    booking behind every queued reconcile plan (about 30 s each on a loaded host, so no
+    RecoveryPlan in minutes). Now an urgent booking goes before the waiting others."""
+    ledger = CapacityLedger()
+    ledger.replace_pods([])
+    order: list[str] = []
+    waiting = threading.Semaphore(0)
+
+    def plan(name: str, urgent: bool) -> None:
+        waiting.release()
+        with ledger.booking(urgent=urgent):
+            order.append(name)
+
+    with ledger.booking():  # a reconcile is planning
+        threads = []
+        for name, urgent in (("reconcile-1", False), ("reconcile-2", False), ("recovery", True)):
+            t = threading.Thread(target=plan, args=(name, urgent), daemon=True)
+            t.start()
+            threads.append(t)
+            assert waiting.acquire(timeout=5)
+            time.sleep(0.2)  # it is waiting for the booking now
+    for t in threads:
+        t.join(10)
+    assert order[0] == "recovery", order
+    assert sorted(order[1:]) == ["reconcile-1", "reconcile-2"]

@@ -46,7 +46,7 @@ def lost_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = Non
     ready = [n for n in usable_nodes(t.model, t.nodes) if n not in bad]
     policy = t.model.recovery
     movable = sorted(lost, key=t.graph.index)
-    with t.ledger.booking() as booking:
+    with t.ledger.booking(urgent=True) as booking:
         capacity = step_capacity(booking, t.nodes, ready, t.model, cap=policy.utilization_cap)
         step = schedule_recovery(
             t.graph, movable, capacity, algorithm=policy.algorithm, time_limit=RECOVERY_TIME_LIMIT

@@ -88,7 +88,7 @@ def _decide(t: Tick, now: float) -> recovery.Decision | None:
     """:func:`backstop.domain.recovery.decide` on the ledger's capacity; the issued step's
     pods are reserved before the status is written, so no other plan takes their room."""
     cap = t.model.recovery.utilization_cap
-    with t.ledger.booking() as booking:
+    with t.ledger.booking(urgent=True) as booking:
 
         def capacity(usable: Sequence[str]) -> dict[str, float]:
             return step_capacity(booking, t.nodes, usable, t.model, cap=cap)

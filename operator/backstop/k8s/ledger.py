@@ -161,6 +161,9 @@ class CapacityLedger:
         """Guards the pods and holds; held for moments (an event, a sum, a reserve)."""
         self._planning = threading.RLock()
         """Serializes planners (:meth:`booking`) without stopping the feed or the readers."""
+        self._turn = threading.Condition()
+        self._urgent = 0
+        """Recovery planners waiting for the booking: the others let them go first."""
         self._pods: dict[PodKey, _Entry] = {}
         self._holds: dict[PodKey, _Entry] = {}
         self._clock = clock
@@ -242,17 +245,43 @@ class CapacityLedger:
 
     # ----------------------------------------------------------------- writing
     @contextmanager
-    def booking(self, timeout: float = SYNC_TIMEOUT) -> Iterator[Booking]:
+    def booking(self, timeout: float = SYNC_TIMEOUT, *, urgent: bool = False) -> Iterator[Booking]:
         """Serialize planners: free capacity read inside stays theirs until they reserve.
 
         Only planners wait for each other here; the pod feed, holds of recorded plans
         and readers go on (:meth:`Booking.reserve` checks again under the data lock, so
-        a pod or hold that arrived meanwhile is never double-booked).
+        a pod or hold that arrived meanwhile is never double-booked). An ``urgent``
+        planner (a recovery step: failed tasks wait on it) goes before every waiting
+        planner that is not: a node loss in a fleet is not queued behind the plans of
+        topologies being created. Not reentrant for a non-urgent planner.
         """
         if not self.synced.wait(timeout):
             raise Overcommitted("the capacity ledger has not listed the pods yet")
-        with self._planning:
+        self._acquire(urgent)
+        try:
             yield Booking(self)
+        finally:
+            self._planning.release()
+
+    def _acquire(self, urgent: bool) -> None:
+        if urgent:
+            with self._turn:
+                self._urgent += 1
+            try:
+                self._planning.acquire()
+            finally:
+                with self._turn:
+                    self._urgent -= 1
+                    self._turn.notify_all()
+            return
+        while True:
+            with self._turn:
+                self._turn.wait_for(lambda: self._urgent == 0)
+            self._planning.acquire()
+            with self._turn:
+                if self._urgent == 0:
+                    return
+            self._planning.release()  # an urgent one came meanwhile: it goes first
 
     def hold(self, owner: str, pods: Mapping[PodKey, tuple[str, Resources]]) -> None:
         """Count pods a *recorded* plan asks for until they show up (no capacity check).
