@@ -9,7 +9,7 @@ CLUSTER := hack/local-cluster.sh
 export BACKSTOP_CACHE ?= $(HOME)/.cache/backstop
 export KUBECONFIG_LOCAL := $(BACKSTOP_CACHE)/run/kubeconfig
 
-.PHONY: help install tools test-oldest lint typecheck imports unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds images e2e e2e-when-possible
+.PHONY: help install tools test-oldest test-spark-job lint typecheck imports unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds images e2e e2e-when-possible
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -61,11 +61,17 @@ test-oldest: ## unit tests on the oldest supported versions (every floor pinned)
 	$(OLDEST)/bin/pytest -q -p no:cacheprovider tests/unit planners runtime operator/backstop \
 	  --deselect 'tests/unit/test_docs.py::test_generated_reference_is_up_to_date[cli]'
 
+# The re-optimization Job (reoptimization.mode: job) in the Spark image on two real nodes, reading
+# the metrics the tasks write: root, and the 1.5 GB image (IMAGES=spark hack/images.sh; minutes
+# cold), so it is not part of make test (CI is at 25 of its 30 minutes).
+test-spark-job: $(STAMP) tools ## the re-optimization Job in the Spark image on real nodes (root); not part of make test
+	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest -m spark_image -p no:cacheprovider tests/realnodes/test_spark_job_real.py
+
 # The unit tests (CPU) and the e2e (mostly waiting for nodes and pods, with its own control plane,
 # ports, subnets and Docker) share nothing but the CPU, so they run side by side; the e2e's output
 # is kept in .e2e.log and shown when both are done. Either failing fails the target.
 test: $(STAMP) tools lint typecheck imports ## everything CI runs: lint, types, layering, unit + cluster tests, e2e
-	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest tests/chart tests/cluster tests/realnodes
+	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest -m 'not spark_image' tests/chart tests/cluster tests/realnodes
 	@$(MAKE) --no-print-directory e2e-when-possible > .e2e.log 2>&1 & e2e=$$!; \
 	  PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest tests/unit planners runtime operator/backstop; \
 	  unit=$$?; wait $$e2e; rc=$$?; echo "--- make e2e-when-possible (ran beside the unit tests):"; \
