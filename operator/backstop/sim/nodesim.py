@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from threading import Event
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -53,6 +54,9 @@ LEASE_NS = "kube-node-lease"
 LEASE_SECONDS = 40
 POOL_WORKERS = 8
 """Concurrent API calls of one tick (heartbeats, pods started, deletions finished)."""
+REQUEST_TIMEOUT = 30.0
+"""Seconds one pod call or pod list of a tick may take: the client waits forever by
+default, and one call that never returns would stop every later tick (and heartbeat)."""
 
 
 def _micro(now: datetime) -> str:
@@ -351,7 +355,9 @@ class Simulator:
     def _run_pods(self, live: set[str], now: datetime) -> None:
         # raw JSON, not the client's models: at 10k pods deserializing them took ~10 s a tick
         resp = self.core.list_pod_for_all_namespaces(
-            field_selector="spec.nodeName!=", _preload_content=False
+            field_selector="spec.nodeName!=",
+            _preload_content=False,
+            _request_timeout=2 * REQUEST_TIMEOUT,
         )
         finish, start = pods_to_act(json.loads(resp.data).get("items") or [], live)
         list(self._pool.map(lambda j: self._finish(j[0], j[1]), finish))
@@ -366,10 +372,12 @@ class Simulator:
 
     def _pod_call(self, ns: str, name: str, call: Any, *args: Any, **kwargs: Any) -> None:
         try:
-            call(name, ns, *args, **kwargs)
+            call(name, ns, *args, _request_timeout=REQUEST_TIMEOUT, **kwargs)
         except ApiException as err:
             if err.status not in (404, 409):
                 log.warning("pod %s/%s: %s", ns, name, err.reason)
+        except urllib3.exceptions.HTTPError as err:  # a timeout: the next tick tries again
+            log.warning("pod %s/%s: %s", ns, name, err)
 
     def run(self, interval: float = 2.0, stop: Event | None = None) -> None:
         """Tick every ``interval`` seconds until ``stop`` is set (or forever)."""
