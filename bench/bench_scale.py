@@ -282,6 +282,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             with current.lock:
                 out["pods_at_timeout"] = len(current.pods)
                 out["running_at_timeout"] = sum(1 for _, _, run in current.pods.values() if run)
+            save(args, out)
             return out
         time.sleep(args.settle)  # the operator with every pod in the cluster, steady
         out["rss_ready"] = rss.read()
@@ -343,7 +344,14 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         out["problems"] = problems(operator_log(b.log_path))
         out["log"] = str(b.log_path)
         out["kill_at"] = t_kill - t0
+        save(args, out)  # before the cleanup, which deletes 10k pods one by one
     return out
+
+
+def save(args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """The raw figures as JSON (``--json``), with the run's arguments."""
+    if args.json:
+        args.json.write_text(json.dumps({**out, "args": vars(args)}, indent=1, default=str))
 
 
 def start_operator(b: Bench, args: argparse.Namespace) -> None:
@@ -551,8 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))  # kept: the operator log
     r = run(args, workdir)
-    if args.json:
-        args.json.write_text(json.dumps({**r, "args": vars(args)}, indent=1, default=str))
+    save(args, r)
     text = section([(args, r)])
     sys.stdout.write(text)
     if args.out:
