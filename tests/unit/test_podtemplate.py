@@ -4,16 +4,18 @@ and which tainted nodes a topology may use (issue 16, item 1)."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backstop.domain.constants import ANN_HASH
 from backstop.domain.incidents import NodeInfo, for_topology, node_info, topology_tolerations
 from backstop.domain.podmerge import build_pod_spec, merge, taints_tolerated, tolerates
-from backstop.domain.spec import StreamTopologySpec, expand, parse_spec
+from backstop.domain.spec import StreamTopologySpec, expand, parse_spec, parse_topology
 from backstop.k8s import manifests
 from backstop.k8s.manifests import Owner, TaskRole, build_task_pod, desired_pods
 from planners import InvalidTopology
@@ -498,3 +500,20 @@ def test_without_a_template_the_pod_is_what_the_full_merge_makes(extra: dict[str
     merged = build_pod_spec(base, {}, manifests.owned_pod_spec(base))
     assert pod["spec"] == merged
     assert pod["metadata"]["annotations"][ANN_HASH] == manifests._hash(merged)
+
+
+def test_a_topology_with_env_values_parses_again_from_its_own_dump() -> None:
+    """The re-optimization job re-parses the estimated manifest it dumped (Monte Carlo,
+    trade-off curve): an env `value` dumps beside the empty default `valueFrom`, which is
+    not a second source (a real run on real nodes failed on exactly this)."""
+    root = Path(__file__).resolve().parents[2]
+    doc = yaml.safe_load((root / "examples" / "wordcount.yaml").read_text())
+    env = [{"name": "BACKSTOP_METRICS_INTERVAL", "value": "1"}]
+    doc["spec"]["podTemplate"] = {"spec": {"containers": [{"name": "task", "env": env}]}}
+    dumped = parse_topology(doc).model_dump(mode="json", by_alias=True, exclude_none=True)
+    again = parse_topology(dumped)
+    assert again.model_dump(mode="json", by_alias=True, exclude_none=True) == dumped
+    both = {"name": "X", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    doc["spec"]["podTemplate"]["spec"]["containers"][0]["env"] = [both]
+    with pytest.raises(InvalidTopology, match="set value or valueFrom, not both"):
+        parse_topology(doc)

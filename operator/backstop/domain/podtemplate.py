@@ -81,7 +81,11 @@ class EnvVar(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> EnvVar:
-        given = "value_from" in self.model_fields_set
+        # an empty valueFrom beside a value is what a dump of this model writes (the field's
+        # default): not a second source, so a dumped topology parses again
+        given = bool(self.value_from) or (
+            "value_from" in self.model_fields_set and self.value is None
+        )
         if self.value is not None and given:
             raise ValueError(f"env {self.name}: set value or valueFrom, not both")
         if given:
