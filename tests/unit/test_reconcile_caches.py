@@ -193,3 +193,30 @@ def test_concurrent_reconciles_of_many_topologies_never_overbook(
     assert set(per_topology.values()) == {4}, per_topology
     assert len(per_topology) == 3  # 6 CPU of room, 2 CPU per topology
     assert sorted(per_topology) == sorted(t for t, o in outcome.items() if o == "placed")
+
+
+def test_a_reconcile_before_the_first_pod_listing_is_retried_soon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a cluster with thousands of pods the feed's first listing takes a while; the
+    reconcile waited 30 s in the booking, failed with ``Overcommitted`` and Kopf retried
+    it only after its default 60 s (found by scale-e2e's 10k-task runs)."""
+    kube = Kube(client.ApiClient())
+    kube.core = mock.MagicMock(spec=client.CoreV1Api)
+    kube.custom = mock.MagicMock(spec=client.CustomObjectsApi)
+    monkeypatch.setattr(handlers, "kube", lambda: kube)
+    monkeypatch.setattr(handlers, "post_event", lambda *a, **k: None)
+    ledger = CapacityLedger()  # never listed
+    nodes = [node("a", "2"), node("b", "2")]
+    meta = {"name": "t", "namespace": NS, "uid": "u1", "generation": 1}
+    reconcile: Any = handlers.reconcile
+    with pytest.raises(kopf.TemporaryError, match="not listed the pods yet") as err:
+        reconcile(
+            body={"metadata": meta, "spec": SPEC}, spec=SPEC, meta=meta, status={}, name="t",
+            namespace=NS, patch=kopf.Patch(), logger=logging.getLogger("t"),
+            memo=kopf.Memo(ledger=ledger, metrics=metrics.OperatorMetrics()),
+            node_index={n["metadata"]["name"]: [node_info(n)] for n in nodes},
+            pods_by_topology={},
+        )  # fmt: skip
+    assert err.value.delay is not None and err.value.delay <= 5
+    assert kube.core.create_namespaced_pod.call_count == 0

@@ -127,6 +127,8 @@ def reconcile(
     if recovering and recorded.get("generation") == generation:
         logger.info("a recovery session is running; the supervisor drives the pods")
         return
+    if not memo.ledger.synced.is_set():  # the pod feed's first listing: retried soon, not in 60 s
+        raise kopf.TemporaryError("the capacity ledger has not listed the pods yet", delay=2)
     pods_index = kwargs["pods_by_topology"]
 
     def own_pods() -> list[Any]:
