@@ -402,13 +402,17 @@ NOTES: list[str] = [
     "kubelets); the operator got 10–15 % of a core (36 s of CPU in its first 6 min 40 s of "
     "the 10k run), so wall times here are 10–20× the CPU the work needs. What is known:",
     "",
-    "- **10k tasks, applied and placed: yes; all pods Running: not within the 15 min "
-    "waited.** The plan was recorded 190 s after apply (`rtap-ff`; with the default "
-    "`auto` the joint plan had not finished after 8 min at load 14–19, and its RSS "
-    "reached 716 MiB; plan-speed's anytime joint plan has landed since). 3 903 of "
-    "10 000 pods were created when the wait ended: at this load the API server, the "
-    "scheduler and the node simulator (in the bench's process) each got a sliver of the "
-    "CPU. No node was killed in that run.",
+    "- **10k tasks, applied, placed and Running: yes; Ready, a node lost and recovered: "
+    "not reached within the 15 min waited** (the 10 000-task table). On an empty cluster "
+    "at load 8–20 the plan was recorded 46 s after apply (`rtap-ff`), the 10 000 pods "
+    "created by 633 s (about 16 per second, 8 at a time, on a starved API server), all "
+    "Running by 768 s; the `Ready` condition was still not True 130 s later, and no node "
+    "was killed. The operator's RSS grew from 212 MiB idle to 1 087 MiB when the last pod "
+    "was created and to 1 575 MiB while the supervisor ticked over 10k pods: far over both "
+    "the target and the chart's 512 MiB limit (see RSS below). Earlier attempts: with "
+    "`auto` the old joint plan had not finished after 8 min at load 14–19 (RSS 716 MiB; "
+    "plan-speed's anytime joint plan has landed since), and at load 16–47 only 3 903 "
+    "pods were created in 15 min.",
     "- **A 60 s stall before the first plan, in every run on a cluster that already held "
     "thousands of pods:** the reconcile's booking waits 30 s for the capacity ledger's "
     "first full pod listing (`ledger.SYNC_TIMEOUT`), then fails with `Overcommitted` "
@@ -436,14 +440,20 @@ NOTES: list[str] = [
     "objects the watches saw are in the tables; in process at 10k tasks mid-recovery the "
     "whole status is 294 KiB (limit 1.5 MiB), the session ConfigMap 1 KiB (limit 1 MiB, "
     "compact-objects' task-set encoding) and a RecoveryPlan of 250 tasks 9 KiB.",
-    "- **Operator RSS < 300 MiB with 10k pods: not met, and not measured with 10k pods.** "
+    "- **Operator RSS < 300 MiB with 10k pods: not met: 1 575 MiB (`VmHWM`) with 10k pods.** "
     "The operator idles at 204–220 MiB before it sees a single topology: importing the "
     "planners pulls in OR-Tools' CP-SAT, which imports pandas and numpy (+126 MiB of "
     "the 204; kubernetes, kopf, pydantic and networkx are 71). With ~1 450 pods of the "
     "10k run it was at 453 MiB (the plan's working set included); with 1 000 pods 368 MiB "
     "steady and 418 MiB at its peak; with 200 pods 259 MiB. "
-    "What would: import OR-Tools only inside the CP-SAT planners (and pandas only in the "
-    "re-optimization path), and measure again with 10k pods on a quiet host.",
+    "What grows with the pods: a task pod as parsed JSON is about 22 KB of Python "
+    "objects (3.4 KB of JSON; measured on the operator's own manifest plus a Running "
+    "status, the API server's defaults not counted), so each full copy of 10k pods "
+    "(Kopf's pod index, the pod feed's) costs about 220 MB. What would: keep only the "
+    "fields the operator reads in the pod caches (name, labels, the spec-hash annotation, "
+    "node, phase, readiness, deletion, requests), import OR-Tools only inside the CP-SAT "
+    "planners (and pandas only in the re-optimization path), and measure again with 10k "
+    "pods on a quiet host.",
     "",
     "Fixed here on the way: the node simulator listed every pod as client models each tick "
     "and patched them one at a time (a 10k tick took minutes); it lists raw JSON of bound "
