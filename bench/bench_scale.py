@@ -413,12 +413,13 @@ NOTES: list[str] = [
     "`auto` the old joint plan had not finished after 8 min at load 14–19 (RSS 716 MiB; "
     "plan-speed's anytime joint plan has landed since), and at load 16–47 only 3 903 "
     "pods were created in 15 min.",
-    "- **A 60 s stall before the first plan, in every run on a cluster that already held "
+    "- **A 60 s stall before the first plan, in the runs on a cluster that already held "
     "thousands of pods:** the reconcile's booking waits 30 s for the capacity ledger's "
     "first full pod listing (`ledger.SYNC_TIMEOUT`), then fails with `Overcommitted` "
     "(`the capacity ledger has not listed the pods yet`), which Kopf retries after its "
-    "default 60 s. A `kopf.TemporaryError` with a short delay there would cut it "
-    "(`handlers.py`, watch-caches' file: reported, not changed here).",
+    "default 60 s (it cost 60–90 s in the 2 000- and first 10k-task runs, which are not "
+    "in the tables). Fixed since by watch-caches: the reconcile now raises a "
+    "`kopf.TemporaryError` retried in 2 s.",
     "- **Detection → first RecoveryPlan < 1 s:** the operator's own share is small. In "
     "process at 10k tasks ([above](#scale-one-supervisor-tick-at-10k-tasks-in-process)) "
     "the whole recovery decision, planner included, takes 0.06–0.08 s of CPU and one "
