@@ -48,6 +48,14 @@ def record(
     )
 
 
+CONFLICT_RETRIES = 5
+"""How often :func:`apply_plan` re-reads the object after a 409 before it gives up.
+
+The status of a running topology changes all the time for reasons that do not touch the
+plan (task readiness, conditions, metrics of the supervisor): a conflict only means "read
+again", and the plan is compared again on what is there now."""
+
+
 async def apply_plan(
     namespace: str,
     name: str,
@@ -57,34 +65,40 @@ async def apply_plan(
     reoptimization: dict[str, Any],
 ) -> str | None:
     """Write ``new_plan`` for this generation (with ``reoptimization`` in the same patch),
-    then trigger the reconcile; the reason when the topology changed meanwhile."""
+    then trigger the reconcile; the reason when the topology changed meanwhile.
+
+    The write is guarded by the ``resourceVersion`` it was computed from. A 409 is retried
+    from a fresh read (up to :data:`CONFLICT_RETRIES` times): only a changed generation or a
+    changed assignment refuses the plan, not another writer's unrelated status field.
+    """
     k = context.kube()
-    obj = await asyncio.to_thread(
-        k.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
-    )
-    live = dict(plain_status(obj.get("status")).get("plan") or {})
-    if obj["metadata"]["generation"] != generation or live.get("assignment") != plan_before.get(
-        "assignment"
-    ):
-        return "the topology changed while the job ran"
-    plan = {**new_plan, "generation": generation, "specHash": spec_hash(obj["spec"])}
-    try:
-        record(
-            namespace,
-            name,
-            {"plan": merge_patch(_wire(live), _wire(plan)), "reoptimization": reoptimization},
-            resource_version=obj["metadata"]["resourceVersion"],
+    for _ in range(CONFLICT_RETRIES):
+        obj = await asyncio.to_thread(
+            k.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
         )
-    except ApiException as err:
-        if err.status != 409:
-            raise
-        return "the topology changed meanwhile"
-    await asyncio.to_thread(
-        k.custom.patch_namespaced_custom_object,
-        GROUP, VERSION, namespace, PLURAL, name,
-        {"metadata": {"annotations": {ANN_APPLIED: now_rfc3339()}}},
-    )  # fmt: skip
-    return None
+        live = dict(plain_status(obj.get("status")).get("plan") or {})
+        moved = live.get("assignment") != plan_before.get("assignment")
+        if obj["metadata"]["generation"] != generation or moved:
+            return "the topology changed while the job ran"
+        plan = {**new_plan, "generation": generation, "specHash": spec_hash(obj["spec"])}
+        try:
+            record(
+                namespace,
+                name,
+                {"plan": merge_patch(_wire(live), _wire(plan)), "reoptimization": reoptimization},
+                resource_version=obj["metadata"]["resourceVersion"],
+            )
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            continue  # another writer's status change: read again and compare the plan
+        await asyncio.to_thread(
+            k.custom.patch_namespaced_custom_object,
+            GROUP, VERSION, namespace, PLURAL, name,
+            {"metadata": {"annotations": {ANN_APPLIED: now_rfc3339()}}},
+        )  # fmt: skip
+        return None
+    return f"the topology's status changed {CONFLICT_RETRIES} times while the plan was written"
 
 
 def _wire(plan: Mapping[str, Any]) -> dict[str, Any]:
