@@ -3,9 +3,9 @@
 The operator writes lists of task ids as runs of indices per operator
 (``map:0-299;reduce:4,7-9``), so the file of a 300x300 shuffle or of a 10,000-task
 topology stays far below a ConfigMap's 1 MiB; the grammar is in ``docs/scale.md`` and
-in the operator's ``backstop.domain.tasksets`` (this is its decoder, kept stdlib-only:
-the runtime imports nothing of the operator; ``tests/unit/test_tasksets.py`` checks that
-both read the same).
+in the operator's ``backstop.domain.tasksets``. This is the one decoder, kept stdlib-only
+(the runtime imports nothing of the operator); the operator's ``decode_tasks`` calls it, and
+``tests/unit/test_object_sizes.py`` checks the round trip.
 """
 
 from __future__ import annotations

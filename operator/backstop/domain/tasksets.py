@@ -33,6 +33,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+import backstop_runtime.tasksets
+
 V = TypeVar("V")
 
 TASK_ID = re.compile(r"^([a-z0-9]+(?:-[a-z0-9]+)*)-(0|[1-9][0-9]*)$")
@@ -96,23 +98,7 @@ def decode_tasks(text: str, own: int | None = None) -> list[str]:
     >>> decode_tasks("a:@;b:0", own=7)
     ['a-7', 'b-0']
     """
-    out: list[str] = []
-    if not text:
-        return out
-    for group in text.split(";"):
-        op, sep, runs = group.partition(":")
-        if not sep or not op or not runs:
-            raise ValueError(f"not a task list group: {group!r}")
-        for run in runs.split(","):
-            if run == "@" and own is not None:
-                out.append(f"{op}-{own}")
-                continue
-            lo, dash, hi = run.partition("-")
-            first, last = int(lo), int(hi) if dash else int(lo)
-            if first < 0 or last < first:
-                raise ValueError(f"not a run of indices: {run!r}")
-            out.extend(f"{op}-{i}" for i in range(first, last + 1))
-    return out
+    return backstop_runtime.tasksets.decode(text, own)  # one decoder for operator and tasks
 
 
 def relative(text: str, own: int) -> str:
