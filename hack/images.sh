@@ -118,11 +118,11 @@ mkdir -p $CACHE/images
 for img in $IMAGES; do
   case $img in
     base) build_base ;;
-    operator) build_base; build $OPERATOR operator/Dockerfile . pyproject.toml README.md planners operator; save $OPERATOR operator ;;
+    operator) build_base; build $OPERATOR operator/Dockerfile . pyproject.toml README.md planners operator runtime; save $OPERATOR operator ;;
     runtime)
       [[ -f runtime/Dockerfile ]] || die "runtime/Dockerfile is missing"
       build_base; build $RUNTIME Dockerfile runtime .; save $RUNTIME runtime ;;
-    spark) build_base; build $SPARK operator/Dockerfile.spark . pyproject.toml README.md planners operator
+    spark) build_base; build $SPARK operator/Dockerfile.spark . pyproject.toml README.md planners operator runtime
       OUT=$CACHE/images save $SPARK spark ;;
     *) die "IMAGES: unknown image '$img' (base, operator, runtime, spark)" ;;
   esac

@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -212,9 +213,28 @@ def test_dockerfile_is_multistage_non_root_lean_and_runs_the_operator() -> None:
                     assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
     # hack/images.sh sends exactly these paths as the build context
     images = (ROOT / "hack" / "images.sh").read_text()
-    assert "operator/Dockerfile . pyproject.toml README.md planners operator" in images
+    assert "operator/Dockerfile . pyproject.toml README.md planners operator runtime" in images
     ignore = (DOCKERFILE.parent / "Dockerfile.dockerignore").read_text()
     assert "**/.venv" in ignore and "**/.tools" in ignore
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.spark"])
+def test_operator_images_copy_every_package_root_the_project_installs(dockerfile: str) -> None:
+    """`pip install .` finds packages under each ``where`` root; a root left out of the image's
+    build context installs silently without its packages, and the operator then fails at import
+    (CI: ``No module named 'backstop_runtime'`` once the operator shared the runtime's decoder)."""
+    roots = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"][
+        "find"
+    ]["where"]
+    text = (DOCKERFILE.parent / dockerfile).read_text()
+    copied = {line.split()[1] for line in text.splitlines() if line.startswith("COPY ")}
+    images = (ROOT / "hack" / "images.sh").read_text()
+    context = images.split(f"operator/{dockerfile} . ", 1)[1].split(";", 1)[0].split("\n")[0].split()
+    for root in roots:
+        if root == ".":  # top-level packages: planners
+            continue
+        assert root in copied, f"{dockerfile} does not COPY {root}/"
+        assert root in context, f"hack/images.sh does not send {root}/ to {dockerfile}"
 
 
 def test_kind_config_has_zoned_workers_and_make_kind_demo_uses_it() -> None:
