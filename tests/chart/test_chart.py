@@ -229,7 +229,8 @@ def test_operator_images_copy_every_package_root_the_project_installs(dockerfile
     text = (DOCKERFILE.parent / dockerfile).read_text()
     copied = {line.split()[1] for line in text.splitlines() if line.startswith("COPY ")}
     images = (ROOT / "hack" / "images.sh").read_text()
-    context = images.split(f"operator/{dockerfile} . ", 1)[1].split(";", 1)[0].split("\n")[0].split()
+    line = images.split(f"operator/{dockerfile} . ", 1)[1]
+    context = line.split(";", 1)[0].split("\n")[0].split()
     for root in roots:
         if root == ".":  # top-level packages: planners
             continue
