@@ -15,12 +15,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from backstop.domain.spec import StreamTopology, cpu_cores
+
+if TYPE_CHECKING:  # imported where used: the operator imports this module, not pandas
+    import pandas as pd
 
 __all__ = [
     "NODE_COLUMNS",
@@ -140,6 +140,9 @@ def estimate_operators_pandas(tasks: pd.DataFrame, params: EstimateParams) -> pd
     Two group-bys (per task, then per operator), O(rows). The CPU quantile is
     exact here and approximate in Spark (``percentile_approx``).
     """
+    import numpy as np  # here: the operator imports this module, never pandas
+    import pandas as pd
+
     df = tasks.dropna(subset=["topology", "task", "timestamp", "cpu"])
     df = df[(df["cpu"] >= 0) & (df["failures"] >= 0) & (df["checkpoint_duration"] >= 0)]
     df = df.assign(operator=df["task"].str.replace(r"-\d+$", "", regex=True))
@@ -182,6 +185,9 @@ def estimate_operators_pandas(tasks: pd.DataFrame, params: EstimateParams) -> pd
 
 def _finish_estimates(op: pd.DataFrame, params: EstimateParams) -> pd.DataFrame:
     """The derived columns, shared by the pandas path and its tests."""
+    import numpy as np
+    import pandas as pd
+
     rate = (op["failures"] + params.prior_failures) / op["observed_seconds"]
     mtbf = 1.0 / rate
     c = op["ckpt_duration"] / op["rows"]

@@ -26,8 +26,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from backstop.domain.estimates import estimated_topology
 from backstop.domain.planning import plan_topology
 from backstop.domain.spec import expand, parse_topology, spec_hash
@@ -324,6 +322,8 @@ def monte_carlo(
     O(scenarios · nodes) sampling plus one O(V + E) evaluation per distinct
     failure set (cached; most windows fail nothing or one node).
     """
+    import numpy as np  # here: the operator imports this module and never simulates
+
     rng = np.random.default_rng(params.seed)
     names = sorted(set(assignment.values()))
     t = params.horizon_seconds
