@@ -14,8 +14,10 @@ REAL code of each cache, one stage after the other, each stage kept alive:
   (Kopf keeps one per watched object, pods included);
 * **the capacity ledger** via the pod feed's event path (:meth:`PodFeed.apply`);
 * **the planned-pods cache** of a tick (:func:`backstop.controller.tick.planned_pods`);
-* **a supervisor tick's transients** over the indexed pods: ``pod_models`` (the
-  ``V1Pod`` copies converge and the reconcile make), ``pod_states``.
+* **a supervisor tick's transients** over the indexed pods: what converge reads when
+  the pods do not match the plan (``fenced_tasks`` and ``diff_pods``; the code before
+  the slim pod records first made ``V1Pod`` models of every indexed pod, and the bench
+  does so when ``kubeio.pod_models`` exists), and ``pod_states``.
 
 The watch events themselves are parsed one at a time and dropped (as the watch does).
 Reported per stage: what it retains (``tracemalloc``, traced pass) with its top
@@ -165,8 +167,10 @@ def run_stages(args: argparse.Namespace, texts: list[str], traced: bool) -> Stag
     from backstop.controller.memo import TopologyMemo
     from backstop.controller.tick import Tick, planned_pods, pod_states
     from backstop.domain.constants import LABEL_TOPOLOGY
+    from backstop.domain.fencing import fenced_tasks
+    from backstop.domain.planning import diff_pods
     from backstop.domain.status_types import PlanStatus, TopologyStatus
-    from backstop.k8s.kubeio import pod_models
+    from backstop.k8s import kubeio
     from backstop.k8s.ledger import CapacityLedger
     from backstop.k8s.podfeed import PodFeed
 
@@ -219,8 +223,17 @@ def run_stages(args: argparse.Namespace, texts: list[str], traced: bool) -> Stag
     )  # fmt: skip
     s.run("planned-pods cache (`tick.planned_pods`)", lambda: planned_pods(tick, plan) and tick)
     indexed = list(idx.get(key, []))
-    s.run("tick: `pod_models` of the indexed pods (transient)",
-          lambda: pod_models(api, indexed), transient=True)  # fmt: skip
+    desired = planned_pods(tick, plan)
+
+    def converge_reads() -> Any:
+        # what converge reads when the pods do not match the plan; until this bench's
+        # change it first converted the indexed pods into ``V1Pod`` models
+        models = getattr(kubeio, "pod_models", None)
+        existing = indexed if models is None else models(api, indexed)
+        dead = {"n000"}
+        return (fenced_tasks(existing, desired, dead), diff_pods(desired, existing, dead))
+
+    s.run("tick: converge's reads of the indexed pods (transient)", converge_reads, transient=True)
     s.run("tick: `pod_states` (transient)", lambda: pod_states(indexed), transient=True)
     assert len(indexed) == len(texts), (len(indexed), len(texts), LABEL_TOPOLOGY)
     return s

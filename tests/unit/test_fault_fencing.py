@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from backstop.domain.constants import LABEL_TASK
 from backstop.domain.fencing import bump_epochs, fenced_tasks
 from backstop.domain.spec import expand, parse_spec
 from backstop.k8s.manifests import Owner, desired_pods, pod_name
@@ -42,12 +42,10 @@ def test_fault03_a_task_recreated_off_a_lost_node_gets_a_newer_epoch() -> None:
     graph = expand(spec)
     first = {"src-0": "n1", "sink-0": "n1"}
     before = desired_pods(OWNER, spec, graph, frozenset(), first)
-    old_pod = SimpleNamespace(
-        metadata=SimpleNamespace(
-            name=pod_name("wc", "sink-0"), labels={"streams.backstop.dev/task": "sink-0"}
-        ),
-        spec=SimpleNamespace(node_name="n1"),
-    )
+    old_pod = {
+        "metadata": {"name": pod_name("wc", "sink-0"), "labels": {LABEL_TASK: "sink-0"}},
+        "spec": {"nodeName": "n1"},
+    }
     moved = {"src-0": "n1", "sink-0": "n2"}
     after = desired_pods(OWNER, spec, graph, frozenset(), moved)
     fenced = fenced_tasks([old_pod], after, lost_nodes={"n1"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from backstop.domain.incidents import NodeInfo
@@ -13,12 +12,12 @@ from backstop.k8s.manifests import Owner, build_pdb
 HASH = "streams.backstop.dev/spec-hash"
 
 
-def _pod(name: str, phase: str, node: str = "a", spec_hash: str = "h") -> Any:
-    return SimpleNamespace(
-        metadata=SimpleNamespace(name=name, annotations={HASH: spec_hash}, deletion_timestamp=None),
-        spec=SimpleNamespace(node_name=node),
-        status=SimpleNamespace(phase=phase),
-    )
+def _pod(name: str, phase: str, node: str = "a", spec_hash: str = "h") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "annotations": {HASH: spec_hash}},
+        "spec": {"nodeName": node},
+        "status": {"phase": phase},
+    }
 
 
 def _desired(*names: str) -> dict[str, dict[str, Any]]:

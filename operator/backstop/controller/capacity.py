@@ -31,12 +31,13 @@ from planners.placement import Node
 @dataclass
 class Placing:
     """What a reconcile places with: the API gateway, the shared ledger, the node index
-    and the topology's pods from the pod index (``pods()``: fresh ``V1Pod`` copies)."""
+    and the topology's pods from the pod index (``pods()``: its records,
+    :func:`backstop.k8s.podrecord.slim_pod` dicts, shared with the index: read only)."""
 
     kube: Kube
     ledger: CapacityLedger
     nodes: dict[str, NodeInfo]
-    pods: Callable[[], list[Any]] = field(default=list)
+    pods: Callable[[], list[Mapping[str, Any]]] = field(default=list)
 
 
 def owner_key(owner: Owner) -> str:
@@ -52,7 +53,7 @@ def allocatable(nodes: Mapping[str, NodeInfo], names: Iterable[str]) -> dict[str
 def cluster_view(
     nodes: Mapping[str, NodeInfo],
     free: Mapping[str, Resources],
-    own_pods: list[Any],
+    own_pods: list[Mapping[str, Any]],
     topology_key: str | None,
     node_selector: Mapping[str, str] | None = None,
 ) -> ClusterView:
@@ -93,7 +94,7 @@ def topology_view(
     nodes: Mapping[str, NodeInfo],
     model: StreamTopologySpec,
     owner: Owner,
-    own_pods: list[Any],
+    own_pods: list[Mapping[str, Any]],
 ) -> ClusterView:
     """:func:`cluster_view` of ``owner`` from the ledger (``nodes``: as the topology sees them)."""
     free = ledger.free(allocatable(nodes, nodes), exclude=owner_key(owner))

@@ -51,10 +51,11 @@ from backstop.domain.status_types import (
     with_changes,
 )
 from backstop.domain.statuswire import plain_status
-from backstop.k8s.kubeio import ClusterView, Kube, pod_models, slim_pod
+from backstop.k8s.kubeio import ClusterView, Kube
 from backstop.k8s.ledger import CapacityLedger, Overcommitted, manifest_holds
 from backstop.k8s.manifests import Owner, build_pdb, desired_pods, template_samples
 from backstop.k8s.podfeed import PodFeed
+from backstop.k8s.podrecord import slim_pod
 from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
 
 log = logging.getLogger("backstop.operator")
@@ -131,8 +132,8 @@ def reconcile(
         raise kopf.TemporaryError("the capacity ledger has not listed the pods yet", delay=2)
     pods_index = kwargs["pods_by_topology"]
 
-    def own_pods() -> list[Any]:
-        return pod_models(k.api, list(pods_index.get((namespace, name), [])))
+    def own_pods() -> list[Mapping[str, Any]]:
+        return list(pods_index.get((namespace, name), []))
 
     placing = Placing(k, memo.ledger, node_snapshot(kwargs["node_index"]), own_pods)
     with topology_memo.of(memo).lock:
@@ -401,8 +402,9 @@ def pods_by_topology(
 ) -> dict[tuple[str | None, str], Any]:
     """In-memory index of task pods per topology, so readiness needs no API calls.
 
-    The pod is kept without ``metadata.managedFields`` (the server's field ownership,
-    read by nothing here and a large part of each pod at 10k pods).
+    Each pod is kept as :func:`~backstop.k8s.podrecord.slim_pod` makes it: only the
+    fields the operator reads (about 1/5 of the pod's JSON; with 10k pods the whole
+    pods were about 240 MB of the operator's memory).
     """
     return {(namespace, labels[LABEL_TOPOLOGY]): slim_pod(body)}
 

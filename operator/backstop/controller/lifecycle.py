@@ -148,7 +148,7 @@ def rollout_with_plan(
     status: Mapping[str, Any],
     generation: int,
     desired: Mapping[str, Mapping[str, Any]],
-    own_pods: list[Any],
+    own_pods: list[Mapping[str, Any]],
     dead: set[str],
 ) -> RolloutStatus | None:
     """The ``status.rollout`` to record in the same write as the plan of ``generation``.
@@ -172,7 +172,7 @@ def rollout_with_plan(
         return rec
     if rec is not None and rec.active and rec.generation == generation:
         return rec
-    running = [p for p in own_pods if p.metadata.deletion_timestamp is None]
+    running = [p for p in own_pods if (p.get("metadata") or {}).get("deletionTimestamp") is None]
     begun = lifecycle.begin_rollout(
         typed,
         generation,

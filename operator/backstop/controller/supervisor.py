@@ -48,7 +48,6 @@ from backstop.domain.fencing import bump_epochs, fenced_tasks
 from backstop.domain.planning import diff_pods
 from backstop.domain.podfaults import drain_held
 from backstop.domain.status_types import PlanStatus, with_changes
-from backstop.k8s.kubeio import pod_models
 from backstop.k8s.ledger import manifest_holds
 from backstop.k8s.manifests import build_recoveryplan
 from backstop.k8s.sessionmap import build_session_configmap
@@ -172,7 +171,7 @@ def converge(
     t.ledger.hold(owner_key(t.owner), manifest_holds(desired, t.owner.namespace))
     if pods_match(desired, indexed):
         return 0, 0, 0
-    existing = pod_models(t.kube.api, indexed)  # the pod index: no LIST per round
+    existing = indexed  # the pod index's records: no LIST per round, no copies
     fenced = fenced_tasks(existing, desired, force_nodes)
     if fenced:  # an old copy may still run behind a partition: new epochs first
         if not fence(t, plan, fenced):

@@ -33,23 +33,23 @@ def bump_epochs(epochs: Mapping[str, int] | None, tasks: Iterable[str]) -> dict[
 
 
 def fenced_tasks(
-    existing: Iterable[Any],
+    existing: Iterable[Mapping[str, Any]],
     desired: Mapping[str, Mapping[str, Any]],
     lost_nodes: Collection[str],
 ) -> set[str]:
-    """Tasks whose pod (a kubernetes client object) is still on a lost node while the plan
-    wants it back: recreating them needs a new epoch, since the old copy may still run.
+    """Tasks whose pod (a dict) is still on a lost node while the plan wants it back:
+    recreating them needs a new epoch, since the old copy may still run.
 
-    >>> from types import SimpleNamespace as NS
-    >>> pod = NS(metadata=NS(name="t-a-0", labels={"streams.backstop.dev/task": "a-0"}),
-    ...          spec=NS(node_name="dead"))
+    >>> pod = {"metadata": {"name": "t-a-0", "labels": {"streams.backstop.dev/task": "a-0"}},
+    ...        "spec": {"nodeName": "dead"}}
     >>> fenced_tasks([pod], {"t-a-0": {}}, {"dead"}), fenced_tasks([pod], {"t-a-0": {}}, set())
     ({'a-0'}, set())
     """
     out: set[str] = set()
     for pod in existing:
-        labels = pod.metadata.labels or {}
-        task = labels.get(LABEL_TASK)
-        if task and pod.spec.node_name in lost_nodes and pod.metadata.name in desired:
+        meta = pod.get("metadata") or {}
+        task = (meta.get("labels") or {}).get(LABEL_TASK)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if task and node in lost_nodes and meta.get("name") in desired:
             out.add(task)
     return out

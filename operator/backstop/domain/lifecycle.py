@@ -215,36 +215,41 @@ def suspend_conditions(generation: int, status: Mapping[str, Any]) -> list[dict[
 
 
 def replaced_tasks(
-    desired: Mapping[str, Mapping[str, Any]], existing: Iterable[Any], delete: Iterable[str]
+    desired: Mapping[str, Mapping[str, Any]],
+    existing: Iterable[Mapping[str, Any]],
+    delete: Iterable[str],
 ) -> dict[str, str]:
     """``{pod name: task}`` of the pods a diff deletes gracefully that come back under
     the same name (a running task's pod replaced: a rollout's business)."""
     names = set(delete) & set(desired)
     out: dict[str, str] = {}
     for pod in existing:
-        labels = pod.metadata.labels or {}
-        if pod.metadata.name in names and labels.get(LABEL_TASK):
-            out[pod.metadata.name] = labels[LABEL_TASK]
+        name, task = _meta(pod).get("name"), task_of(pod)
+        if name in names and task:
+            out[name] = task
     return out
 
 
-def pod_backups(pods: Iterable[Any]) -> set[str]:
-    """Tasks whose running primary pod (a client object) keeps upstream backups, read
-    from its ``BACKSTOP_UPSTREAM_BACKUP``: the flags of the pods a rollout starts from."""
+def pod_backups(pods: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Tasks whose running primary pod (a dict) keeps upstream backups, read from its
+    ``BACKSTOP_UPSTREAM_BACKUP``: the flags of the pods a rollout starts from."""
     out: set[str] = set()
     for pod in pods:
-        labels = pod.metadata.labels or {}
+        labels = _meta(pod).get("labels") or {}
         if labels.get(LABEL_ROLE, "primary") != "primary" or not labels.get(LABEL_TASK):
             continue
-        for c in pod.spec.containers or []:
-            for e in c.env or []:
-                if e.name == "BACKSTOP_UPSTREAM_BACKUP" and e.value == "true":
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            for e in c.get("env") or []:
+                if e.get("name") == "BACKSTOP_UPSTREAM_BACKUP" and e.get("value") == "true":
                     out.add(labels[LABEL_TASK])
     return out
 
 
 def hold_pending(
-    diff: PodDiff, existing: Iterable[Any], held: Collection[str], live: Collection[str]
+    diff: PodDiff,
+    existing: Iterable[Mapping[str, Any]],
+    held: Collection[str],
+    live: Collection[str],
 ) -> PodDiff:
     """``diff`` without the graceful replacement of the pods of ``held`` tasks (a rollout's
     pending ones keep running their old spec until their step). Only pods on ``live``
@@ -252,12 +257,13 @@ def hold_pending(
     and goes (ended pods and pods on dead nodes are removed at once anyway)."""
     if not held:
         return diff
+    deleted = set(diff.delete)
     names = {
-        pod.metadata.name
+        str(_meta(pod).get("name"))
         for pod in existing
-        if (pod.metadata.labels or {}).get(LABEL_TASK) in held
-        and pod.metadata.name in set(diff.delete)
-        and pod.spec.node_name in live
+        if task_of(pod) in held
+        and _meta(pod).get("name") in deleted
+        and (pod.get("spec") or {}).get("nodeName") in live
     }
     if not names:
         return diff

@@ -169,10 +169,11 @@ class PodDiff:
 
 def diff_pods(
     desired: Mapping[str, Mapping[str, Any]],
-    existing: Iterable[Any],
+    existing: Iterable[Mapping[str, Any]],
     dead_nodes: Collection[str] = (),
 ) -> PodDiff:
-    """Compare desired manifests with existing pods (kubernetes client objects).
+    """Compare desired manifests with existing pods (dicts, as the API sends them or as
+    :func:`backstop.k8s.podrecord.slim_pod` keeps them).
 
     A pod is kept only if its ``spec-hash`` matches (same node and role) and it has
     not ended (a ``Failed`` pod, evicted say, is replaced: Kubernetes never restarts a
@@ -185,17 +186,19 @@ def diff_pods(
     seen: set[str] = set()
     dead = set(dead_nodes)
     for pod in existing:
-        name = pod.metadata.name
+        meta = pod.get("metadata") or {}
+        name = meta["name"]
         seen.add(name)
         want = desired.get(name)
-        have = (pod.metadata.annotations or {}).get(ANN_HASH)
+        have = (meta.get("annotations") or {}).get(ANN_HASH)
         keep = want is not None and want["metadata"]["annotations"][ANN_HASH] == have
-        ended = pod.status is not None and pod.status.phase in TERMINAL_PHASES
-        if pod.metadata.deletion_timestamp is None and keep and not ended:
+        ended = (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+        deleting = meta.get("deletionTimestamp") is not None
+        if not deleting and keep and not ended:
             diff.unchanged += 1
-        elif pod.spec.node_name in dead or ended:
+        elif (pod.get("spec") or {}).get("nodeName") in dead or ended:
             diff.force.append(name)
-        elif pod.metadata.deletion_timestamp is not None:
+        elif deleting:
             diff.terminating.append(name)
         else:
             diff.delete.append(name)
@@ -206,14 +209,17 @@ def diff_pods(
     return diff
 
 
-def current_assignment(pods: Iterable[Any]) -> dict[str, str]:
-    """``{task: node}`` of live primary pods (bound or planned)."""
+def current_assignment(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """``{task: node}`` of live primary pods (bound or planned; pod dicts)."""
     out: dict[str, str] = {}
     for pod in pods:
-        labels = pod.metadata.labels or {}
-        if labels.get(LABEL_ROLE) != "primary" or pod.metadata.deletion_timestamp is not None:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if labels.get(LABEL_ROLE) != "primary" or meta.get("deletionTimestamp") is not None:
             continue
-        node = pod.spec.node_name or (pod.metadata.annotations or {}).get(ANN_NODE)
+        node = (pod.get("spec") or {}).get("nodeName") or (meta.get("annotations") or {}).get(
+            ANN_NODE
+        )
         if node and LABEL_TASK in labels:
             out[labels[LABEL_TASK]] = node
     return out

@@ -76,31 +76,20 @@ def pod_failure(status: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-def pod_state(pod: Any) -> PodState:
-    """A :class:`PodState` from a kubernetes client pod object."""
-    labels = pod.metadata.labels or {}
-    raw = _camel(pod.status.to_dict()) if pod.status else None
+def pod_state(pod: Mapping[str, Any]) -> PodState:
+    """A :class:`PodState` from a pod dict (as the API sends it, or slimmed)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = pod.get("status") or {}
     return PodState(
-        name=pod.metadata.name,
+        name=meta["name"],
         task=labels.get("streams.backstop.dev/task", ""),
         role=labels.get("streams.backstop.dev/role", "primary"),
-        phase=pod.status.phase if pod.status else None,
-        node=pod.spec.node_name,
-        deleting=pod.metadata.deletion_timestamp is not None,
-        failure=pod_failure(raw),
+        phase=status.get("phase"),
+        node=(pod.get("spec") or {}).get("nodeName"),
+        deleting=meta.get("deletionTimestamp") is not None,
+        failure=pod_failure(status),
     )
-
-
-def _camel(obj: Any) -> Any:
-    """snake_case keys (the client's ``to_dict``) as the API's camelCase."""
-    if isinstance(obj, dict):
-        return {
-            k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): _camel(v)
-            for k, v in obj.items()
-        }
-    if isinstance(obj, list):
-        return [_camel(v) for v in obj]
-    return obj
 
 
 def build_plan_status(

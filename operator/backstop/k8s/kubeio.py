@@ -22,6 +22,7 @@ from backstop.domain.constants import ANN_NODE, GROUP, LABEL_TOPOLOGY, VERSION
 from backstop.domain.planning import PodDiff
 from backstop.domain.podmerge import taints_tolerated
 from backstop.k8s.nodes import node_is_ready, nodes_from_manifests
+from backstop.k8s.podrecord import slim_pod
 from planners.placement import Node
 
 DONE_PHASES = ("Succeeded", "Failed")
@@ -79,7 +80,8 @@ class ClusterView:
     """
 
     nodes: list[Node]
-    own_pods: list[Any]
+    own_pods: list[Mapping[str, Any]]
+    """The topology's pods as the operator keeps them (:func:`~backstop.k8s.podrecord.slim_pod`)."""
     ready: dict[str, bool]
 
     def usable_names(self) -> set[str]:
@@ -89,30 +91,6 @@ class ClusterView:
     def dead(self) -> set[str]:
         """Selected nodes whose Ready condition is not True."""
         return {n for n, ok in self.ready.items() if not ok}
-
-
-def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A pod without ``metadata.managedFields`` (for a cache that keeps many pods).
-
-    Examples
-    --------
-    >>> slim_pod({"metadata": {"name": "p", "managedFields": [{}]}, "spec": {}})
-    {'metadata': {'name': 'p'}, 'spec': {}}
-    """
-    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
-    return {**body, "metadata": meta}
-
-
-def pod_models(api: client.ApiClient, bodies: Iterable[Mapping[str, Any]]) -> list[Any]:
-    """``V1Pod`` objects from pod dicts (a watch cache's, e.g. Kopf's pod index).
-
-    The domain's pod functions read pods as the client's models; the controller's
-    copies come from the index (no LIST), so they are converted here.
-    """
-    # Kopf's bodies are Mappings, not dicts: ``default=dict`` serializes them
-    return [
-        api.deserialize(json.dumps(b, default=dict), "V1Pod", "application/json") for b in bodies
-    ]
 
 
 def pod_node(pod: Any) -> str | None:
@@ -209,11 +187,11 @@ class Kube:
         for d in node_dicts:
             d["kind"] = "Node"
         others: list[dict[str, Any]] = []
-        own: list[Any] = []
+        own: list[Mapping[str, Any]] = []
         for pod in self.core.list_pod_for_all_namespaces().items:
             labels = pod.metadata.labels or {}
             if pod.metadata.namespace == namespace and labels.get(LABEL_TOPOLOGY) == topology:
-                own.append(pod)
+                own.append(slim_pod(self.api.sanitize_for_serialization(pod)))
             elif pod_node(pod):
                 others.append(_pod_stub(pod))
         nodes = nodes_from_manifests(node_dicts, topology_key, pods=others)
