@@ -146,7 +146,11 @@ def _cp_sat(
         model.minimize(n_used)
 
     if hint is not None:
-        canon = _canonical(hint, slots) if uniform else dict(hint.where)
+        if uniform:
+            canon = _canonical(hint, slots)
+        else:  # the hint's slots may be more than the model's (see search._exact_slots)
+            at = {s.name: j for j, s in enumerate(slots)}
+            canon = {i: at[hint.slots[k].name] for i, k in hint.where.items()}
         used = set(canon.values())
         for i in range(n):
             for j in range(m_slots):

@@ -118,9 +118,23 @@ def _improve(prob: _Problem, deadline: int) -> _State:
 
 
 def _exact_slots(prob: _Problem, incumbent: _State) -> list[Node]:
+    """The nodes CP-SAT needs: a plan as good as ``incumbent`` uses at most ``k`` nodes.
+
+    ``k = len(incumbent.used)``. Without failure domains a node enters the model only
+    through its CPU (its failure group is itself), and a larger node can take whatever
+    a smaller one can: any plan on ``k`` nodes maps onto the ``k`` largest (the i-th
+    largest it uses is no larger than the i-th largest there is). So the ``k`` largest
+    nodes plus the incumbent's own (for the hint) lose no solution the objective
+    prefers, and the model shrinks from every node of the cluster to at most ``2k``.
+    """
+    k = len(incumbent.used)
     if prob.pool.unbounded:
-        return list(prob.slots[: len(incumbent.used)])
-    return list(prob.slots)
+        return list(prob.slots[:k])
+    if any(s.domain is not None for s in prob.slots):
+        return list(prob.slots)
+    keep = {incumbent.slots[j].name for j in incumbent.used}
+    keep.update(s.name for s in prob.slots[:k])  # the pool's slots are largest first
+    return [s for s in prob.slots if s.name in keep]
 
 
 def _model_size(n_tasks: int, n_slots: int, n_edges: int) -> int:
