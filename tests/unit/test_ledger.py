@@ -330,3 +330,104 @@ def test_a_recovery_books_before_waiting_reconciles() -> None:
         t.join(10)
     assert order[0] == "recovery", order
     assert sorted(order[1:]) == ["reconcile-1", "reconcile-2"]
+
+
+def _greedy(i: int, tasks: list[tuple[float, float]], free: dict[str, Resources]) -> Any:
+    """A first-fit "planner" over ``free``: ``{pod: (node, requests)}``."""
+    free = dict(free)
+    plan: dict[tuple[str, str], tuple[str, Resources]] = {}
+    for j, (cpu, mem) in enumerate(tasks):
+        need = Resources(cpu, mem * GI, 1)
+        node = next((n for n, f in sorted(free.items()) if need.fits_in(f)), None)
+        if node is not None:
+            plan[(f"ns{i}", f"t{i}-{j}")] = (node, need)
+            free[node] = free[node] - need
+    return plan
+
+
+@SETTINGS
+@given(alloc=nodes_st, owners=st.lists(request_st, min_size=2, max_size=5))
+def test_optimistic_plans_made_side_by_side_never_overbook(
+    alloc: dict[str, Resources], owners: list[list[tuple[float, float]]]
+) -> None:
+    """Every planner reads the same snapshot (they start together, outside the booking),
+    so their plans collide; the ones that no longer fit are made again in the booking."""
+    ledger = CapacityLedger()
+    ledger.replace_pods([])
+    start = threading.Barrier(len(owners))
+    inside: list[bool] = []
+
+    def place(i: int, tasks: list[tuple[float, float]]) -> None:
+        first = [True]
+
+        def plan(reading: Any) -> Any:
+            free = reading.free(alloc)
+            if first[0]:
+                first[0] = False
+                start.wait()  # all have read the same free capacity
+            else:
+                inside.append(ledger._planning._is_owned())  # type: ignore[attr-defined]
+            return _greedy(i, tasks, free)
+
+        def book(booking: Any, made: Any) -> None:
+            booking.reserve(f"ns{i}/top", made, alloc)
+
+        ledger.plan_and_book(plan, book)
+
+    threads = [threading.Thread(target=place, args=(i, t)) for i, t in enumerate(owners)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    used = {n: Resources() for n in alloc}
+    for node, req in ledger.holds().values():
+        used[node] += req
+    for n, a in alloc.items():
+        assert used[n].fits_in(a), (n, used[n], a)
+    assert ledger.optimistic + ledger.conflicts == len(owners)
+    assert len(inside) == ledger.conflicts and all(inside)
+
+
+def test_a_conflicting_optimistic_plan_is_made_again_inside_the_booking() -> None:
+    """A plans 1.5 CPU on n from a snapshot; meanwhile B books 1 of n's 2 CPU. A's
+    reservation no longer fits, so A plans again, in the booking, and lands on m."""
+    ledger = CapacityLedger()
+    ledger.replace_pods([])
+    alloc = {"m": Resources(2.0, GI, 10), "n": Resources(2.0, GI, 10)}
+    need = Resources(1.5, 0, 1)
+    calls: list[tuple[str, float, float]] = []
+
+    def plan(reading: Any) -> Any:
+        free = reading.free(alloc)
+        calls.append((type(reading).__name__, free["m"].cpu, free["n"].cpu))
+        if len(calls) == 1:  # another topology reserves while A is planning
+            with ledger.booking() as other:
+                other.reserve("ns/b", {("ns", "b0"): ("n", Resources(1.0, 0, 1))}, alloc)
+            # prefer n (as a planner that fills the fullest node first would)
+            return {("ns", "a0"): ("n", need)}
+        node = "n" if need.fits_in(free["n"]) else "m"
+        return {("ns", "a0"): (node, need)}
+
+    made = ledger.plan_and_book(plan, lambda b, p: b.reserve("ns/a", p, alloc))
+    assert made == {("ns", "a0"): ("m", need)}
+    assert calls == [("Reading", 2.0, 2.0), ("Booking", 2.0, 1.0)]
+    assert (ledger.optimistic, ledger.conflicts) == (0, 1)
+    assert ledger.holds() == {("ns", "a0"): ("m", need), ("ns", "b0"): ("n", Resources(1.0, 0, 1))}
+    free = ledger.free(alloc)
+    assert free["m"].cpu == pytest.approx(0.5) and free["n"].cpu == pytest.approx(1.0)
+
+
+def test_an_optimistic_plan_that_still_fits_is_booked_without_planning_again() -> None:
+    ledger = CapacityLedger()
+    ledger.replace_pods([])
+    alloc = {"n": Resources(2.0, GI, 10)}
+    calls: list[str] = []
+
+    def plan(reading: Any) -> Any:
+        calls.append(type(reading).__name__)
+        return {("ns", "a0"): ("n", Resources(1.5, 0, 1))}
+
+    ledger.plan_and_book(plan, lambda b, p: b.reserve("ns/a", p, alloc))
+    assert calls == ["Reading"]
+    assert (ledger.optimistic, ledger.conflicts) == (1, 0)
+    assert ledger.free(alloc)["n"].cpu == pytest.approx(0.5)

@@ -1,8 +1,9 @@
 """The controller's side of the capacity ledger: what a topology's planners may use.
 
 Every planner of the controller (reconcile, recovery step, drain, restore) reads
-its capacity here, inside :meth:`backstop.k8s.ledger.CapacityLedger.booking`, and
-reserves the pods its new plan asks for before the plan is written to the status
+its capacity here, inside :meth:`backstop.k8s.ledger.CapacityLedger.booking` (the
+reconcile on a snapshot first: :meth:`~backstop.k8s.ledger.CapacityLedger.plan_and_book`),
+and reserves the pods its new plan asks for before the plan is written to the status
 (see :mod:`backstop.k8s.ledger` for why). The functions are small adapters from
 the node index and the topology's model to the ledger's units.
 """
@@ -20,6 +21,7 @@ from backstop.k8s.kubeio import ClusterView, Kube
 from backstop.k8s.ledger import (
     Booking,
     CapacityLedger,
+    Reading,
     Resources,
     manifest_holds,
     planner_cpu,
@@ -129,7 +131,7 @@ def step_capacity(
 
 
 def plan_nodes(
-    booking: Booking,
+    booking: Reading,
     nodes: Mapping[str, NodeInfo],
     candidates: Sequence[Node],
     model: StreamTopologySpec,

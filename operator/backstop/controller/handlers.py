@@ -38,7 +38,13 @@ from backstop.domain.constants import (
 from backstop.domain.fencing import fenced_tasks
 from backstop.domain.incidents import NodeInfo, for_topology, node_info
 from backstop.domain.lifecycle import hold_pending
-from backstop.domain.planning import current_assignment, diff_pods, plan_replicas, plan_topology
+from backstop.domain.planning import (
+    TopologyPlan,
+    current_assignment,
+    diff_pods,
+    plan_replicas,
+    plan_topology,
+)
 from backstop.domain.spec import StreamTopologySpec, expand, spec_hash
 from backstop.domain.status import build_plan_status, conditions_patch, pod_state
 from backstop.domain.status_types import (
@@ -52,11 +58,12 @@ from backstop.domain.status_types import (
 )
 from backstop.domain.statuswire import plain_status
 from backstop.k8s.kubeio import ClusterView, Kube
-from backstop.k8s.ledger import CapacityLedger, Overcommitted, manifest_holds
+from backstop.k8s.ledger import Booking, CapacityLedger, Overcommitted, Reading, manifest_holds
 from backstop.k8s.manifests import Owner, build_pdb, desired_pods, template_samples
 from backstop.k8s.podfeed import PodFeed
 from backstop.k8s.podrecord import slim_pod
 from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
+from planners.placement import Node
 
 log = logging.getLogger("backstop.operator")
 
@@ -302,6 +309,10 @@ def _plan(
     """Plan on the ledger's free capacity, reserve the new pods, then record the plan
     (with the rollout of the pods it replaces, in the same write).
 
+    The plan is made outside the booking on a snapshot and made again inside it only
+    if another plan took its room meanwhile (:meth:`CapacityLedger.plan_and_book`), so
+    the reconciles of a fleet plan side by side.
+
     Returns ``(plan status, pods moved, rollout)``, or ``None`` after recording a
     permanent problem.
     """
@@ -311,8 +322,9 @@ def _plan(
         if recorded.get("assignment")
         else None
     )
-    with p.ledger.booking() as booking:
-        nodes = plan_nodes(booking, p.nodes, view.nodes, model, owner)
+
+    def make(reading: Reading) -> tuple[TopologyPlan, dict[str, Any]] | None:
+        nodes = plan_nodes(reading, p.nodes, view.nodes, model, owner)
         try:
             plan = plan_topology(
                 model, graph, nodes, current=current_assignment(view.own_pods), recorded=kept
@@ -320,24 +332,19 @@ def _plan(
         except PlannerError as err:
             _planning_failed(k, body, owner, generation, status, err, has_nodes=bool(nodes))
             return None
-        replicas, availability = plan_replicas(model, graph, plan.placement.assignment, nodes)
-        plan_status = build_plan_status(
-            generation, graph, plan, replicas=replicas, availability=availability
-        )
-        plan_status["specHash"] = spec_hash(dict(body["spec"]))
-        # the last good spec: while a later edit is rejected, its pods stay supervised
-        plan_status["spec"] = dict(body["spec"])
-        # what the operator-wide defaults resolved to (Settings.resolve), for users to read
-        plan_status.update(gracePeriodSeconds=model.recovery.grace_period_seconds,
-                           utilizationCap=model.recovery.utilization_cap)  # fmt: skip
-        if recorded.get("epochs"):  # the copies running now keep theirs (no restart)
-            plan_status["epochs"] = recorded["epochs"]
-        try:
-            reserve(
-                booking, owner, _desired(owner, model, graph, plan_status), p.nodes, exclusive=True
-            )
-        except Overcommitted as err:
-            raise kopf.TemporaryError(f"capacity changed while planning: {err}", delay=2) from None
+        return plan, _plan_status(body, model, graph, generation, recorded, plan, nodes)
+
+    def book(booking: Booking, made: tuple[TopologyPlan, dict[str, Any]]) -> None:
+        desired = _desired(owner, model, graph, made[1])
+        reserve(booking, owner, desired, p.nodes, exclusive=True)
+
+    try:
+        made = p.ledger.plan_and_book(make, book)
+    except Overcommitted as err:
+        raise kopf.TemporaryError(f"capacity changed while planning: {err}", delay=2) from None
+    if made is None:
+        return None
+    plan, plan_status = made
     # write-ahead: the plan is recorded before any pod is touched
     typed = PlanStatus.model_validate(plan_status)
     rollout = _rollout(owner, model, graph, plan_status, status, generation, view)
@@ -348,6 +355,31 @@ def _plan(
         raise
     faults.point("after-status")
     return plan_status, plan.moved, rollout
+
+
+def _plan_status(
+    body: kopf.Body,
+    model: StreamTopologySpec,
+    graph: TaskGraph,
+    generation: int,
+    recorded: dict[str, Any],
+    plan: TopologyPlan,
+    nodes: list[Node],
+) -> dict[str, Any]:
+    """The status's ``plan`` for a new plan (and its replicas)."""
+    replicas, availability = plan_replicas(model, graph, plan.placement.assignment, nodes)
+    plan_status = build_plan_status(
+        generation, graph, plan, replicas=replicas, availability=availability
+    )
+    plan_status["specHash"] = spec_hash(dict(body["spec"]))
+    # the last good spec: while a later edit is rejected, its pods stay supervised
+    plan_status["spec"] = dict(body["spec"])
+    # what the operator-wide defaults resolved to (Settings.resolve), for users to read
+    plan_status.update(gracePeriodSeconds=model.recovery.grace_period_seconds,
+                       utilizationCap=model.recovery.utilization_cap)  # fmt: skip
+    if recorded.get("epochs"):  # the copies running now keep theirs (no restart)
+        plan_status["epochs"] = recorded["epochs"]
+    return plan_status
 
 
 def _planning_failed(

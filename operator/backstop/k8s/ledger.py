@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes.utils.quantity import parse_quantity
 
@@ -42,6 +42,8 @@ SYNC_TIMEOUT = 30.0
 """How long a booking waits for the pod feed's first complete listing."""
 _EPS = 1e-9
 _DONE = frozenset({"Succeeded", "Failed"})
+
+T = TypeVar("T")
 
 PodKey = tuple[str, str]
 """``(namespace, name)`` of a pod."""
@@ -168,6 +170,10 @@ class CapacityLedger:
         self._holds: dict[PodKey, _Entry] = {}
         self._clock = clock
         self.synced = threading.Event()
+        self.optimistic = 0
+        """Plans made outside the booking and reserved as they were (:meth:`plan_and_book`)."""
+        self.conflicts = 0
+        """Plans made outside the booking whose room was taken meanwhile: made again inside."""
 
     # ------------------------------------------------------------- the pod feed
     def observe(self, pod: Mapping[str, Any]) -> None:
@@ -263,6 +269,44 @@ class CapacityLedger:
         finally:
             self._planning.release()
 
+    def plan_and_book(
+        self,
+        plan: Callable[[Reading], T | None],
+        reserve: Callable[[Booking, T], None],
+        timeout: float = SYNC_TIMEOUT,
+    ) -> T | None:
+        """Plan outside the booking on a snapshot of free capacity, reserve inside it.
+
+        Why: planners of different topologies then run at the same time (CP-SAT
+        releases the GIL, and a planner's Python waits for no other), and the
+        booking is held only for the reservation. ``reserve`` checks the plan's pods
+        against the capacity free *now*; if a plan reserved meanwhile took their room
+        (:class:`Overcommitted`, a conflict) the plan is made again inside the
+        booking, where nothing can take it, and reserved (an ``Overcommitted`` from
+        that second reservation propagates). Recoveries keep their priority: the
+        reservation waits behind urgent planners like any booking. ``plan`` returning
+        ``None`` (it recorded a failure) books nothing.
+        """
+        if not self.synced.wait(timeout):
+            raise Overcommitted("the capacity ledger has not listed the pods yet")
+        made = plan(Reading(self))
+        if made is None:
+            return None
+        with self.booking(timeout) as booking:
+            try:
+                reserve(booking, made)
+            except Overcommitted as err:
+                with self._lock:
+                    self.conflicts += 1
+                log.info("capacity taken while planning (%s): planning again in the booking", err)
+                made = plan(booking)
+                if made is not None:
+                    reserve(booking, made)
+                return made
+            with self._lock:
+                self.optimistic += 1
+            return made
+
     def _acquire(self, urgent: bool) -> None:
         if urgent:
             with self._turn:
@@ -313,8 +357,9 @@ class CapacityLedger:
             del self._holds[key]
 
 
-class Booking:
-    """What a planner may do while it holds the ledger (:meth:`CapacityLedger.booking`)."""
+class Reading:
+    """Free capacity for a planner: read outside a booking (a snapshot, see
+    :meth:`CapacityLedger.plan_and_book`) or inside one (:class:`Booking`)."""
 
     def __init__(self, ledger: CapacityLedger) -> None:
         self.ledger = ledger
@@ -322,8 +367,12 @@ class Booking:
     def free(
         self, allocatable: Mapping[str, Resources], *, exclude: str | None = None
     ) -> dict[str, Resources]:
-        """See :meth:`CapacityLedger.free`."""
+        """See :meth:`CapacityLedger.free` (thread-safe: it takes the data lock)."""
         return self.ledger.free(allocatable, exclude=exclude)
+
+
+class Booking(Reading):
+    """What a planner may do while it holds the ledger (:meth:`CapacityLedger.booking`)."""
 
     def reserve(
         self,
