@@ -10,8 +10,10 @@ The expected pod count and nodes come from the test's own topology and nodes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
+import time
 from typing import Any, cast
 from unittest import mock
 
@@ -132,7 +134,9 @@ def test_the_pod_index_keeps_pods_without_managed_fields() -> None:
         "status": {"phase": "Running"},
     }
     index: Any = handlers.pods_by_topology
-    got = index(namespace=NS, labels=pod["metadata"]["labels"], body=kopf.Body(cast(Any, pod)))
+    got = asyncio.run(
+        index(namespace=NS, labels=pod["metadata"]["labels"], body=kopf.Body(cast(Any, pod)))
+    )
     kept = got[(NS, "t")]
     assert "managedFields" not in kept["metadata"]
     assert kept["metadata"]["labels"] == {LABEL_TOPOLOGY: "t"}
@@ -220,3 +224,42 @@ def test_a_reconcile_before_the_first_pod_listing_is_retried_soon(
         )  # fmt: skip
     assert err.value.delay is not None and err.value.delay <= 5
     assert kube.core.create_namespaced_pod.call_count == 0
+
+
+def test_the_indexes_are_updated_while_every_executor_thread_is_busy() -> None:
+    """A fleet being created holds all of Kopf's handler threads with reconciles (and
+    each supervise daemon one more). The pod and node indexes used to be sync functions,
+    so every pod event and a node's NotReady waited in the executor's queue behind them;
+    now Kopf runs them on its event loop. Invoked here as Kopf invokes a handler, with
+    the executor's only thread blocked."""
+    from kopf._core.actions import invocation
+
+    async def main() -> tuple[float, list[Any]]:
+        settings = kopf.OperatorSettings()
+        settings.execution.max_workers = 1
+        release = threading.Event()
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(settings.execution.executor, release.wait)
+        loop.call_later(5.0, release.set)  # the busy thread is done in 5 s
+        t0 = time.monotonic()
+        try:
+            pod = {"metadata": {"namespace": NS, "name": "p", "labels": {LABEL_TOPOLOGY: "t"}}}
+            body = kopf.Body(cast(Any, node("a", "2")))
+            calls = [
+                invocation.invoke(handlers.node_index, settings=settings,
+                                  kwargs={"name": "a", "body": body}),
+                invocation.invoke(handlers.pods_by_topology, settings=settings,
+                                  kwargs={"namespace": NS, "labels": {LABEL_TOPOLOGY: "t"},
+                                          "body": kopf.Body(cast(Any, pod))}),
+                invocation.invoke(handlers.topologies, settings=settings,
+                                  kwargs={"namespace": NS, "name": "t", "uid": "u"}),
+            ]  # fmt: skip
+            got = list(await asyncio.gather(*calls))
+            return time.monotonic() - t0, got
+        finally:
+            release.set()
+
+    waited, got = asyncio.run(main())
+    assert waited < 2.5, f"the index updates waited {waited:.1f} s for the busy executor"
+    assert got[0]["a"].name == "a" and got[0]["a"].ready
+    assert (NS, "t") in got[1] and got[2] == {(NS, "t"): "u"}
