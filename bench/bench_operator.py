@@ -27,7 +27,6 @@ writes it into FILE, replacing only its ``## Operator: apply to pods`` section.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -38,13 +37,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.planning import plan_topology
 from backstop.domain.spec import cpu_cores, expand, parse_spec
 from bench.docsection import write_section
 from bench.opharness import (
     DEFAULT_KUBECONFIG,
-    POOL_LABEL,
     PodRecorder,
     TopologyRecorder,
     bench,
@@ -58,7 +55,6 @@ from bench.opharness import (
 from planners.placement import Node
 
 HEADING = "## Operator: apply to pods"
-LOSS_HEADING = "## Operator: a fleet of topologies and a node loss"
 NOTES = [
     "Notes. Pod creations and deletions run 8 at a time on one shared executor "
     "(`backstop.k8s.kubeio`); one by one, the 500 creations took 8.6 s and apply → all pods "
@@ -72,22 +68,6 @@ NOTES = [
     "fleet's plans are made one at a time (the ledger's booking). The figures above were "
     "measured when every view still listed all pods of the cluster; views now come from "
     "the watch caches (see the cluster-view section).",
-    "",
-]
-LOSS_NOTES = [
-    "Notes. Planning is what the fleet waits on: one plan of a 50-task topology costs "
-    "about 1.3 CPU s (`plan_topology` in-process, on 16 or 100 nodes alike; CP-SAT is most "
-    "of its wall time) and the "
-    "plans of all topologies are made one at a time inside the ledger's booking (reads "
-    "of the cluster no longer are: they come from the watch caches, and the pod feed, "
-    "holds and readers no longer wait for a planner). At a load average near 40 one such "
-    "plan took 28-30 s of wall time, so 100 plans cannot be done in minutes; on a quiet "
-    "2-core host 100 plans in series are still about 130 s, over the 60 s target. What "
-    "would meet it: plans of different topologies made concurrently outside the booking "
-    "(CP-SAT releases the GIL) and reserved optimistically, a conflicting one re-planned "
-    "inside it; and binding 5,000 pods at the scheduler's client rate (~100 pods/s "
-    "measured above) alone takes about 50 s, so pods would have to be bound by the "
-    "operator (`spec.nodeName`) rather than left to the scheduler.",
     "",
 ]
 BIG = (50, 200, 200, 50)
@@ -238,159 +218,8 @@ def run_fleet(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     return out
 
 
-def run_fleet_loss(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """``--fleet-loss`` topologies of 50 tasks on ``--loss-nodes`` nodes, all Ready; then
-    the fewest nodes whose loss touches ``--touch`` topologies are killed at once."""
-    from bench.bench_operator_recovery import NodeRecorder, PlanRecorder
-
-    tasks = sum(SMALL)
-    names = [f"fl-{i:03d}" for i in range(args.fleet_loss)]
-    out: dict[str, Any] = {"topologies": len(names), "tasks": tasks, "nodes": args.loss_nodes}
-    recovery = {"gracePeriodSeconds": args.grace, "mode": "incremental"}
-    with bench(args.kubeconfig, workdir) as b:
-        nodes = [b.add_node(str(args.node_cpu)) for _ in range(args.loss_nodes)]
-        b.wait_nodes_ready(nodes, timeout=300)
-        pods = b.watch_pods()
-        topos = b.watch_topologies()
-        node_rec, plan_rec = NodeRecorder(), PlanRecorder()
-        b.watch(b.core.list_node, (), node_rec, label_selector=f"{POOL_LABEL}={b.pool}")
-        b.watch(
-            b.custom.list_namespaced_custom_object,
-            (GROUP, VERSION, b.namespace, "recoveryplans"),
-            plan_rec,
-        )
-        b.start_operator()
-        log(f"fleet-loss: {len(names)} topologies of {tasks} tasks on {len(nodes)} nodes")
-        t0 = time.time()
-        for n in names:
-            doc = chain_topology(
-                n, b.pool, SMALL, cpu=args.fleet_cpu, bound=args.bound, recovery=recovery
-            )
-            b.create_topology(doc)
-        out["t_create_calls"] = time.time() - t0
-        _wait(lambda: all(topos.get(n).ready is not None for n in names), args.timeout, "Ready")
-        ready = [topos.get(n).ready for n in names]
-        out["ready"] = [None if t is None else t - t0 for t in ready]
-        out["all_pods"] = [_timeline(t0, n, tasks, pods, topos)["all_pods"] for n in names]
-        out["duplicates"] = _sum_dups([_duplicates(pods, n, tasks) for n in names])
-        on_node: dict[str, set[str]] = {}
-        for n in names:
-            plan = (b.get_topology(n).get("status") or {}).get("plan") or {}
-            for node in (plan.get("assignment") or {}).values():
-                on_node.setdefault(node, set()).add(n)
-        hosted = {node: set(topos) for node, topos in on_node.items()}
-        victims, touched = _cover(on_node, args.touch)
-        out["victims"], out["touched"] = victims, sorted(touched)
-        for v in victims:
-            node_rec.get(v).armed = True
-        time.sleep(2)  # let the fleet settle (conditions, first supervise rounds)
-        t_kill = time.time()
-        for v in victims:
-            b.sim.kill(v)
-        log(f"fleet-loss: killed {victims}, touching {len(touched)} topologies")
-
-        def firsts() -> dict[str, float]:
-            got: dict[str, float] = {}
-            for p in plan_rec.ordered():
-                topo = str(p.spec.get("topology"))
-                if topo in touched and p.seen > t_kill:
-                    got.setdefault(topo, p.seen)
-            return got
-
-        # the node controller marks the victims NotReady in passes some seconds apart
-        _wait(lambda: all(node_rec.get(v).not_ready_seen for v in victims), 180, "NotReady")
-        _wait(lambda: len(firsts()) == len(touched), 60 + args.grace, "every first plan")
-        seen = {v: node_rec.get(v).not_ready_seen for v in victims}
-        out["kill_to_notready"] = _sub(max((t for t in seen.values() if t), default=None), t_kill)
-        first = firsts()
-        out["plans"] = len(first)
-        # each topology from the moment its first lost node was seen NotReady
-        lost_at = {
-            topo: min((t for v, t in seen.items() if t and topo in hosted[v]), default=None)
-            for topo in touched
-        }
-        out["first_plans"] = sorted(
-            t - at for topo, t in first.items() if (at := lost_at[topo]) is not None
-        )
-        out["problems"] = problems(operator_log(b.log_path))
-        out["rss_peak_mib"] = _peak_rss(b)
-    return out
-
-
-def _cover(on_node: dict[str, set[str]], want: int) -> tuple[list[str], set[str]]:
-    """The fewest nodes (greedily) whose topologies together number ``want`` or more."""
-    victims: list[str] = []
-    touched: set[str] = set()
-    while len(touched) < want and on_node:
-        node = max(sorted(on_node), key=lambda n: len(on_node[n] - touched))
-        if not on_node[node] - touched:
-            break
-        victims.append(node)
-        touched |= on_node.pop(node)
-    return victims, touched
-
-
-def _peak_rss(b: Any) -> float | None:
-    """The operator process's peak resident memory (``VmHWM``), MiB."""
-    try:
-        for line in Path(f"/proc/{b.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, AttributeError):
-        return None
-    return None
-
-
 def _sum_dups(dups: list[dict[str, int]]) -> dict[str, int]:
     return {k: sum(d[k] for d in dups) for k in dups[0]}
-
-
-def render_fleet_loss(args: argparse.Namespace, r: dict[str, Any]) -> str:
-    ready = [t for t in r["ready"] if t is not None]
-    created = [t for t in r["all_pods"] if t is not None]
-    n = r["topologies"]
-    firsts = r["first_plans"]
-    load = os.getloadavg()
-    lines = [
-        LOSS_HEADING,
-        "",
-        "Generated by `python bench/bench_operator.py --scenario fleet-loss --out "
-        "docs/benchmarks.md` (local control plane v1.20, 2 cores shared, simulated nodes). "
-        f"Load average at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min).",
-        "",
-        f"### {n} topologies × {r['tasks']} tasks ({args.fleet_cpu} CPU each), created back "
-        f"to back on {r['nodes']} × {args.node_cpu}-CPU nodes",
-        "",
-        "| measure | value |",
-        "|---|---|",
-        f"| topologies Ready | {len(ready)}/{n} |",
-        f"| all pods of every topology created | "
-        f"{fmt_s(max(created) if len(created) == n else None)} s |",
-        f"| **every topology Ready** (target < 60 s) | "
-        f"**{fmt_s(max(ready) if len(ready) == n else None)} s** |",
-        f"| Ready, median / first | {fmt_s(_median(ready))} / "
-        f"{fmt_s(min(ready, default=None))} s |",
-        f"| duplicate pods | {_dup_text(r['duplicates'])} |",
-        f"| operator peak RSS (VmHWM) | {fmt_s(r['rss_peak_mib'])} MiB |",
-        "",
-        f"### Node loss touching {len(r['touched'])} topologies",
-        "",
-        f"{len(r['victims'])} nodes killed at once (the fewest whose tasks belong to "
-        f"{args.touch}+ topologies), `gracePeriodSeconds` {args.grace}.",
-        "",
-        "| measure | value |",
-        "|---|---|",
-        f"| kill → last victim NotReady (node controller) | {fmt_s(r['kill_to_notready'])} s |",
-        f"| topologies with a first RecoveryPlan | {r['plans']}/{len(r['touched'])} |",
-        f"| its first lost node NotReady → a topology's first plan: first / median / last | "
-        f"{fmt_s(min(firsts, default=None))}"
-        f" / {fmt_s(_median(firsts))} / {fmt_s(max(firsts, default=None))} s |",
-        f"| **NotReady + grace → first plan, the slowest topology** (target < 2 s) | "
-        f"**{fmt_s(max(firsts) - args.grace if firsts else None)} s** |",
-        f"| operator log warnings/errors | {len(r['problems'])} |",
-        "",
-    ]
-    return "\n".join([*lines, *_problem_lines(r["problems"]), *LOSS_NOTES])
 
 
 def render(
@@ -517,13 +346,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grace", type=float, default=1.0, help="gracePeriodSeconds (fleet-loss)")
     p.add_argument("--timeout", type=float, default=180, help="seconds to wait for Ready")
     p.add_argument("--out", type=Path, help="also write the section into this markdown file")
+    p.add_argument("--profile", type=Path, help="fleet-loss: sample the operator's stacks here")
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="bench-operator-"))  # kept: the operator logs
     if args.scenario == "fleet-loss":
-        section = render_fleet_loss(args, run_fleet_loss(args, workdir))
+        from bench import fleetloss
+
+        section = fleetloss.render(args, fleetloss.run(args, workdir))
         sys.stdout.write(section)
         if args.out:
-            write_section(args.out, LOSS_HEADING, section)
+            write_section(args.out, fleetloss.HEADING, section)
         return 0
     big = run_big(args, workdir) if args.scenario in ("big", "both") else None
     fleet = run_fleet(args, workdir) if args.scenario in ("fleet", "both") else None
