@@ -22,6 +22,7 @@ import pytest
 from kubernetes import client
 
 from backstop.controller import handlers, metrics
+from backstop.controller import memo as topology_memo
 from backstop.domain.constants import ANN_NODE, LABEL_TOPOLOGY
 from backstop.domain.incidents import node_info
 from backstop.k8s.kubeio import Kube
@@ -245,9 +246,10 @@ def test_the_indexes_are_updated_while_every_executor_thread_is_busy() -> None:
         try:
             pod = {"metadata": {"namespace": NS, "name": "p", "labels": {LABEL_TOPOLOGY: "t"}}}
             body = kopf.Body(cast(Any, node("a", "2")))
+            memo = kopf.Memo(node_watch=watch)
             calls = [
                 invocation.invoke(handlers.node_index, settings=settings,
-                                  kwargs={"name": "a", "body": body}),
+                                  kwargs={"name": "a", "body": body, "memo": memo}),
                 invocation.invoke(handlers.pods_by_topology, settings=settings,
                                   kwargs={"namespace": NS, "labels": {LABEL_TOPOLOGY: "t"},
                                           "body": kopf.Body(cast(Any, pod))}),
@@ -259,7 +261,9 @@ def test_the_indexes_are_updated_while_every_executor_thread_is_busy() -> None:
         finally:
             release.set()
 
+    watch = topology_memo.NodeWatch()
     waited, got = asyncio.run(main())
+    assert watch.changes == 1  # a new node: the supervise daemons look at once
     assert waited < 2.5, f"the index updates waited {waited:.1f} s for the busy executor"
     assert got[0]["a"].name == "a" and got[0]["a"].ready
     assert (NS, "t") in got[1] and got[2] == {(NS, "t"): "u"}

@@ -153,8 +153,10 @@ def _supervise(
     pods_index: kopf.Index[tuple[str | None, str], Any] = kwargs["pods_by_topology"]
     mem = topology_memo.of(kwargs["memo"])
     k = kube()
+    watch: topology_memo.NodeWatch | None = kwargs["memo"].get("node_watch")
     while not stopped and not gone(kwargs["topologies"], namespace, name, meta["uid"]):
         wait = 1.0
+        seen = watch.changes if watch is not None else 0
         try:
             with kwargs["memo"].metrics.timed("supervise"):
                 tick = _tick(k, mem, name, namespace, meta, spec, status, body, kwargs)
@@ -179,7 +181,10 @@ def _supervise(
             )
         except PlannerError as err:
             logger.warning("recovery planning failed: %s", err)
-        stopped.wait(wait)
+        if watch is None:
+            stopped.wait(wait)
+        else:  # a node turning NotReady (or Ready) is looked at now, not up to 1 s later
+            watch.wait(seen, wait)
 
 
 def _tick(

@@ -83,6 +83,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     except ValueError as err:
         raise kopf.PermanentError(str(err)) from None
     memo.ledger = CapacityLedger()
+    memo.node_watch = topology_memo.NodeWatch()  # wakes the supervisors on a node's NotReady
     if memo.get("metrics") is None:  # `backstop operator` passes the one it serves
         memo.metrics = metrics.OperatorMetrics()
     memo.pod_feed = PodFeed(kube().api, memo.ledger).start()
@@ -454,10 +455,14 @@ async def topologies(
 
 
 @kopf.index("nodes")
-async def node_index(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
+async def node_index(name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, NodeInfo]:
     """In-memory view of every Node, for loss detection without API calls (``async``, on
-    the event loop as :func:`pods_by_topology`: a NotReady is seen behind no reconcile)."""
-    return {name: node_info(body)}
+    the event loop as :func:`pods_by_topology`: a NotReady is seen behind no reconcile);
+    a change of readiness wakes the supervise daemons (:class:`~.memo.NodeWatch`)."""
+    info = node_info(body)
+    if memo.get("node_watch") is not None:
+        memo.node_watch.saw(name, info.ready)
+    return {name: info}
 
 
 @kopf.on.update(GROUP, VERSION, PLURAL, field=("metadata", "annotations", ANN_APPLIED))

@@ -61,3 +61,48 @@ def of(memo: MutableMapping[str, Any]) -> TopologyMemo:
     if not isinstance(found, TopologyMemo):
         found = memo.setdefault(KEY, TopologyMemo())
     return found
+
+
+class NodeWatch:
+    """Wakes the supervise daemons when a node turns Ready or NotReady.
+
+    Why: a daemon looks about once a second and, between looks, only sleeps; a node's
+    NotReady then waited up to a second to be noticed, on top of its grace period (the
+    first RecoveryPlan is due within 1 s of detection). The node index (on Kopf's event
+    loop) reports every node here; only a change of readiness wakes the daemons, which
+    then wait just until the grace period ends (:func:`backstop.domain.recovery.next_look`).
+    One per operator process, in the operator-wide memo.
+
+    Examples
+    --------
+    >>> w = NodeWatch()
+    >>> seen = w.changes
+    >>> w.saw("n1", True); w.changes > seen          # a new node: a change
+    True
+    >>> seen = w.changes
+    >>> w.saw("n1", True); w.wait(seen, 0.01)       # the same readiness: none
+    False
+    >>> w.saw("n1", False); w.wait(seen, 0.01)
+    True
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._ready: dict[str, bool] = {}
+        self.changes = 0
+        """How many readiness changes were seen (a daemon waits for this to grow)."""
+
+    def saw(self, node: str, ready: bool) -> None:
+        """The node index saw ``node`` (every event; only a readiness change wakes)."""
+        with self._cond:
+            if self._ready.get(node) == ready:
+                return
+            self._ready[node] = ready
+            self.changes += 1
+            self._cond.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for a change after ``seen`` (:attr:`changes` read
+        before the daemon's look, so a change during the look is not missed)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.changes != seen, timeout=max(timeout, 0.0))
