@@ -26,10 +26,11 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from threading import Event
+from threading import Event, Thread
 from typing import Any
 
 import urllib3
@@ -40,6 +41,7 @@ from backstop.domain.conditions import now_rfc3339
 from backstop.domain.constants import NODE_KIND_LABEL, NODE_KIND_SIMULATED
 from backstop.k8s.cluster import ClusterUnavailable, api_client
 from backstop.k8s.nodes import node_is_ready
+from backstop.sim.podwatch import PodWatch
 
 log = logging.getLogger("backstop.nodesim")
 
@@ -239,6 +241,13 @@ class Simulator:
         # one request at a time made a tick of 10k pods last minutes; the client's
         # connection pool holds 5 per core, so a few more workers gain nothing
         self._pool = ThreadPoolExecutor(max_workers=POOL_WORKERS, thread_name_prefix="nodesim")
+        # heartbeats have a pool of their own: queued behind thousands of pod calls they
+        # came too late, and the node-lifecycle controller took live nodes for dead
+        self._beat_pool = ThreadPoolExecutor(
+            max_workers=POOL_WORKERS, thread_name_prefix="nodesim-beat"
+        )
+        self._live: set[str] = set()
+        """The live nodes of the last heartbeat round (read by the pod loop of :meth:`run`)."""
 
     # ---------------------------------------------------------------- commands
     def create(
@@ -306,6 +315,12 @@ class Simulator:
 
     def tick(self) -> None:
         """One round: heartbeat every live node, run its pods, finish deletions."""
+        live = self.tick_nodes()
+        if live:
+            self._run_pods(live, datetime.now(UTC))
+
+    def tick_nodes(self) -> set[str]:
+        """Heartbeat every live node; returns their names."""
         now = datetime.now(UTC)
         nodes = self.core.list_node(label_selector=f"{SIM_LABEL}=true").items
         live: set[str] = set()
@@ -317,9 +332,9 @@ class Simulator:
                 continue
             live.add(node.metadata.name)
         alive = [n for n in nodes if n.metadata.name in live]
-        list(self._pool.map(lambda n: self._heartbeat(n, now), alive))
-        if live:
-            self._run_pods(live, now)
+        list(self._beat_pool.map(lambda n: self._heartbeat(n, now), alive))
+        self._live = live
+        return live
 
     def _heartbeat(self, node: Any, now: datetime) -> None:
         name = node.metadata.name
@@ -352,14 +367,21 @@ class Simulator:
                 raise
             self.coord.create_namespaced_lease(LEASE_NS, body)
 
-    def _run_pods(self, live: set[str], now: datetime) -> None:
-        # raw JSON, not the client's models: at 10k pods deserializing them took ~10 s a tick
-        resp = self.core.list_pod_for_all_namespaces(
-            field_selector="spec.nodeName!=",
-            _preload_content=False,
-            _request_timeout=2 * REQUEST_TIMEOUT,
-        )
-        finish, start = pods_to_act(json.loads(resp.data).get("items") or [], live)
+    def _run_pods(
+        self, live: set[str], now: datetime, items: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Start the pods bound to ``live`` nodes and finish their deletions; ``items``:
+        the bound pods as a watch keeps them (:class:`~backstop.sim.podwatch.PodWatch`),
+        else listed now."""
+        if items is None:
+            # raw JSON, not the client's models: at 10k pods deserializing them took ~10 s
+            resp = self.core.list_pod_for_all_namespaces(
+                field_selector="spec.nodeName!=",
+                _preload_content=False,
+                _request_timeout=2 * REQUEST_TIMEOUT,
+            )
+            items = json.loads(resp.data).get("items") or []
+        finish, start = pods_to_act(items, live)
         list(self._pool.map(lambda j: self._finish(j[0], j[1]), finish))
         list(self._pool.map(lambda j: self._start(j[0], j[1], j[2], now), start))
 
@@ -380,12 +402,39 @@ class Simulator:
             log.warning("pod %s/%s: %s", ns, name, err)
 
     def run(self, interval: float = 2.0, stop: Event | None = None) -> None:
-        """Tick every ``interval`` seconds until ``stop`` is set (or forever)."""
+        """Tick every ``interval`` seconds until ``stop`` is set (or forever).
+
+        Heartbeats and pods run in two loops: a round over thousands of pods (a call per
+        pod to start) can take longer than the node-lifecycle controller's grace period,
+        and heartbeats waiting behind it let live nodes turn NotReady (at 10k pods the
+        operator then "recovered" them). The pods come from a watch, not a LIST per round
+        (:mod:`backstop.sim.podwatch`).
+        """
         stop = stop or Event()
         log.info("node simulator running (heartbeat every %.1fs)", interval)
+        beats = Thread(
+            target=self._loop, args=(self.tick_nodes, interval, stop), name="nodesim-beats"
+        )
+        beats.start()
+        pods = PodWatch(self.core)
+        # a daemon: its watch request may take WATCH_SECONDS to notice ``stop``
+        Thread(target=pods.run, args=(stop,), name="nodesim-pods", daemon=True).start()
+        try:
+            self._loop(lambda: self._tick_pods(pods), interval, stop)
+        finally:
+            stop.set()
+            beats.join()
+
+    def _tick_pods(self, pods: PodWatch) -> None:
+        live = self._live
+        if live and pods.synced.is_set():
+            self._run_pods(live, datetime.now(UTC), pods.items())
+
+    @staticmethod
+    def _loop(step: Callable[[], object], interval: float, stop: Event) -> None:
         while not stop.is_set():
             try:
-                self.tick()
+                step()
             except ApiException as err:
                 log.warning("tick failed: %s %s", err.status, err.reason)
             except Exception as err:  # the API server may restart under us; keep going
