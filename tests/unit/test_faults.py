@@ -70,14 +70,25 @@ def test_every_point_name_is_accepted_and_nothing_else() -> None:
         Settings.from_env({"BACKSTOP_FAULT_AFTER": "0"})
 
 
+class RawAnswer:
+    """An unparsed answer (``_preload_content=False``): read, then its connection freed."""
+
+    def read(self) -> bytes:
+        return b"{}"
+
+    def release_conn(self) -> None:
+        return None
+
+
 class FakeCore:
     """Records pod creations and deletions in order (no API server)."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def create_namespaced_pod(self, namespace: str, manifest: dict[str, Any]) -> None:
+    def create_namespaced_pod(self, namespace: str, manifest: dict[str, Any], **_: Any) -> Any:
         self.calls.append("create " + manifest["metadata"]["name"])
+        return RawAnswer()
 
     def delete_namespaced_pod(self, name: str, namespace: str, **_: Any) -> None:
         self.calls.append("delete " + name)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -47,11 +48,13 @@ from backstop.domain.constants import LABEL_TASK
 from backstop.domain.fencing import bump_epochs, fenced_tasks
 from backstop.domain.planning import diff_pods
 from backstop.domain.podfaults import drain_held
-from backstop.domain.status_types import PlanStatus, with_changes
+from backstop.domain.status_types import PlanStatus, StepRecord, with_changes
 from backstop.k8s.ledger import manifest_holds
 from backstop.k8s.manifests import build_recoveryplan
 from backstop.k8s.sessionmap import build_session_configmap
 from planners.recovery import failed_queries
+
+log = logging.getLogger(__name__)
 
 Pods = Callable[[], list[Mapping[str, Any]]]
 """The topology's pods as the index holds them now."""
@@ -60,11 +63,13 @@ Pods = Callable[[], list[Mapping[str, Any]]]
 def recovery_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = None) -> bool:
     """Advance the recovery session by at most one step; whether anything was written."""
     now = time.time() if now is None else now
+    clock = [time.perf_counter()]
     for _ in range(2):  # once more if the status changed under us (409)
         before = t.status
         decision = _decide(t, now)
         if decision is None:
             return False
+        clock.append(time.perf_counter())
         if write_status(
             t,
             with_conditions(
@@ -74,13 +79,38 @@ def recovery_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None =
             break
     else:
         return False
+    clock.append(time.perf_counter())
     grace = t.model.recovery.grace_period_seconds
     t.metrics.observe_decision(*_labels(t), before, decision, t.nodes, grace, now)
     faults.point("after-status")
     for n in decision.notices:
         t.emit(n.reason, n.message, n.warning)
     ensure_session_objects(t)
+    if decision.issued is not None:
+        clock.append(time.perf_counter())
+        _log_step(t, decision.issued, now, clock)
     return True
+
+
+def _log_step(t: Tick, step: StepRecord, now: float, clock: Sequence[float]) -> None:
+    """Where the time of an issued step went: from the end of the grace period of the
+    newest lost node (its Ready transition is stamped in whole seconds) to the tick,
+    then the decision, the status write, and the RecoveryPlan and ConfigMap writes."""
+    grace = t.model.recovery.grace_period_seconds
+    down = [i.since for n in step.lost_nodes or [] if (i := t.nodes.get(n)) and not i.ready]
+    late = f"{now - (max(down) + grace):.3f}s" if down and max(down) > 0 else "-"
+    log.info(
+        "recovery step %d (%s) of %s/%s: tick %s after grace, decided in %.3fs, "
+        "status written in %.3fs, RecoveryPlan and ConfigMap in %.3fs",
+        step.step,
+        step.trigger,
+        t.owner.namespace,
+        t.owner.name,
+        late,
+        clock[-3] - clock[0],
+        clock[-2] - clock[-3],
+        clock[-1] - clock[-2],
+    )
 
 
 def _decide(t: Tick, now: float) -> recovery.Decision | None:
