@@ -67,6 +67,9 @@ OBJECT_LIMIT = 1.5 * 2**20
 CONFIGMAP_LIMIT = 2**20
 """The API server refuses a ConfigMap whose data exceeds 1 MiB."""
 RSS_LIMIT = 300 * 2**20
+STEP_LOG = "recovery step "
+"""How the operator's log line on an issued step begins (its parts: wake-up, decision,
+status write, RecoveryPlan write; ``backstop.controller.supervisor``)."""
 
 
 def default_kubeconfig() -> str:
@@ -341,7 +344,11 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         ]
         out["sizes"] = dict(sizes.largest)
         out["tasks_running_at_end"] = current.running_off(victim)
-        out["problems"] = problems(operator_log(b.log_path))
+        records = operator_log(b.log_path)
+        out["problems"] = problems(records)
+        out["steps_logged"] = [
+            str(r.get("message")) for r in records if str(r.get("message")).startswith(STEP_LOG)
+        ]
         out["log"] = str(b.log_path)
         out["kill_at"] = t_kill - t0
         save(args, out)  # before the cleanup, which deletes 10k pods one by one
@@ -533,6 +540,8 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
     if r.get("plans"):
         steps = ", ".join(f"step {p['step']} {p['trigger']} {p['tasks']} tasks" for p in r["plans"])
         lines += [f"RecoveryPlans: {steps}.", ""]
+    if r.get("steps_logged"):
+        lines += ["The operator's log on each step: " + "; ".join(r["steps_logged"]) + ".", ""]
     if "pods_at_timeout" in r:
         lines += [
             f"Not Ready within {args.timeout:g} s: {r['pods_at_timeout']} pods existed, "
