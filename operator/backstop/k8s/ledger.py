@@ -13,6 +13,8 @@ the *holds* of pods a recorded plan asks for but that do not exist yet. Planning
 happens inside :meth:`CapacityLedger.booking`, which serializes planners of all
 topologies: read the free capacity, plan, :meth:`Booking.reserve` the new pods
 (refused if they do not fit), and only then write the plan to the status. A
+reconcile plans first outside it on a snapshot and only reserves inside, planning
+again there on a conflict (:meth:`CapacityLedger.plan_and_book`). A
 hold ends when its pod shows up on its node (the pod's own requests count from
 then on), when the plan that made it is superseded (:meth:`CapacityLedger.release`
 or an exclusive reserve), or after :data:`HOLD_SECONDS` as a safety net.
