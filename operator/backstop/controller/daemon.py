@@ -51,11 +51,44 @@ class ExecutorSizer:
         self.add(0)
 
     def add(self, delta: int) -> None:
-        """Count ``delta`` more running daemons and resize the executor."""
+        """Count ``delta`` more running daemons and resize the executor.
+
+        A ``ThreadPoolExecutor`` starts a thread only when work is submitted, so a
+        larger limit alone starts none: the daemons queued behind the reconciles (a
+        fleet's, spawned at once) would wait for some other submission. Each started
+        daemon therefore starts the thread it added (:func:`_start_thread`). Until the
+        pod and node indexes became ``async`` their events were those submissions;
+        without them 16 of a fleet's 100 daemons ran and 84 waited forever.
+        """
         with self._lock:
             self._daemons += delta
-            if self._settings is not None:
-                self._settings.execution.max_workers = HANDLER_WORKERS + self._daemons
+            if self._settings is None:
+                return
+            self._settings.execution.max_workers = HANDLER_WORKERS + self._daemons
+            pool = self._settings.execution.executor
+        if delta > 0:
+            _start_thread(pool)
+
+
+def _start_thread(pool: object) -> None:
+    """Start one more worker thread of a ``ThreadPoolExecutor`` (within its limit).
+
+    Its idle semaphore counts work items finished, not threads idle now, so after the
+    reconciles' threads went on to daemons (which never return) it still says "idle"
+    and a submission would start nothing: its stale counts are taken first. CPython's
+    executor has no public way to do this; with another executor nothing happens.
+    """
+    idle = getattr(pool, "_idle_semaphore", None)
+    adjust = getattr(pool, "_adjust_thread_count", None)
+    lock = getattr(pool, "_shutdown_lock", None)
+    if idle is None or adjust is None or lock is None:
+        return
+    with lock:
+        if getattr(pool, "_shutdown", False):
+            return
+        while idle.acquire(timeout=0):
+            pass
+        adjust()
 
 
 executor = ExecutorSizer()
