@@ -156,3 +156,42 @@ def test_replay_sources_follow_the_failure_effect_model() -> None:
     # a keeps a backup but failed too: the search goes past it to the source log
     assert replay_sources(g, backups=["a"], failed=["a", "b", "c"], task="c") == ["log:s"]
     assert replay_sources(g, backups=["b"], failed=["c"], task="c") == ["b"]
+
+
+def test_a_plans_pods_share_their_equal_parts_and_are_the_same_pods() -> None:
+    """Issue 15 (RSS): the pods of one plan, kept in the supervisor's memo, share their
+    per-operator parts instead of holding equal copies; each is still exactly the pod
+    built on its own (same JSON, same spec-hash), epochs and replicas included."""
+    from backstop.domain.spec import expand, parse_spec
+    from backstop.k8s.manifests import desired_pods, task_roles
+
+    spec = parse_spec({
+        "image": "img", "recoveryLatencyBound": 10,
+        "operators": [
+            {"name": "src", "parallelism": 3, "reprocessingLatency": 1,
+             "resources": {"cpu": "250m"}},
+            {"name": "sink", "parallelism": 3, "reprocessingLatency": 1,
+             "inputs": [{"operator": "src", "grouping": "shuffle"}]},
+        ],
+    })  # fmt: skip
+    graph = expand(spec)
+    where = {t: f"n{i % 2}" for i, t in enumerate(graph.tasks)}
+    pods = desired_pods(OWNER, spec, graph, frozenset({"src-1"}), where,
+                        replicas={"sink-0": ["n1"]}, epochs={"src-2": 3})  # fmt: skip
+    alone: dict[str, Any] = {}
+    for r in task_roles(graph, frozenset({"src-1"}), where, {"src-2": 3}):
+        alone[f"topo--{r.task}"] = build_task_pod(OWNER, spec, r)
+    assert len(pods) == 7  # six primaries and one replica
+    for name, pod in alone.items():
+        assert json.dumps(pods[name], sort_keys=True) == json.dumps(pod, sort_keys=True)
+    a, b = pods["topo--src-0"]["spec"], pods["topo--src-2"]["spec"]
+    ca, cb = a["containers"][0], b["containers"][0]
+    assert ca["env"] is not cb["env"]  # the per-task part is the pod's own
+    assert [e for e in cb["env"] if e not in ca["env"]] != []  # task id, index, epoch
+    shared_env = [e for e in ca["env"] if any(e is f for f in cb["env"])]
+    assert {e["name"] for e in shared_env} >= {"BACKSTOP_DOWNSTREAM", "BACKSTOP_CONFIG"}
+    assert ca["resources"] is cb["resources"] and ca["readinessProbe"] is cb["readinessProbe"]
+    assert a["affinity"] is b["affinity"]  # both on n0
+    assert a["volumes"] is b["volumes"]
+    sink = pods["topo--sink-0"]["spec"]["containers"][0]
+    assert sink["resources"] is not ca["resources"]  # another operator: its own

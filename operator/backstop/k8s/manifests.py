@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,12 +162,35 @@ def runtime_env(spec: StreamTopologySpec, op: OperatorSpec) -> list[dict[str, An
     ]
 
 
+Shared = dict[Hashable, Any]
+"""Parts equal in many task pods, made once (:func:`desired_pods` passes one per call)."""
+
+
+def _once(shared: Shared | None, key: Hashable, build: Callable[[], Any]) -> Any:
+    """``build()``, or what it gave for ``key`` before in ``shared``.
+
+    The pods of one plan share their per-operator parts (runtime env, resources, probe,
+    ports, mounts, volumes, affinity per node, owner reference) instead of each holding
+    equal copies: the supervisor keeps a plan's pods in its memo, and at 10k tasks the
+    copies were most of the 9.8 KB each pod took there (``bench/bench_operator_memory.py``).
+    The parts are read only, like the manifests.
+    """
+    if shared is None:
+        return build()
+    try:
+        return shared[key]
+    except KeyError:
+        value = shared[key] = build()
+        return value
+
+
 def build_task_pod(
     owner: Owner,
     spec: StreamTopologySpec,
     role: TaskRole,
     *,
     replica: int | None = None,
+    shared: Shared | None = None,
 ) -> dict[str, Any]:
     """The pod of one task (or of its ``replica``-th active replica).
 
@@ -195,11 +218,11 @@ def build_task_pod(
         {"name": "BACKSTOP_UPSTREAM_BACKUP", "value": "true" if role.keeps_backup else "false"},
         {"name": "BACKSTOP_ROLE", "value": "primary" if replica is None else "replica"},
         {"name": "BACKSTOP_RECOVERY_DIR", "value": SESSION_MOUNT},
-        *runtime_env(spec, op),
+        *_once(shared, ("env", op.name), lambda: runtime_env(spec, op)),
     ]
     if role.epoch:  # absent for the first copy, so adding epochs restarts no running pod
         env.append({"name": "BACKSTOP_EPOCH", "value": str(role.epoch)})
-    base = _base_pod_spec(owner, spec, op, role, env)
+    base = _base_pod_spec(owner, spec, op, role, env, shared)
     template = merge_templates(spec.pod_template, op.pod_template)
     # without a template the merge gives ``base`` back (``owned`` is a part of it); it
     # was 70% of building 10k pods
@@ -227,7 +250,7 @@ def build_task_pod(
                 ANN_NODE: role.node,
                 ANN_EPOCH: str(role.epoch),
             },
-            "ownerReferences": [owner.reference()],
+            "ownerReferences": _once(shared, "owner", lambda: [owner.reference()]),
         },
         "spec": pod_spec,
     }
@@ -267,68 +290,80 @@ def _base_pod_spec(
     op: OperatorSpec,
     role: TaskRole,
     env: list[dict[str, Any]],
+    shared: Shared | None = None,
 ) -> dict[str, Any]:
     """The task pod the operator makes without templates (its defaults and its fields)."""
     return {
         "restartPolicy": "Always",
-        "nodeSelector": dict(spec.node_selector),
+        "nodeSelector": _once(shared, "nodeSelector", lambda: dict(spec.node_selector)),
         "enableServiceLinks": False,
         # the tasks talk to their peers and the store, not to the API server
         "automountServiceAccountToken": spec.automount_service_account_token,
         **({"serviceAccountName": spec.service_account_name} if spec.service_account_name else {}),
         "securityContext": POD_SECURITY,
-        "affinity": {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {"key": HOSTNAME, "operator": "In", "values": [role.node]}
-                            ]
-                        }
-                    ]
-                }
-            }
-        },
+        "affinity": _once(shared, ("affinity", role.node), lambda: _pinned(role.node)),
         "containers": [
             {
                 "name": "task",
                 "image": op.image or spec.image,
                 "env": env,
-                "resources": task_resources(op),
+                "resources": _once(shared, ("resources", op.name), lambda: task_resources(op)),
                 "securityContext": CONTAINER_SECURITY,
-                "ports": [
-                    {"name": "data", "containerPort": DATA_PORT},
-                    {"name": "metrics", "containerPort": METRICS_PORT},
-                ],
+                "ports": _once(shared, "ports", _task_ports),
                 # a task that fails to start (a config error names the field and exits 2)
                 # shows the last lines of its log in the pod's status
                 "terminationMessagePolicy": "FallbackToLogsOnError",
                 # unready while a producer does not answer; the operator asks the task why
                 # (backstop.k8s.taskprobe) and says so in the topology's Ready condition
-                "readinessProbe": {
-                    "httpGet": {"path": "/ready", "port": "metrics"},
-                    "periodSeconds": 5,
-                    "timeoutSeconds": 2,
-                    "failureThreshold": 1,
-                },
-                "volumeMounts": [
-                    {"name": "recovery", "mountPath": SESSION_MOUNT},
-                    {"name": "store", "mountPath": STORE_MOUNT},
-                ],
+                "readinessProbe": _once(shared, "readinessProbe", _readiness_probe),
+                "volumeMounts": _once(shared, "volumeMounts", _volume_mounts),
             }
         ],
-        "volumes": [
-            {
-                "name": "recovery",
-                "configMap": {
-                    "name": owner.name + SESSION_CONFIGMAP_SUFFIX,
-                    "optional": True,
-                },
-            },
-            {"name": "store", **(dict(spec.store) or {"emptyDir": {}})},
-        ],
+        "volumes": _once(shared, "volumes", lambda: _volumes(owner, spec)),
     }
+
+
+def _pinned(node: str) -> dict[str, Any]:
+    """The required node affinity that lets the scheduler bind a task pod only to ``node``."""
+    term = {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [node]}]}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+
+
+def _task_ports() -> list[dict[str, Any]]:
+    return [
+        {"name": "data", "containerPort": DATA_PORT},
+        {"name": "metrics", "containerPort": METRICS_PORT},
+    ]
+
+
+def _readiness_probe() -> dict[str, Any]:
+    return {
+        "httpGet": {"path": "/ready", "port": "metrics"},
+        "periodSeconds": 5,
+        "timeoutSeconds": 2,
+        "failureThreshold": 1,
+    }
+
+
+def _volume_mounts() -> list[dict[str, Any]]:
+    return [
+        {"name": "recovery", "mountPath": SESSION_MOUNT},
+        {"name": "store", "mountPath": STORE_MOUNT},
+    ]
+
+
+def _volumes(owner: Owner, spec: StreamTopologySpec) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "recovery",
+            "configMap": {"name": owner.name + SESSION_CONFIGMAP_SUFFIX, "optional": True},
+        },
+        {"name": "store", **(dict(spec.store) or {"emptyDir": {}})},
+    ]
 
 
 def template_samples(owner: Owner, spec: StreamTopologySpec) -> dict[int, dict[str, Any]]:
@@ -386,8 +421,9 @@ def desired_pods(
     """``{pod name: manifest}`` of every primary task pod and active replica
     (``epochs``: ``status.plan.epochs``, the primaries' fencing epochs)."""
     out: dict[str, dict[str, Any]] = {}
+    shared: Shared = {}  # the pods share their equal parts (see :func:`_once`)
     for role in task_roles(graph, plan_backups, assignment, epochs):
-        pod = build_task_pod(owner, spec, role)
+        pod = build_task_pod(owner, spec, role, shared=shared)
         out[pod["metadata"]["name"]] = pod
         for k, node in enumerate((replicas or {}).get(role.task, ())):
             rep = build_task_pod(
@@ -397,6 +433,7 @@ def desired_pods(
                     role.task, role.operator, role.index, role.upstream, role.keeps_backup, node
                 ),
                 replica=k,
+                shared=shared,
             )
             out[rep["metadata"]["name"]] = rep
     return out
