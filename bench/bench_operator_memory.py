@@ -157,6 +157,17 @@ def events(pods: list[str]) -> Iterator[dict[str, Any]]:
         yield json.loads(text)
 
 
+def done(coro: Any) -> Any:
+    """The result of a coroutine that never waits (Kopf's async index functions)."""
+    if not asyncio.iscoroutine(coro):
+        return coro
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    raise RuntimeError("the index function waited")
+
+
 def run_stages(args: argparse.Namespace, texts: list[str], traced: bool) -> Stages:
     import kopf
     from kopf._core.engines.indexing import Index
@@ -182,8 +193,10 @@ def run_stages(args: argparse.Namespace, texts: list[str], traced: bool) -> Stag
         for raw in events(texts):
             body = kopf.Body(cast(kopf.RawBody, raw))
             meta = raw["metadata"]
-            value = handlers.pods_by_topology(  # type: ignore[call-arg]
-                namespace=meta["namespace"], labels=body.metadata.labels, body=body
+            value = done(
+                handlers.pods_by_topology(  # type: ignore[call-arg]
+                    namespace=meta["namespace"], labels=body.metadata.labels, body=body
+                )
             )
             idx._replace((meta["namespace"], meta["name"]), value)
         return idx

@@ -11,6 +11,7 @@ API server adds, written out here by hand.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from collections.abc import Callable, Mapping
@@ -217,7 +218,6 @@ def test_what_no_reader_reads_is_not_kept() -> None:
 def test_the_pod_index_keeps_the_slim_record() -> None:
     _, pods = cluster()
     body = kopf.Body(pods[0])  # type: ignore[arg-type]
-    index = handlers.pods_by_topology(  # type: ignore[call-arg]
-        namespace="team", labels=body.metadata.labels, body=body
-    )
+    fn: Any = handlers.pods_by_topology
+    index = asyncio.run(fn(namespace="team", labels=body.metadata.labels, body=body))
     assert index == {("team", "wc"): slim_pod(pods[0])}
