@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from decimal import ROUND_CEILING, Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,13 @@ import pandas as pd
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from backstop.domain.estimates import EstimateParams, estimate_operators_pandas, young_interval
+from backstop.domain.estimates import (
+    EstimateParams,
+    estimate_operators_pandas,
+    estimated_topology,
+    millicores,
+    young_interval,
+)
 from backstop.domain.recommend import (
     PlanParams,
     SimulationParams,
@@ -81,7 +90,7 @@ def _task_rows(spark: SparkSession, rows: list[tuple[Any, ...]]) -> DataFrame:
 
 # ------------------------------------------------------------------ transforms
 @pytest.mark.spark
-def test_clean_drops_unusable_rows_and_derives_the_operator(spark: SparkSession) -> None:
+def test_clean_drops_unusable_rows(spark: SparkSession) -> None:
     df = _task_rows(
         spark,
         [
@@ -90,11 +99,82 @@ def test_clean_drops_unusable_rows_and_derives_the_operator(spark: SparkSession)
             ("t", "src-0", _ts(60), 1, 1, -0.1, 2.0, 0.1, 0),  # negative CPU
             ("t", "src-0", _ts(120), 1, 1, 0.2, 2.0, 0.1, -1),  # negative failures
             ("t", "src-0", _ts(180), None, None, 0.2, None, None, None),  # nulls filled
+            ("t", "src-0", _ts(240), 1, 1, math.nan, 2.0, 0.1, 0),  # not a number
+            ("t", "src-0", _ts(300), 1, 1, math.inf, 2.0, 0.1, 0),  # not finite
         ],
     )
     out = df.transform(transform_clean_task_metrics).orderBy("task").collect()
-    assert [(r.task, r.operator) for r in out] == [("hot-topics-2", "hot-topics"), ("src-0", "src")]
+    assert [(r.task, r.cpu) for r in out] == [("hot-topics-2", 0.5), ("src-0", 0.2)]
     assert (out[1].failures, out[1].tuples_in, out[1].checkpoint_duration) == (0, 0, 0.0)
+
+
+def _lower_quantile_millicores(values: list[float], q: float) -> int:
+    """The truth, independently of the job: the "lower" quantile by sorting (the 0-based
+    rank floor(q·(n − 1)); the test's sizes keep q·(n − 1) off whole numbers, where float
+    and exact arithmetic could disagree) rounded up to a millicore in decimal arithmetic."""
+    ordered = sorted(values)
+    value = ordered[math.floor(Fraction(str(q)) * (len(ordered) - 1))]
+    return int((Decimal(repr(value)) * 1000).to_integral_value(rounding=ROUND_CEILING))
+
+
+@pytest.mark.spark
+def test_cpu_quantile_is_exact_to_the_millicore_per_task_and_operator(
+    spark: SparkSession,
+) -> None:
+    """Per task the job's CPU quantile is the exact "lower" quantile rounded up to a
+    millicore, and an operator's is the largest of its tasks'; two topologies with the same
+    task ids stay apart, and an absurd CPU value above the quantile changes nothing."""
+    rng = random.Random(7)
+    cpu: dict[tuple[str, str], list[float]] = {}
+    for topology, scale in (("t1", 1.0), ("t2", 3.0)):
+        for task, n in (("hot-topics-0", 13), ("hot-topics-1", 10), ("src-0", 7)):
+            cpu[topology, task] = [round(rng.uniform(0.05, 0.9) * scale, 6) for _ in range(n)]
+    cpu["t1", "src-0"][:2] = [2.007, 2.007]  # on the millicore grid: stays 2007m
+    cpu["t1", "src-0"][2:] = [2.0, 1.5, 1.0, 0.5, 1e300]  # the largest is never the quantile
+    rows = [
+        (topology, task, _ts(60 * k), 1, 1, value, 2.0, 0.1, 0)
+        for (topology, task), values in cpu.items()
+        for k, value in enumerate(values)
+    ]
+    params = EstimateParams(quantile=0.95)
+    summary = (
+        _task_rows(spark, rows)
+        .transform(transform_clean_task_metrics)
+        .transform(transform_task_summary, params=params)
+    )
+    per_task = {(r.topology, r.task): r for r in summary.collect()}
+    assert set(per_task) == set(cpu)
+    for key, values in cpu.items():
+        row = per_task[key]
+        assert row.operator == key[1].rsplit("-", 1)[0]
+        assert row.rows == len(values)
+        assert round(row.cpu_q * 1000, 9) == _lower_quantile_millicores(values, 0.95), key
+    assert round(per_task["t1", "src-0"].cpu_q, 9) == 2.007
+    estimates = summary.transform(transform_operator_estimates, params=params).collect()
+    for e in estimates:
+        tasks = [
+            v for (t, task), v in cpu.items() if t == e.topology and task.startswith(e.operator)
+        ]
+        expected = max(_lower_quantile_millicores(v, 0.95) for v in tasks)
+        assert (e.tasks, round(e.cpu_quantile * 1000, 9)) == (len(tasks), expected), e
+    assert len(estimates) == 4
+
+
+def test_estimated_request_keeps_a_quantile_on_the_millicore_grid() -> None:
+    """2.007 cores is 2007m (2.007 · 1000 is 2007.0000000000002 in floating point); a value
+    above the grid still rounds up."""
+    topo = parse_topology(CHAIN)
+    est = [{"operator": "a", "reprocessing_latency": 0.1, "cpu_quantile": 2.007,
+            "failure_rate": 1e-4, "mtbf_seconds": 1e4, "checkpoint_duration": 0.01,
+            "checkpoint_interval": 1.0, "young_interval": 0.2, "tuples_in_rate": 1.0,
+            "tuples_out_rate": 1.0, "observed_seconds": 60.0},
+           {"operator": "b", "reprocessing_latency": 0.1, "cpu_quantile": 1.0001,
+            "failure_rate": 1e-4, "mtbf_seconds": 1e4, "checkpoint_duration": 0.01,
+            "checkpoint_interval": 1.0, "young_interval": 0.2, "tuples_in_rate": 1.0,
+            "tuples_out_rate": 1.0, "observed_seconds": 60.0}]  # fmt: skip
+    copy, _ = estimated_topology(topo, est)
+    cpus = {op.name: op.resources.cpu for op in copy.spec.operators}
+    assert cpus == {"a": "2007m", "b": "1001m", "c": "1"}
 
 
 @pytest.mark.spark
@@ -327,9 +407,10 @@ def test_job_end_to_end_recovers_the_ground_truth(
     ).set_index("operator")
     for col in ("failure_rate", "reprocessing_latency", "observed_seconds", "failures"):
         assert spark_est[col].to_dict() == pytest.approx(pandas_est[col].to_dict(), rel=1e-6)
-    assert spark_est["cpu_quantile"].to_dict() == pytest.approx(
-        pandas_est["cpu_quantile"].to_dict(), rel=0.02
-    )
+    # the CPU quantile: pandas' exact one rounded up to a millicore, exactly
+    spark_milli = {op: round(v * 1000, 9) for op, v in spark_est["cpu_quantile"].items()}
+    pandas_milli = {op: millicores(v) for op, v in pandas_est["cpu_quantile"].items()}
+    assert spark_milli == pandas_milli
 
 
 @pytest.mark.spark

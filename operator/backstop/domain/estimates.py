@@ -23,11 +23,13 @@ if TYPE_CHECKING:  # imported where used: the operator imports this module, not 
     import pandas as pd
 
 __all__ = [
+    "MILLICORE_SLACK",
     "NODE_COLUMNS",
     "TASK_COLUMNS",
     "EstimateParams",
     "estimate_operators_pandas",
     "estimated_topology",
+    "millicores",
     "operator_of",
     "young_interval",
 ]
@@ -50,6 +52,10 @@ NODE_COLUMNS: dict[str, str] = {
     "timestamp": "timestamp",
     "failures": "long",
 }
+
+#: Millicores a CPU value may exceed a whole millicore by and still count as it
+#: (floating-point noise of ``cores * 1000``, far below what a request can express).
+MILLICORE_SLACK = 1e-6
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,22 @@ def young_interval(checkpoint_cost: float, mtbf: float) -> float:
     interval", CACM 17(9), 1974.
     """
     return math.sqrt(2.0 * max(checkpoint_cost, 0.0) * max(mtbf, 0.0))
+
+
+def millicores(cores: float) -> int:
+    """``cores`` rounded up to a whole millicore, the unit of a CPU request.
+
+    A value already on the millicore grid stays there: ``2.007 * 1000`` is
+    ``2007.0000000000002`` in floating point, which a plain ``ceil`` turns into
+    2008, so products within :data:`MILLICORE_SLACK` of a whole millicore
+    count as it. The Spark job buckets CPU with the same arithmetic.
+
+    Examples
+    --------
+    >>> millicores(2.007), millicores(0.1), millicores(0.10001)
+    (2007, 100, 101)
+    """
+    return math.ceil(cores * 1000 - MILLICORE_SLACK)
 
 
 def operator_of(task: str) -> str:
@@ -248,7 +270,7 @@ def estimated_topology(
         else:
             latency = float(est["reprocessing_latency"])
             weight = max(op.resources.cpu_cores, float(est["cpu_quantile"]))
-            cpu = f"{math.ceil(weight * 1000)}m"
+            cpu = f"{millicores(weight)}m"
             ops.append(
                 op.model_copy(
                     update={

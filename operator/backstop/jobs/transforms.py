@@ -12,10 +12,10 @@ import json
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from backstop.domain.estimates import TASK_COLUMNS, EstimateParams
+from backstop.domain.estimates import MILLICORE_SLACK, TASK_COLUMNS, EstimateParams
 from backstop.domain.recommend import (
     PlanParams,
     SimulationParams,
@@ -45,57 +45,96 @@ __all__ = [
 RECOMMEND_SCHEMA = "topology string, result string, improvement double, recommendation string"
 SIMULATION_SCHEMA = "topology string, simulation string"
 TRADEOFF_SCHEMA = "topology string, bound_factor double, point string"
+#: CPU values above this many cores are counted as this many (no node has them; the
+#: millicore histogram's bucket must fit a long).
+MAX_CORES = 1e12
+#: Planner tasks per core (``applyInPandas`` partitions per unit of Spark's default parallelism).
+PLANNER_TASKS_PER_CORE = 4
 
 
 # ------------------------------------------------------------------ estimates
 def transform_clean_task_metrics(df: DataFrame) -> DataFrame:
-    """Typed task metrics with an ``operator`` column; unusable rows dropped.
+    """Typed task metrics, only the columns the job reads; unusable rows dropped.
 
     A row is dropped when a key (topology, task, timestamp) or the CPU is
-    missing, or when a count or duration is negative.
+    missing (or not a finite number), or when a count or duration is negative. The operator is not
+    derived here, on every row, but from each task's id once per task
+    (:func:`transform_task_summary`).
     """
     typed = df.select(*[F.col(c).cast(SPARK_TYPES[t]).alias(c) for c, t in TASK_COLUMNS.items()])
-    return (
-        typed.where(
-            F.col("topology").isNotNull()
-            & F.col("task").isNotNull()
-            & F.col("timestamp").isNotNull()
-            & F.col("cpu").isNotNull()
-            & (F.col("cpu") >= 0)
-            & (F.coalesce(F.col("failures"), F.lit(0)) >= 0)
-            & (F.coalesce(F.col("checkpoint_duration"), F.lit(0.0)) >= 0)
-        )
-        .fillna(
-            {
-                "failures": 0,
-                "checkpoint_duration": 0.0,
-                "checkpoint_interval": 0.0,
-                "tuples_in": 0,
-                "tuples_out": 0,
-            }
-        )
-        .withColumn("operator", F.regexp_replace("task", r"-\d+$", ""))
+    return typed.where(
+        F.col("topology").isNotNull()
+        & F.col("task").isNotNull()
+        & F.col("timestamp").isNotNull()
+        & F.col("cpu").isNotNull()
+        & (F.col("cpu") >= 0)
+        & (F.col("cpu") < float("inf"))  # NaN too: Spark orders NaN above infinity
+        & (F.coalesce(F.col("failures"), F.lit(0)) >= 0)
+        & (F.coalesce(F.col("checkpoint_duration"), F.lit(0.0)) >= 0)
+    ).fillna(
+        {
+            "failures": 0,
+            "checkpoint_duration": 0.0,
+            "checkpoint_interval": 0.0,
+            "tuples_in": 0,
+            "tuples_out": 0,
+        }
     )
 
 
+def _millicores(cpu: Column) -> Column:
+    """:func:`backstop.domain.estimates.millicores` in Spark, finite CPU values clamped at
+    :data:`MAX_CORES` (the bucket is a long; ANSI mode fails the job on an overflow)."""
+    return F.ceil(F.least(cpu, F.lit(MAX_CORES)) * 1000 - MILLICORE_SLACK)
+
+
 def transform_task_summary(df: DataFrame, *, params: EstimateParams) -> DataFrame:
-    """One row per task: observed seconds, failures, sums, and its CPU quantile.
+    """One row per task: its operator, observed seconds, failures, sums and CPU quantile.
 
     A task's observed time is its timestamp span stretched by one interval,
     ``(last − first)·n/(n−1)`` for ``n`` rows, or ``params.default_interval``
     per row when it has one.
+
+    The CPU quantile is exact to the millicore: rows are first counted per task
+    and per CPU value rounded up to a millicore (the unit of a CPU request,
+    which is all the estimate becomes), together with the task's sums; the
+    quantile is then read off that histogram, ``params.quantile`` with the
+    "lower" rule, as pandas computes it. Rounding up commutes with taking an
+    order statistic, so the result is the exact quantile rounded up to a
+    millicore, :func:`backstop.domain.estimates.millicores`. The histogram has
+    a few hundred rows per task, not one per metric row, and the aggregation
+    over the rows needs nothing but sums and a count (Spark's generated code),
+    where ``percentile_approx`` kept a sketch per task. The operator is derived
+    from the task id after the aggregation, once per task instead of per row.
     """
-    ts = F.col("timestamp").cast("double")
-    agg = df.groupBy("topology", "operator", "task").agg(
+    per_value = df.groupBy("topology", "task", _millicores(F.col("cpu")).alias("millicores")).agg(
         F.count(F.lit(1)).alias("rows"),
-        F.min(ts).alias("first"),
-        F.max(ts).alias("last"),
+        F.min("timestamp").alias("first"),
+        F.max("timestamp").alias("last"),
         F.sum("failures").alias("failures"),
         F.sum("checkpoint_duration").alias("ckpt_duration"),
         F.sum("checkpoint_interval").alias("ckpt_interval"),
         F.sum("tuples_in").alias("tuples_in"),
         F.sum("tuples_out").alias("tuples_out"),
-        F.percentile_approx("cpu", params.quantile).alias("cpu_q"),
+    )
+    task = Window.partitionBy("topology", "task")
+    upto = task.orderBy("millicores").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    ranked = per_value.withColumn("task_rows", F.sum("rows").over(task)).withColumn(
+        "cumulative", F.sum("rows").over(upto)
+    )
+    # the "lower" quantile is the row at 0-based rank floor(q·(n − 1)) in CPU order: the
+    # first value whose cumulative count passes that rank
+    rank = F.floor(F.lit(params.quantile) * (F.col("task_rows") - 1))
+    agg = ranked.groupBy("topology", "task").agg(
+        F.sum("rows").alias("rows"),
+        F.min("first").cast("double").alias("first"),
+        F.max("last").cast("double").alias("last"),
+        F.sum("failures").alias("failures"),
+        F.sum("ckpt_duration").alias("ckpt_duration"),
+        F.sum("ckpt_interval").alias("ckpt_interval"),
+        F.sum("tuples_in").alias("tuples_in"),
+        F.sum("tuples_out").alias("tuples_out"),
+        (F.min(F.when(F.col("cumulative") > rank, F.col("millicores"))) / 1000.0).alias("cpu_q"),
     )
     n = F.col("rows")
     # rows all stamped within one clock tick (a run shorter than the timestamps' resolution)
@@ -104,7 +143,11 @@ def transform_task_summary(df: DataFrame, *, params: EstimateParams) -> DataFram
     observed = F.when(spans, (F.col("last") - F.col("first")) * n / (n - 1)).otherwise(
         F.lit(params.default_interval) * n
     )
-    return agg.withColumn("observed", observed).drop("first", "last")
+    return (
+        agg.withColumn("observed", observed)
+        .withColumn("operator", F.regexp_replace("task", r"-\d+$", ""))
+        .drop("first", "last")
+    )
 
 
 def transform_operator_estimates(df: DataFrame, *, params: EstimateParams) -> DataFrame:
@@ -230,6 +273,20 @@ def transform_correlated_failures(df: DataFrame, *, params: EstimateParams) -> D
 
 
 # ------------------------------------------------------------------ re-planning
+def _spread(df: DataFrame, *keys: str) -> DataFrame:
+    """``df`` hash-partitioned by ``keys`` into :data:`PLANNER_TASKS_PER_CORE` tasks per core.
+
+    Why: the planners' input is a few kilobytes, and adaptive query execution
+    coalesces so small a shuffle into one partition, so one Python worker ran
+    every topology's planners one after the other on one core. A repartition
+    with an explicit number is never coalesced, and ``groupBy(keys)`` on it
+    needs no further shuffle; a few tasks per core even out topologies that
+    plan slower than others.
+    """
+    cores = df.sparkSession.sparkContext.defaultParallelism
+    return df.repartition(PLANNER_TASKS_PER_CORE * max(1, cores), *keys)
+
+
 def _nodes(text: str) -> list[Node]:
     return [Node(str(d["name"]), float(d["cpu"]), d.get("domain")) for d in json.loads(text)]
 
@@ -266,7 +323,9 @@ def transform_recommend(
             ]
         )
 
-    recs = joined.groupBy("topology").applyInPandas(plan_group, RECOMMEND_SCHEMA)
+    recs = (
+        _spread(joined, "topology").groupBy("topology").applyInPandas(plan_group, RECOMMEND_SCHEMA)
+    )
     return recs.join(topologies.select("topology", "nodes"), "topology")
 
 
@@ -318,7 +377,9 @@ def transform_monte_carlo(
                 )
         return pd.DataFrame([{"topology": row["topology"], "simulation": dumps(out)}])
 
-    sims = inputs.groupBy("topology").applyInPandas(simulate, SIMULATION_SCHEMA)
+    sims = (
+        _spread(inputs, "topology").groupBy("topology").applyInPandas(simulate, SIMULATION_SCHEMA)
+    )
     return recs.join(sims, "topology", "left")
 
 
@@ -347,7 +408,8 @@ def transform_tradeoff(recs: DataFrame, *, params: PlanParams) -> DataFrame:
             [{"topology": row["topology"], "bound_factor": row["bound_factor"], "point": dumps(p)}]
         )
 
-    return exploded.groupBy("topology", "bound_factor").applyInPandas(point, TRADEOFF_SCHEMA)
+    keys = ("topology", "bound_factor")
+    return _spread(exploded, *keys).groupBy(*keys).applyInPandas(point, TRADEOFF_SCHEMA)
 
 
 def transform_recommendations(recs: DataFrame, *, tradeoff: DataFrame) -> DataFrame:
