@@ -160,7 +160,8 @@ def estimate_operators_pandas(tasks: pd.DataFrame, params: EstimateParams) -> pd
     Notes
     -----
     Two group-bys (per task, then per operator), O(rows). The CPU quantile is
-    exact here and approximate in Spark (``percentile_approx``).
+    exact here; Spark's is this one rounded up to a millicore (:func:`millicores`),
+    which is what a CPU request can express.
     """
     import numpy as np  # here: the operator imports this module, never pandas
     import pandas as pd
