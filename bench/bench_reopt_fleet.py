@@ -29,10 +29,12 @@ and 2.6 GB of disk: run it once, on a machine you may load.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -46,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pyarrow.parquet as pq
 import yaml
 
+from backstop.domain.estimates import millicores
 from backstop.domain.recommend import check_recommendation
 from backstop.sim.metricsgen import GeneratorParams, generate
 from bench.bench_reoptimize import fleet
@@ -149,10 +152,11 @@ def descendants(root: int) -> Iterator[int]:
 
 
 def kind_of(pid: int, root: int, comm: str) -> str:
-    """``driver`` (the job's Python), ``jvm`` or ``workers`` (Python workers, launcher)."""
+    """``driver`` (the job's Python), ``workers`` (Python workers and their daemon) or ``jvm``
+    (the JVM and the ``spark-submit`` shell scripts that start it)."""
     if pid == root:
         return "driver"
-    return "jvm" if comm == "java" else "workers"
+    return "workers" if comm.startswith("python") else "jvm"
 
 
 @dataclass
@@ -160,9 +164,17 @@ class TreeSample:
     """What the sampler saw of the job's process tree."""
 
     peak_total_kib: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    #: seconds after the start when the first Python worker was seen: the planners begin
+    #: (reading and aggregating the rows need none), so this splits the wall time in two
+    first_worker: float | None = None
     hwm_kib: dict[int, int] = field(default_factory=dict)
     cpu: dict[int, float] = field(default_factory=dict)
     kind: dict[int, str] = field(default_factory=dict)
+
+    def busy_workers(self, seconds: float = 1.0) -> int:
+        """Python processes that used more than ``seconds`` of CPU (how many cores planned)."""
+        return sum(1 for p, c in self.cpu.items() if self.kind[p] == "workers" and c > seconds)
 
     def by_kind(self, table: dict[int, Any]) -> dict[str, float]:
         out: dict[str, float] = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
@@ -182,6 +194,8 @@ def sample_tree(root: int, stop: threading.Event, into: TreeSample, every: float
             rss, hwm = _memory_kib(pid)
             total += rss
             into.kind[pid] = kind_of(pid, root, st[1])
+            if into.kind[pid] == "workers" and into.first_worker is None:
+                into.first_worker = time.perf_counter() - into.started
             into.hwm_kib[pid] = max(into.hwm_kib.get(pid, 0), hwm)
             into.cpu[pid] = max(into.cpu.get(pid, 0.0), st[2])
         into.peak_total_kib = max(into.peak_total_kib, total)
@@ -193,6 +207,7 @@ def sample_tree(root: int, stop: threading.Event, into: TreeSample, every: float
 class JobRun:
     """One run of the job over the fleet."""
 
+    label: str
     seconds: float
     sample: TreeSample
     out: Path
@@ -200,14 +215,23 @@ class JobRun:
     load_after: str
 
 
-def run_job(metrics: Path, out: Path, args: argparse.Namespace) -> JobRun:
-    """Run the job in a fresh process while sampling its process tree."""
+def run_job(
+    metrics: Path, out: Path, args: argparse.Namespace, label: str, tree: Path | None = None
+) -> JobRun:
+    """Run the job in a fresh process while sampling its process tree.
+
+    ``tree``: a source tree (``operator/``, ``planners/``, ``runtime/``) whose code runs
+    instead of the installed one, driver and Python workers alike (``PYTHONPATH`` comes
+    before the editable install).
+    """
     cmd = [sys.executable, "-m", "backstop.jobs.reoptimize", "--metrics", str(metrics),
            "--topologies", str(metrics / "topologies.yaml"), "--node-cpu", str(NODE_CPU),
            "--out", str(out), "--master", f"local[{args.cores}]",
            "--time-limit", str(args.time_limit), "--scenarios", str(args.scenarios),
            *[a for kv in args.conf for a in ("--conf", kv)]]  # fmt: skip
     env = {**os.environ, "PYTHONWARNINGS": "ignore::FutureWarning"}
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join(str(tree / d) for d in ("operator", ".", "runtime"))
     load_before = loadavg()
     sample = TreeSample()
     stop = threading.Event()
@@ -221,7 +245,32 @@ def run_job(metrics: Path, out: Path, args: argparse.Namespace) -> JobRun:
     sampler.join()
     if proc.returncode != 0:
         raise SystemExit(f"error: the job failed (exit {proc.returncode}):\n{err[-3000:]}")
-    return JobRun(took, sample, out, load_before, loadavg())
+    return JobRun(label, took, sample, out, load_before, loadavg())
+
+
+def head() -> str:
+    """This checkout's commit, short, with ``+`` when its files differ from it."""
+    root = str(Path(__file__).resolve().parent.parent)
+    sha = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    dirty = subprocess.run(["git", "-C", root, "diff", "--quiet", "HEAD", "--", "operator",
+                            "planners", "runtime"], check=False).returncode  # fmt: skip
+    return (sha or "?") + ("+" if dirty else "")
+
+
+def baseline_tree(commit: str, into: Path) -> Path:
+    """The job's code at ``commit`` (``git archive`` of this checkout), extracted into ``into``."""
+    root = Path(__file__).resolve().parent.parent
+    tar = subprocess.run(
+        ["git", "-C", str(root), "archive", commit, "operator", "planners", "runtime"],
+        capture_output=True,
+        check=False,
+    )
+    if tar.returncode != 0:
+        raise SystemExit(f"error: --baseline {commit}: {tar.stderr.decode().strip()}")
+    with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as t:
+        t.extractall(into, filter="data")
+    return into
 
 
 def loadavg() -> str:
@@ -244,20 +293,89 @@ def check_output(run: JobRun, info: dict[str, Any], topologies: int) -> tuple[in
 
 
 # ------------------------------------------------------------------ report
+#: The section's run before this benchmark's baseline option existed (tree 0c317bc, made
+#: once at load 25-44): kept as a row so its ratio stays visible.
+EARLIER = (
+    "| 0c317bc, earlier run (13:2x UTC) | 7.06, 5.52, 4.23 → 25.17, 27.50, 26.53 | 2130.4 | — | "
+    "47 k | 257 / 73 / 2 | — | 2,055 | 1,461 | 171 | 744 |"
+)
+
+
 def mib(kib: float) -> str:
     return f"{kib / 1024:,.0f}"
 
 
+def compare_estimates(new: Path, old: Path) -> dict[str, Any]:
+    """How this tree's estimates and recommendations differ from the baseline's.
+
+    The CPU quantile in millicores (largest difference, and requests that differ), the
+    other estimates (largest relative difference), and the recommendations whose plan
+    (backups and assignment) differs.
+    """
+
+    def rows(path: Path, key: tuple[str, ...]) -> dict[tuple[Any, ...], dict[str, Any]]:
+        out = {}
+        for line in path.open():
+            r = json.loads(line)
+            out[tuple(r[k] for k in key)] = r
+        return out
+
+    a = rows(new / "estimates.jsonl", ("topology", "operator"))
+    b = rows(old / "estimates.jsonl", ("topology", "operator"))
+    if set(a) != set(b):
+        raise SystemExit("error: the two runs estimated different operators")
+    cpu_diff = [abs(a[k]["cpu_quantile"] - b[k]["cpu_quantile"]) * 1000 for k in a]
+    requests = sum(
+        1 for k in a if millicores(a[k]["cpu_quantile"]) != millicores(b[k]["cpu_quantile"])
+    )
+    rel = 0.0
+    for k in a:
+        for col, v in a[k].items():
+            if col in ("topology", "operator", "cpu_quantile") or not isinstance(v, float):
+                continue
+            w = b[k][col]
+            rel = max(rel, abs(v - w) / max(abs(v), abs(w), 1e-300))
+    ra = rows(new / "recommendations.jsonl", ("topology",))
+    rb = rows(old / "recommendations.jsonl", ("topology",))
+
+    def plan(r: dict[str, Any]) -> Any:
+        return (r["plan"]["backups"], r["plan"]["assignment"])
+
+    same = sum(1 for k in ra if plan(ra[k]) == plan(rb[k]))
+    return {
+        "operators": len(a),
+        "cpu_max_millicores": max(cpu_diff),
+        "requests_differ": requests,
+        "other_max_rel": rel,
+        "plans_same": same,
+        "topologies": len(ra),
+    }
+
+
+def table_row(run: JobRun, rows: int) -> str:
+    hwm = run.sample.by_kind({k: float(v) for k, v in run.sample.hwm_kib.items()})
+    cpu = run.sample.by_kind(run.sample.cpu)
+    split = run.sample.first_worker
+    return (
+        f"| {run.label} | {run.load_before} → {run.load_after} | {run.seconds:.1f} | "
+        f"{'—' if split is None else f'{split:.1f}'} | {rows / run.seconds / 1e3:,.0f} k | "
+        f"{cpu['jvm']:.0f} / {cpu['workers']:.0f} / {cpu['driver']:.0f} | "
+        f"{run.sample.busy_workers()} | {mib(run.sample.peak_total_kib)} | {mib(hwm['jvm'])} | "
+        f"{mib(hwm['driver'])} | {mib(hwm['workers'])} |"
+    )
+
+
 def section(args: argparse.Namespace, info: dict[str, Any], runs: list[JobRun],
-            sound: int) -> str:  # fmt: skip
+            sound: int, diff: dict[str, Any] | None) -> str:  # fmt: skip
     rows = int(info["rows"])
+    baseline = f" --baseline {args.baseline}" if args.baseline else ""
     lines = [
         HEADING,
         "",
         f"`python bench/bench_reopt_fleet.py --topologies {args.topologies} --rows "
         f"{args.rows} --cores {args.cores} --time-limit {args.time_limit:g} --scenarios "
-        f"{args.scenarios}` on {os.cpu_count()} cores (shared with other work: the load "
-        f"average is in the table): {args.topologies} copies of "
+        f"{args.scenarios}{baseline}` on {os.cpu_count()} cores (shared with other work: the "
+        f"load average is in the table): {args.topologies} copies of "
         "`examples/twitter-sentiment.yaml` (13 tasks each), "
         f"{rows // args.topologies:,} task-metric rows per topology ({rows:,} in all; "
         f"{info['bytes'] / 2**30:.1f} GiB of Parquet in {args.topologies} files, generated "
@@ -266,39 +384,60 @@ def section(args: argparse.Namespace, info: dict[str, Any], runs: list[JobRun],
         "read, per-task and per-operator aggregation, then per topology the re-plan, Monte "
         f"Carlo ({args.scenarios} windows × 2 plans) and the trade-off curve (6 bounds) in "
         "Python workers (`applyInPandas`), write. Spark's defaults otherwise (driver heap 1 "
-        "GiB). Memory: the process tree's resident memory sampled every 0.2 s from `/proc` "
-        "(peak of the sum), and each part's own peak (`VmHWM`). CPU: each part's own seconds from "
-        "`/proc/<pid>/stat` at its last sample (a process living under 0.2 s is missed).",
+        "GiB). *To the planners*: seconds from the start to the first Python worker (JVM "
+        "start-up, reading and aggregating the rows; the planners follow). Memory: the process "
+        "tree's resident memory sampled every 0.2 s from `/proc` (peak of the sum), and each "
+        "part's own peak (`VmHWM`). CPU: each part's own seconds from `/proc/<pid>/stat` at its "
+        "last sample (a process living under 0.2 s is missed); *workers busy*: Python workers "
+        "that used over 1 CPU s. "
+        + (
+            f"`--baseline {args.baseline}` runs the job's code at that commit on the same data "
+            "in the same invocation, for the ratio."
+            if args.baseline
+            else ""
+        ),
         "",
-        "| run | load before → after | wall (s) | rows/s | peak RSS, tree (MiB) | JVM "
-        "peak | driver Python peak | Python workers peak (sum) | CPU s: JVM / "
-        "workers / driver |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---|",
+        "| code | load before → after | wall (s) | to the planners (s) | rows/s | CPU s: JVM / "
+        "workers / driver | workers busy | peak RSS, tree (MiB) | JVM peak | driver Python "
+        "peak | Python workers peak (sum) |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        *[table_row(r, rows) for r in runs],
     ]
-    for i, r in enumerate(runs, 1):
-        hwm = r.sample.by_kind({k: float(v) for k, v in r.sample.hwm_kib.items()})
-        cpu = r.sample.by_kind(r.sample.cpu)
-        lines.append(
-            f"| {i} | {r.load_before} → {r.load_after} | {r.seconds:.1f} | "
-            f"{rows / r.seconds / 1e3:,.0f} k | {mib(r.sample.peak_total_kib)} | "
-            f"{mib(hwm['jvm'])} | {mib(hwm['driver'])} | {mib(hwm['workers'])} | "
-            f"{cpu['jvm']:.0f} / {cpu['workers']:.0f} / "
-            f"{cpu['driver']:.0f} |"
-        )
-    best = min(runs, key=lambda r: r.seconds)
+    if args.topologies == 100 and args.rows == 1_000_000:
+        lines.append(EARLIER)
+    mine = [r for r in runs if not r.label.startswith("baseline")]
+    best = min(mine, key=lambda r: r.seconds)
     verdict = "meets" if best.seconds < 300 else "misses"
     cpu_all = sum(best.sample.cpu.values())
     lines += [
         "",
         f"Target: < 5 min for the fleet on 2 cores: **{verdict}** ({best.seconds:.0f} s wall). "
         f"The job's processes used {cpu_all:.0f} CPU seconds, {cpu_all / args.cores:.0f} s of "
-        f"{args.cores} cores, so it had {cpu_all / (best.seconds * args.cores):.0%} of them: the "
-        "difference to the wall time is the other work on the machine (the load average). "
+        f"{args.cores} cores, so it had {cpu_all / (best.seconds * args.cores):.0%} of them. "
         f"The output was checked: {args.topologies} `Recommended` recommendations, {sound} of "
         "them sound under the failure-effect evaluator, and the estimates count every "
         "generated row.",
-        "",
     ]
+    base = [r for r in runs if r.label.startswith("baseline")]
+    if base:
+        b = base[0]
+        cpu_b = sum(b.sample.cpu.values())
+        lines.append("")
+        lines.append(
+            f"Against the baseline in the same invocation: wall {b.seconds / best.seconds:.1f}× "
+            f"shorter, CPU {cpu_b / cpu_all:.1f}× less ({cpu_b:.0f} → {cpu_all:.0f} s)."
+        )
+    if diff:
+        lines.append(
+            f"Same results: of {diff['operators']} operator estimates, the CPU quantile differs "
+            f"from the baseline's `percentile_approx` by at most "
+            f"{diff['cpu_max_millicores']:.3f} millicores and the CPU request it becomes in "
+            f"{diff['requests_differ']}; every other estimate within a relative "
+            f"{diff['other_max_rel']:.1e} (sums added in another order); the recommended plan "
+            f"(backups and assignment) is the same for {diff['plans_same']} of "
+            f"{diff['topologies']} topologies."
+        )
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -318,6 +457,11 @@ def main(argv: list[str] | None = None) -> int:
         help="where the generated fleet is kept ($BACKSTOP_CACHE/bench)",
     )
     p.add_argument("--generate-only", action="store_true", help="generate the fleet and stop")
+    p.add_argument(
+        "--baseline",
+        metavar="COMMIT",
+        help="also run the job's code at this commit (git archive) once, for the ratio",
+    )
     p.add_argument("--out", type=Path, help="also write the section into this markdown file")
     args = p.parse_args(argv)
     if min(args.topologies, args.rows, args.cores, args.runs) < 1:
@@ -328,14 +472,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.generate_only:
         return 0
     runs = []
+    diff = None
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
             log(f"run {i + 1}/{args.runs} (load {loadavg()})…")
-            run = run_job(metrics, Path(tmp) / f"run-{i}", args)
+            run = run_job(metrics, Path(tmp) / f"run-{i}", args, f"this tree ({head()})")
             log(f"  {run.seconds:.1f}s, peak RSS {mib(run.sample.peak_total_kib)} MiB")
             sound, _ = check_output(run, info, args.topologies)
             runs.append(run)
-    text = section(args, info, runs, sound)
+        if args.baseline:
+            tree = baseline_tree(args.baseline, Path(tmp) / "baseline-tree")
+            log(f"baseline {args.baseline} (load {loadavg()})…")
+            run = run_job(metrics, Path(tmp) / "baseline", args, f"baseline {args.baseline}", tree)
+            log(f"  {run.seconds:.1f}s, peak RSS {mib(run.sample.peak_total_kib)} MiB")
+            check_output(run, info, args.topologies)
+            runs.append(run)
+            diff = compare_estimates(runs[0].out, run.out)
+        text = section(args, info, runs, sound, diff)
     sys.stdout.write(text)
     if args.out:
         write_section(args.out, HEADING, text)
