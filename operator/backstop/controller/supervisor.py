@@ -113,9 +113,32 @@ def _log_step(t: Tick, step: StepRecord, now: float, clock: Sequence[float]) -> 
     )
 
 
+class _NeedsCapacity(Exception):
+    """The decision reads free capacity: it is made again inside the booking."""
+
+
 def _decide(t: Tick, now: float) -> recovery.Decision | None:
     """:func:`backstop.domain.recovery.decide` on the ledger's capacity; the issued step's
-    pods are reserved before the status is written, so no other plan takes their room."""
+    pods are reserved before the status is written, so no other plan takes their room.
+
+    The booking is taken only when the decision reads capacity or issues a step: every
+    topology's daemon decides about once a second, and an urgent booking for each (100
+    a second in a fleet) kept the reconciles waiting (``decide`` is pure, so a decision
+    made again inside the booking is the same one, on the capacity read there).
+    """
+
+    def no_capacity(usable: Sequence[str]) -> dict[str, float]:
+        raise _NeedsCapacity
+
+    try:
+        quick = recovery.decide(
+            t.status, t.model, t.graph, t.nodes, now, no_capacity, generation=t.generation
+        )
+    except _NeedsCapacity:
+        pass
+    else:
+        if quick is None or quick.issued is None:
+            return quick
     cap = t.model.recovery.utilization_cap
     with t.ledger.booking(urgent=True) as booking:
 
