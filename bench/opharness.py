@@ -197,6 +197,7 @@ class PodRecorder:
             if kind == "DELETED":
                 pt.deleted = True
                 return
+            pt.deleted = False  # a pod re-created under the same name (a recovery's)
             pt.added = pt.added or at
             node = (obj.get("spec") or {}).get("nodeName")
             if node and pt.bound is None:
