@@ -557,6 +557,12 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def loaded(path: Path) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """A run saved with ``--json``: its arguments and its figures."""
+    raw = json.loads(path.read_text())
+    return argparse.Namespace(**raw.pop("args")), raw
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--kubeconfig", default=default_kubeconfig())
@@ -576,11 +582,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", type=Path, help="sample the operator's stacks into this file")
     p.add_argument("--json", type=Path, help="also write the raw figures as JSON")
     p.add_argument("--out", type=Path, help="also write the section into this markdown file")
+    p.add_argument(
+        "--render",
+        type=Path,
+        nargs="+",
+        help="run nothing: write the section from these --json files, one table each",
+    )
     args = p.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))  # kept: the operator log
-    r = run(args, workdir)
-    save(args, r)
-    text = section([(args, r)])
+    if args.render:
+        runs = [loaded(path) for path in args.render]
+    else:
+        workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))  # kept: the operator log
+        r = run(args, workdir)
+        save(args, r)
+        runs = [(args, r)]
+    text = section(runs)
     sys.stdout.write(text)
     if args.out:
         write_section(args.out, HEADING, text)
