@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from backstop.controller import daemon, faults, kopf_config, metrics
+from backstop.controller import daemon, faults, gckeeper, kopf_config, metrics
 from backstop.controller import memo as topology_memo
 from backstop.controller import settings as config
 from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve, topology_view
@@ -87,13 +87,16 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     if memo.get("metrics") is None:  # `backstop operator` passes the one it serves
         memo.metrics = metrics.OperatorMetrics()
     memo.pod_feed = PodFeed(kube().api, memo.ledger).start()
+    memo.gc_keeper = gckeeper.start()  # full collections on a schedule (10k pods' objects)
 
 
 @kopf.on.cleanup()
 def stop_feed(memo: kopf.Memo, **_: Any) -> None:
-    """Stop the ledger's pod watch with the operator."""
+    """Stop the ledger's pod watch and the scheduled collections with the operator."""
     if memo.get("pod_feed") is not None:
         memo.pod_feed.stop()
+    if memo.get("gc_keeper") is not None:
+        memo.gc_keeper.set()
 
 
 def _problem(body: kopf.Body, generation: int, reason: EventReason, message: str) -> Problem:
