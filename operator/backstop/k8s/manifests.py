@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -417,12 +417,16 @@ def desired_pods(
     assignment: Mapping[str, str],
     replicas: Mapping[str, Sequence[str]] | None = None,
     epochs: Mapping[str, int] | None = None,
+    only: Collection[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{pod name: manifest}`` of every primary task pod and active replica
-    (``epochs``: ``status.plan.epochs``, the primaries' fencing epochs)."""
+    (``epochs``: ``status.plan.epochs``, the primaries' fencing epochs); with ``only``,
+    of those tasks' pods alone (the same manifests, without building the others)."""
     out: dict[str, dict[str, Any]] = {}
     shared: Shared = {}  # the pods share their equal parts (see :func:`_once`)
     for role in task_roles(graph, plan_backups, assignment, epochs):
+        if only is not None and role.task not in only:
+            continue
         pod = build_task_pod(owner, spec, role, shared=shared)
         out[pod["metadata"]["name"]] = pod
         for k, node in enumerate((replicas or {}).get(role.task, ())):
