@@ -119,23 +119,58 @@ def planned_pods(t: Tick, plan: PlanStatus) -> dict[str, dict[str, Any]]:
     to it and for checking that a restore step has landed.
 
     Built once per (topology uid, generation, plan) and kept in the topology's memo:
-    every 1 s tick asks for them, and at 10k tasks building them took 1.8 s. The dict is
-    a fresh copy each time; the manifests in it are shared and must not be changed.
+    every 1 s tick asks for them, and at 10k tasks building them took 1.8 s. A plan that
+    differs from the kept one only in some tasks' nodes or epochs (a recovery step, a
+    fencing) rebuilds only those tasks' pods. The dict is a fresh copy each time; the
+    manifests in it are shared and must not be changed.
     """
     key = (t.owner, t.generation, plan_key(plan))
     cached = t.memory.desired
     if cached is None or cached[0] != key:
-        pods = desired_pods(
-            t.owner,
-            t.model,
-            t.graph,
-            frozenset(plan.backups),
-            plan.assignment or {},
-            plan.replicas,
-            plan.epochs,
+        changed = None if cached is None else changed_tasks(cached[0], key)
+        pods = {} if changed is None or cached is None else dict(cached[1])
+        pods.update(
+            desired_pods(
+                t.owner,
+                t.model,
+                t.graph,
+                frozenset(plan.backups),
+                plan.assignment or {},
+                plan.replicas,
+                plan.epochs,
+                only=changed,
+            )
         )
         cached = t.memory.desired = (key, pods)
     return dict(cached[1])
+
+
+def changed_tasks(old: tuple[Any, ...], new: tuple[Any, ...]) -> set[str] | None:
+    """The tasks whose pods differ between two :func:`planned_pods` keys, or ``None``
+    when every pod must be built again (another topology or generation, other backups
+    or replicas, other tasks).
+
+    Examples
+    --------
+    >>> a = PlanStatus(assignment={"s-0": "n1", "s-1": "n1"}, backups=["s-0"])
+    >>> key = lambda p: ("owner", 1, plan_key(p))
+    >>> moved = a.model_copy(update={"assignment": {"s-0": "n1", "s-1": "n2"}})
+    >>> changed_tasks(key(a), key(moved))
+    {'s-1'}
+    >>> changed_tasks(key(a), key(a.model_copy(update={"epochs": {"s-0": 1}})))
+    {'s-0'}
+    >>> changed_tasks(key(a), key(a.model_copy(update={"backups": []}))) is None
+    True
+    """
+    (owner, gen, (backups, assign, replicas, epochs)) = old
+    (owner2, gen2, (backups2, assign2, replicas2, epochs2)) = new
+    if (owner, gen, backups, replicas) != (owner2, gen2, backups2, replicas2):
+        return None
+    tasks: set[str] = {task for task, _ in assign}
+    if tasks != {task for task, _ in assign2}:
+        return None
+    moved: set[str] = {task for task, _ in assign ^ assign2}
+    return moved | {task for task, _ in epochs ^ epochs2}
 
 
 def plan_key(plan: PlanStatus) -> tuple[Hashable, ...]:
