@@ -191,6 +191,15 @@ class RssSampler:
         return max(got) if got else None
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (``/proc/PID/stat``)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _wait(pred: Any, timeout: float, what: str, interval: float = 0.2) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -258,6 +267,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         assert b.proc is not None
         rss = RssSampler(b.proc.pid)
         out["rss_idle"] = rss.read().get("VmRSS")
+        out["cpu"] = {"idle": cpu_seconds(b.proc.pid)}
         log(f"applying {tasks} tasks on {args.nodes} x {args.node_cpu} CPU (load {load()})")
         out["load"]["apply"] = load()
         t0 = time.time()
@@ -282,6 +292,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         if not ok:
             out["problems"] = problems(operator_log(b.log_path))
             out["rss"] = rss.read()
+            out["cpu"]["timeout"] = cpu_seconds(b.proc.pid)
             with current.lock:
                 out["pods_at_timeout"] = len(current.pods)
                 out["running_at_timeout"] = sum(1 for _, _, run in current.pods.values() if run)
@@ -289,6 +300,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             return out
         time.sleep(args.settle)  # the operator with every pod in the cluster, steady
         out["rss_ready"] = rss.read()
+        out["cpu"]["ready"] = cpu_seconds(b.proc.pid)
         per_node = Counter(p.node for p in pods.of(name) if p.node and not p.deleted)
         victim, lost = per_node.most_common(1)[0]
         out["victim"], out["lost"] = victim, lost
@@ -333,6 +345,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         time.sleep(args.settle)
         out["load"]["end"] = load()
         out["rss_end"] = rss.read()
+        out["cpu"]["end"] = cpu_seconds(b.proc.pid)
         out["rss_peak_sampled"] = max((r for _, r in rss.samples), default=None)
         out["plans"] = [
             {
@@ -537,6 +550,14 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
         "Load average: " + "; ".join(f"{k} {v}" for k, v in loads.items()) + ".",
         "",
     ]
+    cpu = {k: v for k, v in (r.get("cpu") or {}).items() if v is not None}
+    if cpu:
+        lines += [
+            "The operator's CPU seconds so far (user + system): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+            + ".",
+            "",
+        ]
     if r.get("plans"):
         steps = ", ".join(f"step {p['step']} {p['trigger']} {p['tasks']} tasks" for p in r["plans"])
         lines += [f"RecoveryPlans: {steps}.", ""]
