@@ -296,6 +296,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         }
         out["load"]["ready"] = load()
         log(f"apply: {out['apply']} (load {load()})")
+        save(args, out)  # each phase as it ends: a run stopped later keeps what it measured
         if not ok:
             out["problems"] = problems(operator_log(b.log_path))
             out["rss"] = rss.read()
@@ -331,6 +332,13 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         out["first_plan_tasks"] = (
             None if first is None else len(first.spec.get("assignments") or [])
         )
+        out["steps_logged"] = [
+            str(r.get("message"))
+            for r in operator_log(b.log_path)
+            if str(r.get("message")).startswith(STEP_LOG)
+        ]
+        out["sizes"] = dict(sizes.largest)
+        save(args, out)
 
         def recovered() -> bool:
             return current.running_off(victim) >= tasks
