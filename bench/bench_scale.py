@@ -202,6 +202,14 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def ready_since(b: Bench, node: str) -> float | None:
+    """Epoch seconds of the node's Ready condition's last transition (whole seconds)."""
+    for c in b.core.read_node(node).status.conditions or []:
+        if c.type == "Ready" and c.last_transition_time is not None:
+            return float(c.last_transition_time.timestamp())
+    return None
+
+
 def fan_out(*recorders: Any) -> Any:
     """One watch's events to several recorders."""
 
@@ -329,6 +337,10 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             float(t) for t in ((status.get("recovery") or {}).get("lostHistory") or {}).values()
         ]
         out["noted_to_plan"] = None if first is None or not lost_at else first.seen - min(lost_at)
+        stamp = ready_since(b, victim)  # where the operator starts the grace period
+        out["stamp_to_plan"] = (
+            None if first is None or not stamp else first.seen - stamp - args.grace
+        )
         out["first_plan_tasks"] = (
             None if first is None else len(first.spec.get("assignments") or [])
         )
@@ -543,6 +555,8 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
         f"< 1 s: {_verdict(None if det is None else det < 1)} |",
         f"| the operator's note of the loss (`lostHistory`) → first RecoveryPlan | "
         f"{fmt_s(r.get('noted_to_plan'))} s | |",
+        f"| the Ready transition's stamp (whole seconds) + grace → first RecoveryPlan | "
+        f"{fmt_s(r.get('stamp_to_plan'))} s | |",
         f"| first RecoveryPlan: tasks | {r.get('first_plan_tasks')} of {r.get('lost')} | |",
         f"| detection → every lost task Running on a live node | "
         f"{fmt_s(r.get('detect_to_recovered'))} s | |",
