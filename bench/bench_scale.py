@@ -477,9 +477,10 @@ NOTES: list[str] = [
     "changes, at 1000 tasks (load 6) the round came 1.08 s after the grace period ended "
     "(the daemon slept through the NotReady; fixed meanwhile by the node index waking "
     "the daemons, `memo.NodeWatch`); after that, at load 15, the decision took 1.48 s. "
-    "In process at 10k ([the recovery round](#scale-the-recovery-round-at-10k-tasks-in-"
-    "process)) the decision was 2.7 CPU s, 2.0 s of it building all 10 000 task pods to "
-    "reserve the 250 of the step (`reserve_tasks`): it now builds only those "
+    "In process at 10k (a cProfile of [the recovery round](#scale-the-recovery-round-at-"
+    "10k-tasks-in-process) before the fix, outside the lock: CPU shares) the decision was "
+    "2.7 CPU s, 2.0 s of it building all 10 000 task pods to reserve the 250 of the step "
+    "(`reserve_tasks`): it now builds only those "
     "(`desired_pods(only=...)`, test fails on the old code). Full garbage collections "
     "over the 10k pods' objects cost another 0.4–0.5 s when they fall inside the round: "
     "the operator now runs them on its own schedule and freezes the survivors "
@@ -586,6 +587,8 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
             + ".",
             "",
         ]
+    if r.get("note"):  # what the run's figures do not say themselves (added to its JSON)
+        lines += [str(r["note"]), ""]
     if r.get("plans"):
         steps = ", ".join(f"step {p['step']} {p['trigger']} {p['tasks']} tasks" for p in r["plans"])
         lines += [f"RecoveryPlans: {steps}.", ""]
