@@ -42,8 +42,10 @@ __all__ = [
     "transform_tradeoff",
 ]
 
-RECOMMEND_SCHEMA = "topology string, result string, improvement double, recommendation string"
-SIMULATION_SCHEMA = "topology string, simulation string"
+RECOMMEND_SCHEMA = (
+    "topology string, result string, improvement double, recommendation string, nodes string"
+)
+SIMULATION_SCHEMA = RECOMMEND_SCHEMA + ", simulation string"
 TRADEOFF_SCHEMA = "topology string, bound_factor double, point string"
 #: CPU values above this many cores are counted as this many (no node has them; the
 #: millicore histogram's bucket must fit a long).
@@ -319,14 +321,14 @@ def transform_recommend(
                     "result": rec["result"],
                     "improvement": float(rec.get("improvement", 0.0)),
                     "recommendation": dumps(rec),
+                    "nodes": first["nodes"],
                 }
             ]
         )
 
-    recs = (
+    return (
         _spread(joined, "topology").groupBy("topology").applyInPandas(plan_group, RECOMMEND_SCHEMA)
     )
-    return recs.join(topologies.select("topology", "nodes"), "topology")
 
 
 def transform_monte_carlo(
@@ -375,12 +377,15 @@ def transform_monte_carlo(
                     domains=domains,
                     params=params,
                 )
-        return pd.DataFrame([{"topology": row["topology"], "simulation": dumps(out)}])
+        keep = ("topology", "result", "improvement", "recommendation", "nodes")
+        return pd.DataFrame([{**{k: row[k] for k in keep}, "simulation": dumps(out)}])
 
-    sims = (
+    # the recommendation's columns go through the group rather than being joined back: a
+    # join of ``recs`` with a frame made from ``recs`` ran every re-plan twice (plan_group
+    # appeared twice in the physical plan)
+    return (
         _spread(inputs, "topology").groupBy("topology").applyInPandas(simulate, SIMULATION_SCHEMA)
     )
-    return recs.join(sims, "topology", "left")
 
 
 def transform_tradeoff(recs: DataFrame, *, params: PlanParams) -> DataFrame:
