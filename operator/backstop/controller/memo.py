@@ -43,6 +43,10 @@ class TopologyMemo:
     """Unready pods' own reasons (``k8s.taskprobe``): pod name → (resourceVersion, when
     asked, reason), so a tick asks a task again only when its pod changed or every
     :data:`~backstop.controller.tick.PROBE_EVERY` seconds."""
+    held: Any = None
+    """The key of ``desired`` whose pods the supervisor last held in the capacity ledger
+    (:func:`~backstop.controller.supervisor.converge`): a hold lasts until its pod shows
+    up, so a round whose pods all run and whose plan was held before needs none."""
     desired: tuple[Any, dict[str, dict[str, Any]]] | None = None
     """The pods of the plan in force and their key (uid, generation, plan): built again
     only when one of these changes (:func:`~backstop.controller.tick.planned_pods`)."""
