@@ -165,8 +165,7 @@ class TreeSample:
 
     peak_total_kib: int = 0
     started: float = field(default_factory=time.perf_counter)
-    #: seconds after the start when the first Python worker was seen: the planners begin
-    #: (reading and aggregating the rows need none), so this splits the wall time in two
+    #: seconds after the start when the first Python worker was seen
     first_worker: float | None = None
     hwm_kib: dict[int, int] = field(default_factory=dict)
     cpu: dict[int, float] = field(default_factory=dict)
@@ -384,8 +383,9 @@ def section(args: argparse.Namespace, info: dict[str, Any], runs: list[JobRun],
         "read, per-task and per-operator aggregation, then per topology the re-plan, Monte "
         f"Carlo ({args.scenarios} windows × 2 plans) and the trade-off curve (6 bounds) in "
         "Python workers (`applyInPandas`), write. Spark's defaults otherwise (driver heap 1 "
-        "GiB). *To the planners*: seconds from the start to the first Python worker (JVM "
-        "start-up, reading and aggregating the rows; the planners follow). Memory: the process "
+        "GiB). *First Python worker*: seconds from the start until a Python worker process "
+        "was first seen (not the end of the aggregation: the JVM's CPU keeps growing after "
+        "it). Memory: the process "
         "tree's resident memory sampled every 0.2 s from `/proc` (peak of the sum), and each "
         "part's own peak (`VmHWM`). CPU: each part's own seconds from `/proc/<pid>/stat` at its "
         "last sample (a process living under 0.2 s is missed); *workers busy*: Python workers "
@@ -397,7 +397,7 @@ def section(args: argparse.Namespace, info: dict[str, Any], runs: list[JobRun],
             else ""
         ),
         "",
-        "| code | load before → after | wall (s) | to the planners (s) | rows/s | CPU s: JVM / "
+        "| code | load before → after | wall (s) | first Python worker (s) | rows/s | CPU s: JVM / "
         "workers / driver | workers busy | peak RSS, tree (MiB) | JVM peak | driver Python "
         "peak | Python workers peak (sum) |",
         "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
