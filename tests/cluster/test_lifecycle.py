@@ -267,7 +267,14 @@ def test_a_new_image_rolls_out_in_steps_that_keep_the_bound(env: Env, pool: Pool
     # recovery has nowhere to go: its plan comes with the spare (trigger NodeLost or, when
     # the spare is what makes a plan possible, NodeReady)
     patch_spec(env, name, {"image": "registry.example/chains:3"})
-    wait_for(lambda: any(p.metadata.deletion_timestamp for p in env.pods(name)), 20, "step 1")
+    wait_for(  # a pod terminating, or already renewed: simulated pods go in well under a poll
+        lambda: any(
+            p.metadata.deletion_timestamp or p.spec.containers[0].image.endswith(":3")
+            for p in env.pods(name)
+        ),
+        20,
+        "step 1",
+    )
     lost = before["sink-1"]  # not in the first step (the sources)
     env.core.delete_node(lost)
     spare = pool.add("2")
