@@ -244,6 +244,12 @@ def _tick(
     def emit(reason: EventReason, message: str, warning: bool) -> None:
         post_event(body, reason, message, warning=warning)
 
+    nodes = for_topology(node_snapshot(kwargs["node_index"]), model)  # its tolerations
+    changes: topology_memo.PodChanges | None = kwargs["memo"].get("pod_changes")
+    inputs = None
+    if changes is not None:
+        pods = kwargs["pods_by_topology"].get((namespace, name), [])
+        inputs = round_inputs(changes.count((namespace, name)), len(pods), nodes, rv, generation)
     return Tick(
         kube=k,
         owner=Owner(name=name, namespace=namespace, uid=meta["uid"]),
@@ -251,7 +257,7 @@ def _tick(
         graph=graph,
         generation=followed,
         status=typed,
-        nodes=for_topology(node_snapshot(kwargs["node_index"]), model),  # its tolerations
+        nodes=nodes,
         emit=emit,
         ledger=kwargs["memo"].ledger,
         memory=mem,
@@ -259,4 +265,21 @@ def _tick(
         fallback=fallback,
         observed=generation,
         metrics=kwargs["memo"].metrics,
+        inputs=inputs,
     )
+
+
+def round_inputs(
+    pod_events: int, pods: int, nodes: Mapping[str, Any], rv: str | None, generation: int
+) -> tuple[Any, ...]:
+    """Everything a round reads but the clock, in a form two rounds compare with ``==``:
+    the topology's pod events (:class:`~.memo.PodChanges`) and indexed pods (a deletion
+    is no event), its nodes, the status version and the object's generation.
+
+    Examples
+    --------
+    >>> a = round_inputs(3, 10, {"n1": 1}, "7", 1)
+    >>> a == round_inputs(3, 10, {"n1": 1}, "7", 1), a == round_inputs(3, 9, {"n1": 1}, "7", 1)
+    (True, False)
+    """
+    return (pod_events, pods, dict(nodes), rv, generation)

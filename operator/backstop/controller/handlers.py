@@ -11,6 +11,7 @@ with ``kopf.TemporaryError``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -84,6 +85,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         raise kopf.PermanentError(str(err)) from None
     memo.ledger = CapacityLedger()
     memo.node_watch = topology_memo.NodeWatch()  # wakes the supervisors on a node's NotReady
+    memo.pod_changes = topology_memo.PodChanges()  # lets a steady round skip its pods
     if memo.get("metrics") is None:  # `backstop operator` passes the one it serves
         memo.metrics = metrics.OperatorMetrics()
     memo.pod_feed = PodFeed(kube().api, memo.ledger).start()
@@ -434,7 +436,7 @@ def _record(
 
 @kopf.index("pods", labels={LABEL_TOPOLOGY: kopf.PRESENT})
 async def pods_by_topology(
-    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **kwargs: Any
 ) -> dict[tuple[str | None, str], Any]:
     """In-memory index of task pods per topology, so readiness needs no API calls.
 
@@ -445,8 +447,15 @@ async def pods_by_topology(
     ``async`` (it does not block): Kopf runs it on its event loop, not in the executor
     whose threads the reconciles and the supervise daemons hold, so a fleet's pod
     events are indexed at once instead of queueing behind up to 16 reconciles.
+
+    Every event is counted for the supervisor's steady rounds (:class:`~.memo.PodChanges`).
     """
-    return {(namespace, labels[LABEL_TOPOLOGY]): slim_pod(body)}
+    key = (namespace, labels[LABEL_TOPOLOGY])
+    changes = (kwargs.get("memo") or {}).get("pod_changes")
+    if changes is not None:
+        changes.saw(key)  # now, and once more after Kopf stored this pod
+        asyncio.get_running_loop().call_soon(changes.saw, key)
+    return {key: slim_pod(body)}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)

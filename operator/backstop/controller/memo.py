@@ -50,6 +50,12 @@ class TopologyMemo:
     desired: tuple[Any, dict[str, dict[str, Any]]] | None = None
     """The pods of the plan in force and their key (uid, generation, plan): built again
     only when one of these changes (:func:`~backstop.controller.tick.planned_pods`)."""
+    matched: bool | None = None
+    """Whether the pods matched the plan in force at the last converge."""
+    steady: tuple[Any, float] | None = None
+    """The inputs (:attr:`~backstop.controller.tick.Tick.inputs`) of the last whole round
+    that found everything settled, and when (``time.monotonic``): a round on the same
+    inputs only looks for a loss (:func:`~backstop.controller.supervisor.supervise_once`)."""
 
 
 def of(memo: MutableMapping[str, Any]) -> TopologyMemo:
@@ -110,3 +116,35 @@ class NodeWatch:
         before the daemon's look, so a change during the look is not missed)."""
         with self._cond:
             return self._cond.wait_for(lambda: self.changes != seen, timeout=max(timeout, 0.0))
+
+
+class PodChanges:
+    """Counts the pod index's updates of each topology, so a round can tell that its pods
+    did not change since the last one without looking at them.
+
+    Why: at 10k pods a round that matched the pods to the plan and derived pod states
+    and conditions cost about 0.4 CPU s even when nothing had changed, and a node's loss
+    waited behind it. Kopf's index keeps no version; the pod index handler reports every
+    ADDED/MODIFIED here. A DELETED event reaches no handler, but it shrinks the index, so
+    a round compares this count *and* the number of indexed pods. The index handler runs
+    just before Kopf stores its result, so it counts twice: at once, and again on the
+    event loop's next turn (after the store), so a round that read the first count with
+    the old pods sees the second and looks again. One per process, in the root memo.
+
+    Examples
+    --------
+    >>> c = PodChanges()
+    >>> c.count(("ns", "t")), c.saw(("ns", "t")), c.count(("ns", "t"))
+    (0, None, 1)
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str | None, str], int] = {}
+
+    def saw(self, key: tuple[str | None, str]) -> None:
+        """One pod event of the topology ``key`` (namespace, name)."""
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def count(self, key: tuple[str | None, str]) -> int:
+        """How many pod events of ``key`` were seen (0 for none)."""
+        return self._counts.get(key, 0)

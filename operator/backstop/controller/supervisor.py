@@ -30,7 +30,7 @@ from backstop.controller.capacity import owner_key, step_capacity
 from backstop.controller.drain import drain_tick
 from backstop.controller.lifecycle import held_tasks, rolling, rollout_tick, suspend_tick
 from backstop.controller.lostpods import lost_tick
-from backstop.controller.restore import restore_recoveryplan, restore_tick
+from backstop.controller.restore import next_action, restore_recoveryplan, restore_tick
 from backstop.controller.tick import (
     Tick,
     planned_pods,
@@ -48,6 +48,7 @@ from backstop.domain.constants import LABEL_TASK
 from backstop.domain.fencing import bump_epochs, fenced_tasks
 from backstop.domain.planning import diff_pods
 from backstop.domain.podfaults import drain_held
+from backstop.domain.status import PodState
 from backstop.domain.status_types import PlanStatus, StepRecord, with_changes
 from backstop.k8s.ledger import manifest_holds
 from backstop.k8s.manifests import build_recoveryplan
@@ -80,14 +81,14 @@ def recovery_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None =
     else:
         return False
     clock.append(time.perf_counter())
+    faults.point("after-status")
+    ensure_session_objects(t)  # the step's RecoveryPlan first: metrics and Events can wait
+    clock.append(time.perf_counter())
     grace = t.model.recovery.grace_period_seconds
     t.metrics.observe_decision(*_labels(t), before, decision, t.nodes, grace, now)
-    faults.point("after-status")
     for n in decision.notices:
         t.emit(n.reason, n.message, n.warning)
-    ensure_session_objects(t)
     if decision.issued is not None:
-        clock.append(time.perf_counter())
         _log_step(t, decision.issued, now, clock)
     return True
 
@@ -221,7 +222,7 @@ def converge(
         return 0, 0, 0
     desired = planned_pods(t, plan)
     key = t.memory.desired[0] if t.memory.desired is not None else None
-    matched = pods_match(desired, indexed)
+    matched = t.memory.matched = pods_match(desired, indexed)
     if not matched or t.memory.held != key:
         # the recorded plan's pods count as soon as it is recorded, also after a restart;
         # not again every round once they all run (100 topologies' rounds held 5,000
@@ -280,38 +281,94 @@ def dead_nodes(t: Tick) -> set[str]:
     return dead | {n for n in gone if n not in t.nodes}
 
 
+FULL_EVERY = 30.0
+"""Seconds after which a round is a whole one even on unchanged inputs: what depends on
+other topologies' pods (a restore's or consolidation's capacity) is looked at again."""
+
+
 def supervise_once(t: Tick, pods: Pods) -> tuple[int, int]:
     """One supervision round (see the module docstring). Returns (deleted, created) pods.
 
     While the current spec is rejected (``t.fallback``) the round re-reads the
     object first, recovers and converges the last good plan, and neither drains
-    nor restores.
+    nor restores. A steady round (:func:`_steady`: nothing it reads changed since a
+    round that found everything settled) only asks the recovery decision, whose
+    deadlines are the clock's: at 10k pods the whole round is about 0.4 CPU s, and a
+    node's loss waited behind it.
     """
     if t.fallback:
         t.refresh()
-    ensure_session_objects(t)
+    steady = _steady(t)
+    if not steady:
+        ensure_session_objects(t)
     indexed = pods()
-    if suspend_tick(t, indexed):  # a suspend holds the pods: nothing of theirs is lost
+    if not steady and suspend_tick(t, indexed):  # a suspend holds the pods: none is lost
         _write_conditions(t, pods)
         _observe(t)
         return 0, 0
-    if not recovery_tick(t, indexed) and not t.fallback:
+    recovered = recovery_tick(t, indexed)
+    if steady and not recovered:
+        return 0, 0
+    if not recovered and not t.fallback:
         acted = lost_tick(t, indexed) or rollout_tick(t, indexed)
         if not acted and not rolling(t):  # a rollout first, then drains and restores
             _ = drain_tick(t, indexed) or restore_tick(t, indexed)
     ensure_session_objects(t)
-    deleted, created, _waiting = converge(t, pods(), force_nodes=dead_nodes(t))
+    deleted, created, waiting = converge(t, pods(), force_nodes=dead_nodes(t))
     mark_applied(t, pods())
-    _write_conditions(t, pods)
+    states = _write_conditions(t, pods)
     _observe(t)
+    settled = not (recovered or deleted or created or waiting) and _settled(t, states)
+    t.memory.steady = (t.inputs, time.monotonic()) if settled else None
     return deleted, created
 
 
-def _write_conditions(t: Tick, pods: Pods) -> None:
-    new = with_conditions(t, t.status, pod_states(pods(), unready_reasons(t.memory, pods())))
+def _steady(t: Tick) -> bool:
+    """Whether this round's inputs are those of the last whole round, which found
+    everything settled, less than :data:`FULL_EVERY` seconds ago."""
+    kept = t.memory.steady
+    return (
+        t.inputs is not None
+        and kept is not None
+        and kept[0] == t.inputs
+        and time.monotonic() - kept[1] < FULL_EVERY
+    )
+
+
+def _settled(t: Tick, states: Sequence[PodState]) -> bool:
+    """Whether nothing is left for a later round on the same inputs but the clock's own
+    recovery deadlines: this round wrote nothing (the status version is the one its
+    inputs were read at), the pods match the plan and all run without a failure, the
+    plan's nodes are Ready and uncordoned, and no recovery, restore, drain or rollout is
+    under way (their steps wait on time, not only on pods). A consolidation looks for
+    fewer nodes when capacity changes: nodes are inputs, other topologies' pods are
+    looked at again after :data:`FULL_EVERY`."""
+    if t.inputs is None or t.fallback or t.resource_version != t.inputs[3]:
+        return False
+    plan, st = t.status.plan, t.status
+    if plan is None or not plan.recorded_for(t.generation) or t.memory.matched is not True:
+        return False
+    if st.recovering() or st.restore_or_empty.active or st.drain is not None or rolling(t):
+        return False
+    if t.model.recovery.replan_on_violation and next_action(  # a broken bound: not settled
+        plan, st.restore_or_empty, t.generation
+    ) not in ("none", "finish"):
+        return False
+    used = set((plan.assignment or {}).values())
+    if any((i := t.nodes.get(n)) is None or not i.ready or i.cordoned for n in used):
+        return False
+    return all(s.phase == "Running" and not s.deleting and not s.failure for s in states)
+
+
+def _write_conditions(t: Tick, pods: Pods) -> list[PodState]:
+    """Write the conditions if they changed; the pod states they were derived from."""
+    indexed = pods()
+    states = pod_states(indexed, unready_reasons(t.memory, indexed))
+    new = with_conditions(t, t.status, states)
     before = [c.dump() for c in t.status.conditions]
     if conditions_changed(before, [c.dump() for c in new.conditions]):
         write_status(t, new)
+    return states
 
 
 def _observe(t: Tick) -> None:

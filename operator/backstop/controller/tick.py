@@ -70,6 +70,10 @@ class Tick:
     """The object's current generation (differs from ``generation`` in fallback)."""
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     """The process's metrics (Kopf's root memo); updated from what the round decides."""
+    inputs: Any = None
+    """What the round's work depends on besides the clock (pod changes, nodes, status
+    version, generations: :func:`~backstop.controller.daemon.round_inputs`), read before
+    the pods; ``None``: unknown, every round is a whole one."""
 
     def adopt(self, obj: Mapping[str, Any]) -> None:
         """Take the status and resourceVersion of an object the API server returned."""
