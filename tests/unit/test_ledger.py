@@ -198,83 +198,31 @@ def test_fault06_what_fits_the_planner_cpu_fits_memory_and_pods(
     assert packed.fits_in(free["n"])
 
 
-def test_the_pod_feed_resumes_from_a_bookmark_instead_of_listing_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The API server sends a BOOKMARK about once a minute (the feed asks for them); the
-    client leaves its object a bare dict. The feed read it as a ``V1Pod``, failed
-    (``'dict' object has no attribute 'metadata'``) and listed every pod of the cluster
-    again each time. Events here are decoded by the client's own ``Watch``."""
-    import json
-
-    from kubernetes import client, watch
-
-    from backstop.k8s import podfeed
-
-    added = pod("ns", "a", "n1", "500m", "1Gi", resourceVersion="7")
-    added["spec"]["containers"][0]["name"] = "task"
-    raw = [
-        {"type": "ADDED", "object": {"kind": "Pod", "apiVersion": "v1", **added}},
-        {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "9"}}},
-    ]
-    asked: dict[str, Any] = {}
-
-    class Stream:
-        def stream(self, *_: Any, **kwargs: Any) -> Any:
-            asked.update(kwargs)
-            for e in raw:  # what the client yields with deserialize=False: parsed JSON
-                yield json.loads(json.dumps(e))
-
-        def stop(self) -> None:
-            pass
-
-    monkeypatch.setattr(watch, "Watch", Stream)  # the module podfeed streams with
-    ledger = CapacityLedger()
-    feed = podfeed.PodFeed(client.ApiClient(), ledger)
-    assert feed._watch("1") == "9"
-    assert asked["deserialize"] is False  # no V1Pod models: the feed keeps no pods
-    assert ledger.free({"n1": Resources(2.0, 4 * GI, 110)})["n1"].cpu == pytest.approx(1.5)
-
-
-def test_the_pod_feed_lists_in_pages_of_json() -> None:
-    """The (re)listing reads pages of :data:`PAGE` pods as JSON, not one list of models
-    (5,000 pods as models: +203 MiB); every page's pods count, the last page's version
-    is where the watch starts."""
-    import json
-
+def test_the_pod_feed_relists_and_applies_events_into_the_ledger() -> None:
+    """The feed's two callbacks for :class:`backstop.k8s.listwatch.ListWatch` (whose
+    paging, bookmarks and relisting ``tests/unit/test_listwatch.py`` covers): a listing
+    replaces the ledger's pods, an event adds or forgets one."""
     from kubernetes import client
 
     from backstop.k8s import podfeed
 
-    pods = [pod("ns", f"p{i}", f"n{i % 3}", "100m", "1Mi") for i in range(7)]
-    calls: list[dict[str, Any]] = []
-
-    class Core:
-        def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
-            calls.append(kwargs)
-            start = int(kwargs.get("_continue") or 0)
-            end = start + kwargs["limit"]
-            more = {"continue": str(end)} if end < len(pods) else {}
-            page = {"metadata": {"resourceVersion": "42", **more}, "items": pods[start:end]}
-            return type("Resp", (), {"data": json.dumps(page).encode()})()
-
     ledger = CapacityLedger()
     feed = podfeed.PodFeed(client.ApiClient(), ledger)
-    feed.core = Core()
-    old_page = podfeed.PAGE
-    podfeed.PAGE = 3
-    try:
-        assert feed._list() == "42"
-    finally:
-        podfeed.PAGE = old_page
-    assert [c.get("_continue") for c in calls] == [None, "3", "6"]
-    assert all(c["_preload_content"] is False for c in calls)
+    assert feed.source.page == podfeed.PAGE and feed.source.bookmarks
+    feed.relist(iter([pod("ns", f"p{i}", f"n{i % 3}", "100m", "1Mi") for i in range(7)]))
+    assert ledger.synced.is_set()
     alloc = {f"n{i}": Resources(1.0, GI, 110) for i in range(3)}
     # n0 holds p0, p3, p6; n1 and n2 two pods each (7 pods round-robin over 3 nodes)
     assert {n: round(f.cpu, 6) for n, f in ledger.free(alloc).items()} == {
         "n0": 0.7, "n1": 0.8, "n2": 0.8
     }  # fmt: skip
-    assert ledger.synced.is_set()
+    feed.apply("ADDED", pod("ns", "a", "n1", "500m", "1Gi"))
+    feed.apply("DELETED", pod("ns", "p0", "n0", "100m", "1Mi"))
+    assert {n: round(f.cpu, 6) for n, f in ledger.free(alloc).items()} == {
+        "n0": 0.8, "n1": 0.3, "n2": 0.8
+    }  # fmt: skip
+    feed.relist(iter([]))  # a listing without them: every pod is gone
+    assert ledger.free(alloc)["n1"].cpu == pytest.approx(1.0)
 
 
 def test_a_planner_booking_does_not_stop_the_pod_feed() -> None:

@@ -9,15 +9,13 @@ reads.
 
 from __future__ import annotations
 
-import json
-import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 
-log = logging.getLogger("backstop.nodesim")
+from backstop.k8s.listwatch import ListWatch
 
 BOUND = "spec.nodeName!="
 """Only pods bound to a node are a kubelet's business."""
@@ -85,39 +83,17 @@ class PodWatch:
 
     def run(self, stop: threading.Event) -> None:
         """List, then watch from there, until ``stop``; any error lists again."""
-        while not stop.is_set():
-            try:
-                self._follow(self._list(), stop)
-            except Exception as err:  # a 410 (too old), a reset, a restarting API server
-                log.info("pod watch restarts: %s", str(err)[:200])
-                stop.wait(0.5)
-
-    def _list(self) -> str:
-        resp = self.core.list_pod_for_all_namespaces(
-            field_selector=BOUND, _preload_content=False, _request_timeout=60
+        source = ListWatch(
+            self.core.list_pod_for_all_namespaces,
+            selectors={"field_selector": BOUND},
+            watch_seconds=WATCH_SECONDS,
+            retry_after=0.5,
         )
-        body = json.loads(resp.data)
-        fresh = {_key(p): slim(p) for p in body.get("items") or []}
+        source.run(self.relist, self.apply, stop)
+
+    def relist(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """A fresh listing replaces the view at once."""
+        fresh = {_key(p): slim(p) for p in pods}
         with self._lock:
             self._pods = fresh
         self.synced.set()
-        return str(body["metadata"]["resourceVersion"])
-
-    def _follow(self, rv: str, stop: threading.Event) -> None:
-        w = watch.Watch()
-        while not stop.is_set():
-            for ev in w.stream(
-                self.core.list_pod_for_all_namespaces,
-                field_selector=BOUND,
-                resource_version=rv,
-                timeout_seconds=WATCH_SECONDS,
-                deserialize=False,
-            ):
-                obj = ev.get("object")
-                if ev.get("type") == "ERROR" or not isinstance(obj, dict):
-                    raise RuntimeError(f"watch error: {str(obj)[:200]}")
-                self.apply(str(ev.get("type")), obj)
-                if stop.is_set():
-                    w.stop()
-                    return
-            rv = w.resource_version or rv
