@@ -196,6 +196,16 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def ortools_loaded(pid: int) -> bool | None:
+    """Whether the process has mapped OR-Tools' native library (``/proc/PID/maps``): the
+    RSS figure holds with the default placement only if it says which was measured
+    (importing CP-SAT costs 128 MiB)."""
+    try:
+        return "ortools" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return None
+
+
 def ready_since(b: Bench, node: str) -> float | None:
     """Epoch seconds of the node's Ready condition's last transition (whole seconds)."""
     for c in b.core.read_node(node).status.conditions or []:
@@ -311,6 +321,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         time.sleep(args.settle)  # the operator with every pod in the cluster, steady
         out["rss_ready"] = rss.read()
         out["cpu"]["ready"] = cpu_seconds(b.proc.pid)
+        out["ortools"] = {"ready": ortools_loaded(b.proc.pid)}
         per_node = Counter(p.node for p in pods.of(name) if p.node and not p.deleted)
         victim, lost = per_node.most_common(1)[0]
         out["victim"], out["lost"] = victim, lost
@@ -367,6 +378,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         out["load"]["end"] = load()
         out["rss_end"] = rss.read()
         out["cpu"]["end"] = cpu_seconds(b.proc.pid)
+        out["ortools"]["end"] = ortools_loaded(b.proc.pid)
         out["rss_peak_sampled"] = max((r for _, r in rss.samples), default=None)
         out["plans"] = [
             {

@@ -33,6 +33,10 @@ def _kib(n: int | None) -> str:
     return "—" if n is None else f"{n / 1024:.0f} KiB"
 
 
+def _yes(loaded: bool | None) -> str:
+    return "—" if loaded is None else ("loaded" if loaded else "not loaded")
+
+
 def _verdict(ok: bool | None) -> str:
     return "—" if ok is None else ("meets" if ok else "**misses**")
 
@@ -156,6 +160,7 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
     cm = sizes.get("ConfigMap", (None, ""))[0]
     rp = sizes.get("RecoveryPlan", (None, ""))[0]
     loads = r.get("load") or {}
+    ortools = r.get("ortools") or {}
     lines = [
         f"### {r.get('tasks')} tasks",
         "",
@@ -198,6 +203,8 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
         f"{_verdict(None if rss_ready is None else rss_ready < RSS_LIMIT)} |",
         f"| operator RSS peak (`VmHWM`, whole run) | {_mib(hwm)} | "
         f"< 300 MiB: {_verdict(None if hwm is None else hwm < RSS_LIMIT)} |",
+        f"| OR-Tools in the operator's process (`/proc/PID/maps`): with all pods / at the "
+        f"end | {_yes(ortools.get('ready'))} / {_yes(ortools.get('end'))} | |",
         f"| operator log warnings/errors | {len(r.get('problems') or [])} | 0 |",
         "",
         "Load average: " + "; ".join(f"{k} {v}" for k, v in loads.items()) + ".",
