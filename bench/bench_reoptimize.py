@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> str:
     lines += [
         "",
         "Reading the numbers honestly: on one machine, pandas computes the same estimates "
-        "(the same arithmetic; both take each task's exact CPU quantile by the \"lower\" "
+        '(the same arithmetic; both take each task\'s exact CPU quantile by the "lower" '
         "rule, which Spark reads off a per-task histogram of CPU rounded up to a millicore, "
         "`transform_task_summary` in operator/backstop/jobs/transforms.py) at least as "
         "fast as Spark in the sizes measured, and it has no JVM to start. Spark earns its place "
