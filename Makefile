@@ -9,7 +9,7 @@ CLUSTER := hack/local-cluster.sh
 export BACKSTOP_CACHE ?= $(HOME)/.cache/backstop
 export KUBECONFIG_LOCAL := $(BACKSTOP_CACHE)/run/kubeconfig
 
-.PHONY: help install tools test-oldest test-spark-job lint typecheck imports unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds images e2e e2e-when-possible
+.PHONY: help install tools test-oldest test-spark-job test-spark-k8s lint typecheck imports unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds images e2e e2e-when-possible
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -66,6 +66,11 @@ test-oldest: ## unit tests on the oldest supported versions (every floor pinned)
 # cold), so it is not part of make test (CI is at 25 of its 30 minutes).
 test-spark-job: $(STAMP) tools ## the re-optimization Job in the Spark image on real nodes (root); not part of make test
 	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest -m spark_image -p no:cacheprovider tests/realnodes/test_spark_job_real.py
+
+# The same Job with a k8s:// master: the driver in the Job's pod, Spark's executor pods on the
+# real nodes (docs/reoptimization.md, "the path to Spark on Kubernetes"); root, not in make test.
+test-spark-k8s: $(STAMP) tools ## the re-optimization Job with Spark executor pods on real nodes (root); not part of make test
+	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest -m spark_image -p no:cacheprovider tests/realnodes/test_spark_k8s_real.py
 
 # The unit tests (CPU) and the e2e (mostly waiting for nodes and pods, with its own control plane,
 # ports, subnets and Docker) share nothing but the CPU, so they run side by side; the e2e's output

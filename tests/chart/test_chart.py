@@ -32,6 +32,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from backstop.cli import app
+from backstop.controller.settings import Settings
 from backstop.domain.constants import GROUP, VERSION
 from backstop.k8s.cluster import api_client
 from backstop.sim.nodesim import NodeShape, Simulator
@@ -265,6 +266,7 @@ NON_DEFAULT: Doc = {
         "mode": "job",
         "sparkMaster": "k8s://https://kubernetes.default.svc",
         "sparkImage": "registry.example/spark:3.5",
+        "sparkConf": {"spark.executor.instances": "1", "spark.executor.memory": "512m"},
         "resources": {
             "requests": {"cpu": "1", "memory": "2Gi"},
             "limits": {"cpu": "4", "memory": "8Gi"},
@@ -402,6 +404,8 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
     assert env["BACKSTOP_SPARK_IMAGE"] == "registry.example/spark:3.5"
     assert env["BACKSTOP_SPARK_SERVICE_ACCOUNT"] == "spark-driver"
     assert json.loads(env["BACKSTOP_SPARK_RESOURCES"]) == NON_DEFAULT["reoptimization"]["resources"]
+    conf = {"spark.executor.instances": "1", "spark.executor.memory": "512m"}
+    assert Settings.from_env({"BACKSTOP_SPARK_CONF": env["BACKSTOP_SPARK_CONF"]}).spark_conf == conf
     assert env["BACKSTOP_METRICS_PORT"] == "9464"
     svc = one(docs, "Service", "rel-backstop-metrics")
     assert svc["spec"]["ports"][0]["targetPort"] == "metrics"

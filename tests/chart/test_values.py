@@ -49,6 +49,7 @@ PASSED_THROUGH: dict[str, str] = {
     "affinity": "the operator pod's affinity, as given (replaces podAntiAffinity)",
     "serviceAccount.annotations": "the ServiceAccount's annotations, as given",
     "reoptimization.resources": "JSON in BACKSTOP_SPARK_RESOURCES (the Job container's)",
+    "reoptimization.sparkConf": "JSON in BACKSTOP_SPARK_CONF (the Job's --conf settings)",
     "metrics.dashboard.labels": "labels of the dashboard ConfigMap (Grafana's sidecar), as given",
 }
 """Values the templates hand on whole: Kubernetes (or the operator) reads their keys."""
@@ -68,6 +69,7 @@ FEATURES_ON: dict[str, Any] = {
         "mode": "job",
         "sparkMaster": "k8s://https://kubernetes.default.svc",
         "sparkImage": "registry.example/spark:1",
+        "sparkConf": {"spark.executor.instances": "1"},
         "driverServiceAccount": {"name": "spark-driver"},
         "metricsVolume": {"existingClaim": "backstop-store"},
     },

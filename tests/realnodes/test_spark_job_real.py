@@ -118,10 +118,21 @@ class Env:
         return obj
 
 
-@pytest.fixture(scope="module")
-def env(
-    cluster: str, kube: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+JOB_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]  # fmt: skip
+"""The chart's Job ServiceAccount with a ``local`` master: it may create ConfigMaps, no more."""
+
+
+@contextlib.contextmanager
+def spark_env(
+    cluster: str,
+    kube: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
+    rules: list[dict[str, Any]],
+    extra_env: dict[str, str],
 ) -> Iterator[Env]:
+    """Two real nodes with both images, the word count's store, the operator in ``mode: job``
+    with ``extra_env`` on top, the Job's ServiceAccount with ``rules``; all gone after."""
     require_root()
     images = build_runtime_image()
     build_spark_image(images)
@@ -132,8 +143,7 @@ def env(
     create_namespace(core, ns)
     # the chart's Job ServiceAccount: it may create ConfigMaps in the namespace, nothing else
     core.create_namespaced_service_account(ns, {"metadata": {"name": SA}})
-    rbac.create_namespaced_role(ns, {"metadata": {"name": SA}, "rules": [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]})  # fmt: skip
+    rbac.create_namespaced_role(ns, {"metadata": {"name": SA}, "rules": rules})
     rbac.create_namespaced_role_binding(ns, {
         "metadata": {"name": SA},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA},
@@ -158,7 +168,7 @@ def env(
                 "BACKSTOP_SPARK_IMAGE": SPARK_IMAGE, "BACKSTOP_SPARK_SERVICE_ACCOUNT": SA,
                 "BACKSTOP_OPERATOR_NAMESPACE": ns, "BACKSTOP_REOPT_TIME_LIMIT": "0.5",
                 "BACKSTOP_SPARK_RESOURCES": json.dumps(resources),
-                "BACKSTOP_METRICS_HOST_PATH": str(store)})  # fmt: skip
+                "BACKSTOP_METRICS_HOST_PATH": str(store), **extra_env})  # fmt: skip
             e = Env(cluster, kube, ns, nodes, store, log, proc)
             try:
                 yield e
@@ -181,6 +191,14 @@ def env(
             core.delete_namespace(ns)
         shutil.rmtree(store, ignore_errors=True)
         shutil.rmtree(images, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def env(
+    cluster: str, kube: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Env]:
+    with spark_env(cluster, kube, tmp_path_factory, JOB_RULES, {}) as e:
+        yield e
 
 
 def _wordcount(store: Path) -> dict[str, Any]:

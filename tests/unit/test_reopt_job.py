@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from backstop.controller.settings import Settings
 from backstop.domain.approval import decide_approval, plan_fingerprint, recommendation_id
 from backstop.domain.sparkmemory import MIB, MemoryTooSmall, driver_memory, local_cores
 from backstop.k8s.reoptjob import (
@@ -126,6 +127,45 @@ def test_job_for_spark_on_kubernetes_and_a_host_path() -> None:
     assert "spark.driver.memory=1472m" in c["args"]
 
 
+def test_an_in_cluster_master_needs_no_cluster_dns() -> None:
+    # the local cluster's real nodes have no cluster DNS (their kubelets have no clusterDNS:
+    # pods get the host's resolv.conf, where kubernetes.default.svc does not resolve); the
+    # kubelet's service variables name the same Service by its IP
+    service = "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
+    for master in (
+        "k8s://https://kubernetes.default.svc:443",
+        "k8s://https://kubernetes.default.svc",
+    ):
+        s = JobSettings(namespace="ops", image="sp:1", spark_master=master)
+        c = _container(build_reopt_job("j", s, TOPOLOGY, "/m"))
+        assert _arg(c, "--master") == service
+        # $(VAR) in args is expanded by the kubelet only from variables it knows of; it
+        # injects KUBERNETES_SERVICE_* itself, the container must not shadow them
+        assert not {e["name"] for e in c["env"]} & {
+            "KUBERNETES_SERVICE_HOST",
+            "KUBERNETES_SERVICE_PORT",
+        }
+    # any other API server address is left as it is
+    other = JobSettings(namespace="ops", image="sp:1", spark_master="k8s://https://10.0.0.1:443")
+    assert _arg(_container(build_reopt_job("j", other, TOPOLOGY, "/m")), "--master") == (
+        "k8s://https://10.0.0.1:443"
+    )
+
+
+def test_spark_conf_reaches_the_job_after_the_builders_own() -> None:
+    conf = {"spark.executor.instances": "1", "spark.kubernetes.executor.request.cores": "100m",
+            "spark.executor.memory": "512m"}  # fmt: skip
+    s = JobSettings(namespace="ops", image="sp:1", spark_master="k8s://https://k:443",
+                    spark_conf=conf)  # fmt: skip
+    args: list[str] = _container(build_reopt_job("j", s, TOPOLOGY, "/m"))["args"]
+    given = [args[i + 1] for i, a in enumerate(args) if a == "--conf"]
+    assert given[-3:] == ["spark.executor.instances=1",
+                          "spark.kubernetes.executor.request.cores=100m",
+                          "spark.executor.memory=512m"]  # fmt: skip
+    # the job applies --conf in order: a setting given here overrides the builder's
+    assert given.index("spark.kubernetes.namespace=ops") < given.index("spark.executor.memory=512m")
+
+
 def test_job_refuses_a_memory_limit_without_room_for_a_driver() -> None:
     s = JobSettings(namespace="ops", image="sp:1",
                     resources={"limits": {"memory": "512Mi"}})  # fmt: skip
@@ -215,3 +255,12 @@ def test_recommendation_ids_differ_per_run_and_per_plan() -> None:
     base = plan_fingerprint(PLAN)
     assert recommendation_id(NEW, base, "t0") != recommendation_id(NEW, base, "t1")
     assert recommendation_id(NEW, base, "t0") != recommendation_id(PLAN, base, "t0")
+
+
+def test_spark_conf_is_read_from_the_environment_and_bad_json_names_the_variable() -> None:
+    got = Settings.from_env({"BACKSTOP_SPARK_CONF": '{"spark.executor.instances": "1"}'})
+    assert got.spark_conf == {"spark.executor.instances": "1"}
+    assert Settings.from_env({}).spark_conf is None
+    for bad in ("{not json", '["spark.executor.instances=1"]', '{"spark.executor.instances": 1}'):
+        with pytest.raises(ValueError, match="BACKSTOP_SPARK_CONF"):
+            Settings.from_env({"BACKSTOP_SPARK_CONF": bad})

@@ -135,6 +135,7 @@ def job_settings(topology_namespace: str) -> reoptjob.JobSettings:
         spark_master=cfg.spark_master,
         service_account=cfg.spark_service_account,
         resources=cfg.spark_resources or reoptjob.DEFAULT_RESOURCES,
+        spark_conf=cfg.spark_conf or {},
         metrics_claim=cfg.metrics_claim,
         metrics_host_path=cfg.metrics_host_path,
         timeout_seconds=cfg.reopt_timeout_seconds,

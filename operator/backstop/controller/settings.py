@@ -53,6 +53,7 @@ ENV_VARS: dict[str, str] = {
     "reopt_mode": "BACKSTOP_REOPTIMIZE_MODE",
     "spark_image": "BACKSTOP_SPARK_IMAGE",
     "spark_resources": "BACKSTOP_SPARK_RESOURCES",
+    "spark_conf": "BACKSTOP_SPARK_CONF",
     "spark_service_account": "BACKSTOP_SPARK_SERVICE_ACCOUNT",
     "metrics_claim": "BACKSTOP_METRICS_CLAIM",
     "metrics_host_path": "BACKSTOP_METRICS_HOST_PATH",
@@ -67,6 +68,7 @@ TEXT = frozenset(
         "reopt_mode",
         "spark_image",
         "spark_resources",
+        "spark_conf",
         "spark_service_account",
         "metrics_claim",
         "metrics_host_path",
@@ -119,6 +121,10 @@ class Settings(BaseModel):
     """Image of the re-optimization Job (pyspark and a JRE; ``backstop/spark``)."""
     spark_resources: Json[dict[str, dict[str, str]]] | None = None
     """The Job container's ``resources`` (``requests``/``limits``), as JSON."""
+    spark_conf: Json[dict[str, str]] | None = None
+    """More ``--conf`` settings of the Job's Spark, as a JSON object (``reoptimization.sparkConf``):
+    with a ``k8s://`` master, the executors' number and size (``spark.executor.instances``,
+    ``spark.kubernetes.executor.request.cores``, ``spark.executor.memory``)."""
     spark_service_account: str | None = None
     """The Job pod's ServiceAccount (creates the result ConfigMap; executors for k8s://)."""
     metrics_claim: str | None = None

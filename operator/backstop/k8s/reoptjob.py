@@ -74,6 +74,8 @@ class JobSettings:
     metrics_host_path: str | None = None
     timeout_seconds: float = 900.0
     time_limit: float = 2.0
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    """More ``--conf`` settings, after the builder's own (``reoptimization.sparkConf``)."""
 
 
 def job_name(namespace: str, name: str) -> str:
@@ -132,11 +134,29 @@ def _cpus(resources: Mapping[str, Mapping[str, str]]) -> float | None:
     return float(parse_quantity(cpu)) if cpu else None
 
 
+IN_CLUSTER_API = "https://kubernetes.default.svc"
+"""The API server's in-cluster name: it needs cluster DNS, which not every cluster's pods
+have (the local cluster's real nodes have none)."""
+
+
 def _master(settings: JobSettings) -> str:
-    """``local[*]`` would see every core of the node: pin it to the container's CPU limit."""
-    if settings.spark_master == "local[*]":
+    """``local[*]`` would see every core of the node: pin it to the container's CPU limit.
+
+    ``k8s://https://kubernetes.default.svc[:443]`` becomes the address the kubelet gives every
+    pod for that same Service (``$(KUBERNETES_SERVICE_HOST)``, expanded in the args by the
+    kubelet), so the driver reaches the API server without cluster DNS; the server's
+    certificate names the Service's IP as well as its name.
+
+    >>> s = JobSettings(namespace="ops", image="i", spark_master="k8s://https://kubernetes.default.svc:443")
+    >>> _master(s)
+    'k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)'
+    """
+    master = settings.spark_master
+    if master == "local[*]":
         return f"local[{local_cores('local[*]', _cpus(settings.resources))}]"
-    return settings.spark_master
+    if master in (f"k8s://{IN_CLUSTER_API}", f"k8s://{IN_CLUSTER_API}:443"):
+        return "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
+    return master
 
 
 def _volumes(job: str, settings: JobSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -244,6 +264,7 @@ def build_reopt_job(
         # to start without a resolvable hostname, in a real run of the image)
         env += [{"name": "SPARK_LOCAL_IP", "value": "127.0.0.1"},
                 {"name": "SPARK_LOCAL_HOSTNAME", "value": "localhost"}]  # fmt: skip
+    args += [a for k, v in settings.spark_conf.items() for a in ("--conf", f"{k}={v}")]
     volumes, mounts = _volumes(job, settings)
     container = {
         "name": "reoptimize",
