@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import gc
 import json
-import os
 import sys
 import time
 import tracemalloc
@@ -42,15 +41,10 @@ from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.docsection import emit
+from bench.procstat import loadavg, rss_mib
+
 HEADING = "## Operator memory with many pods (in-process, per cache)"
-
-
-def rss_mib() -> float:
-    """The process's resident set now (``VmRSS``), MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def server_pod(manifest: dict[str, Any], node: str) -> dict[str, Any]:
@@ -301,10 +295,6 @@ def render(args: argparse.Namespace, imports: float | None, start: float, plain:
     return "\n".join(lines)
 
 
-def loadavg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--operators", type=int, default=10)
@@ -326,12 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     traced = run_stages(args, texts, traced=True)
     tracemalloc.stop()
     section = render(args, imports, start, plain, traced, texts, (load0, loadavg()))
-    sys.stdout.write(section)
-    if args.out:
-        from bench.docsection import write_section
-
-        write_section(args.out, HEADING, section)
-    return 0
+    return emit(section, args.out, HEADING)
 
 
 if __name__ == "__main__":

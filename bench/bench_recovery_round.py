@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.docsection import write_section
+from bench.procstat import loadavg
 
 HEADING = "## Scale: the recovery round at 10k tasks (in-process)"
 CASES = {"cold": (False, False), "warm": (True, False), "warm, collected": (True, True)}
@@ -136,59 +136,15 @@ def setup() -> tuple[Any, list[Mapping[str, Any]], dict[str, str], list[str], fl
     """The 10k-task topology, its pods indexed and in the ledger, the Tick of a round
     after its fullest node was lost (past the grace period): (tick, pods, assignment,
     used nodes, now)."""
-    from backstop.controller.memo import TopologyMemo
-    from backstop.controller.tick import Tick, planned_pods
+    from backstop.controller.tick import planned_pods
     from backstop.domain.incidents import NodeInfo
-    from backstop.domain.spec import expand, parse_spec
-    from backstop.domain.status_types import PlanStatus, TopologyStatus
     from backstop.k8s.ledger import CapacityLedger
-    from backstop.k8s.manifests import Owner, desired_pods
-    from bench.bench_scale_tick import NAMES
-    from planners.evaluate import check_plan
+    from bench.bench_scale_tick import chain_plan
 
-    ops = [
-        {
-            "name": NAMES[i],
-            "parallelism": 1000,
-            "resources": {"cpu": "100m", "memory": "32Mi"},
-            "reprocessingLatency": 0.5,
-            "inputs": [] if i == 0 else [{"operator": NAMES[i - 1], "grouping": "forward"}],
-        }
-        for i in range(10)
-    ]
-    model = parse_spec(
-        {
-            "image": "i",
-            "recoveryLatencyBound": 3.0,
-            "recovery": {"gracePeriodSeconds": 1, "mode": "incremental"},
-            "operators": ops,
-        }
-    )
-    graph = expand(model)
-    order = {o["name"]: k for k, o in enumerate(ops)}
-    assignment = {}
-    for i, t in enumerate(graph.tasks):  # bench_scale_tick's plan: half chains per node
-        chain, k = int(t.rsplit("-", 1)[1]), order[graph.operator[i]]
-        assignment[t] = f"n{(chain // 50) * 2 + (k >= 5):03d}"
-    used = sorted(set(assignment.values()))
-    names = used + [f"n{i:03d}" for i in range(len(used), len(used) + 8)]
-    backups = [t for i, t in enumerate(graph.tasks) if graph.succs[i]]
-    capacity = {n: 0.8 * 32 for n in names}
-    if check_plan(graph, bound=3.0, backups=backups, assignment=assignment, capacity=capacity):
-        raise SystemExit("the built plan fails the evaluator")
-    plan = PlanStatus(generation=1, assignment=assignment, backups=backups, bound=3.0)
-    status = TopologyStatus(plan=plan)
-    owner = Owner("scale", "ns", "uid")
-    pods = desired_pods(owner, model, graph, frozenset(backups), assignment)
-    task = "streams.backstop.dev/task"
-    bodies: list[Mapping[str, Any]] = [
-        {
-            **p,
-            "spec": {**p["spec"], "nodeName": assignment[p["metadata"]["labels"][task]]},
-            "status": {"phase": "Running"},
-        }
-        for p in pods.values()
-    ]
+    built = chain_plan()  # 10 x 1000 tasks, 50 half-chains per node, 8 spare nodes
+    used, names, assignment = built.used, built.names, built.assignment
+    plan, status = built.plan, built.status
+    bodies = built.running_pods()
     ledger = CapacityLedger()
     ledger.replace_pods(bodies)
     ledger.synced.set()
@@ -198,19 +154,7 @@ def setup() -> tuple[Any, list[Mapping[str, Any]], dict[str, str], list[str], fl
         used[0], False, now - 1.5, 32.0, False, False, memory=2.0**38, pods=400
     )
     kube = FakeKube(status.dump())
-    tick = Tick(
-        kube=kube,  # type: ignore[arg-type]
-        owner=owner,
-        model=model,
-        graph=graph,
-        generation=1,
-        status=status,
-        nodes=nodes,
-        emit=lambda *_: None,
-        ledger=ledger,
-        memory=TopologyMemo(),
-        resource_version="1",
-    )
+    tick = built.tick(nodes, kube, ledger)
     planned_pods(tick, plan)  # built once per plan, as in the steady state
     return tick, bodies, assignment, used, now
 
@@ -233,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.case:
         print(json.dumps(steady_case() if args.case == "steady" else one_case(*CASES[args.case])))
         return 0
-    before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    before = loadavg()
     rows = []
     for case in CASES:
         runs = [child(case) for _ in range(args.repeats)]
@@ -241,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{case}: no step written: {runs[0]}")
         rows.append((case, runs))
     steady = [child("steady") for _ in range(args.repeats)]
-    after = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    after = loadavg()
     first = rows[0][1][0]
     lines = [
         HEADING,

@@ -60,6 +60,8 @@ from bench.opharness import (
     operator_log,
     problems,
 )
+from bench.procstat import RssSampler, cpu_seconds, ortools_loaded
+from bench.procstat import loadavg as load
 from bench.scale_report import HEADING, loaded, section
 
 NAMES = ["src", "parse", "filter", "enrich", "score", "join", "agg", "rank", "format", "sink"]
@@ -155,57 +157,6 @@ class CurrentPods:
             return sum(1 for _, node, run in self.pods.values() if run and node != dead)
 
 
-class RssSampler:
-    """``VmRSS`` of a process every ``every`` seconds; ``VmHWM`` (the kernel's peak)."""
-
-    def __init__(self, pid: int, every: float = 0.5) -> None:
-        self.pid, self.every = pid, every
-        self.samples: list[tuple[float, int]] = []
-        self.stop = threading.Event()
-        threading.Thread(target=self._loop, daemon=True).start()
-
-    def read(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        try:
-            text = Path(f"/proc/{self.pid}/status").read_text()
-        except OSError:
-            return out
-        for line in text.splitlines():
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(rest.split()[0]) * 1024
-        return out
-
-    def _loop(self) -> None:
-        while not self.stop.wait(self.every):
-            rss = self.read().get("VmRSS")
-            if rss is not None:
-                self.samples.append((time.time(), rss))
-
-    def peak_between(self, t0: float, t1: float) -> int | None:
-        got = [r for t, r in self.samples if t0 <= t <= t1]
-        return max(got) if got else None
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process so far (``/proc/PID/stat``)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def ortools_loaded(pid: int) -> bool | None:
-    """Whether the process has mapped OR-Tools' native library (``/proc/PID/maps``): the
-    RSS figure holds with the default placement only if it says which was measured
-    (importing CP-SAT costs 128 MiB)."""
-    try:
-        return "ortools" in Path(f"/proc/{pid}/maps").read_text()
-    except OSError:
-        return None
-
-
 def ready_since(b: Bench, node: str) -> float | None:
     """Epoch seconds of the node's Ready condition's last transition (whole seconds)."""
     for c in b.core.read_node(node).status.conditions or []:
@@ -249,10 +200,6 @@ def add_nodes(b: Bench, args: argparse.Namespace) -> list[str]:
         b.core.patch_node(name, {"metadata": {"labels": {POOL_LABEL: b.pool}}})
         names.append(name)
     return names
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:

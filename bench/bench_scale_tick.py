@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +33,18 @@ from backstop.controller.memo import TopologyMemo
 from backstop.controller.tick import Tick, planned_pods, pod_states, pods_match
 from backstop.domain import recovery
 from backstop.domain.incidents import NodeInfo
-from backstop.domain.spec import expand, parse_spec
+from backstop.domain.spec import StreamTopologySpec, expand, parse_spec
 from backstop.domain.status import derive_conditions
 from backstop.domain.status_types import PlanStatus, TopologyStatus, parse_status, status_patch
 from backstop.k8s.manifests import Owner, build_recoveryplan, desired_pods
 from backstop.k8s.sessionmap import build_session_configmap
-from bench.docsection import write_section
+from bench.docsection import emit
+from bench.procstat import loadavg
 from planners.evaluate import check_plan
+from planners.graph import TaskGraph
 
 HEADING = "## Scale: one supervisor tick at 10k tasks (in-process)"
+TASK = "streams.backstop.dev/task"
 NAMES = ["src", "parse", "filter", "enrich", "score", "join", "agg", "rank", "format", "sink"]
 
 
@@ -60,16 +63,63 @@ def size(obj: Any) -> int:
     return len(json.dumps(obj, separators=(",", ":")).encode())
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+@dataclass
+class ChainPlan:
+    """The built plan over forward chains that the in-process scale benchmarks share."""
+
+    model: StreamTopologySpec
+    graph: TaskGraph
+    assignment: dict[str, str]
+    backups: list[str]
+    used: list[str]
+    """The nodes the plan uses, sorted: ``used[0]`` holds the most tasks (a full node)."""
+    names: list[str]
+    """``used`` and the spare nodes."""
+    owner: Owner
+    plan: PlanStatus
+    status: TopologyStatus
+
+    def tick(self, nodes: dict[str, NodeInfo], kube: Any = None, ledger: Any = None) -> Tick:
+        """One supervision tick's inputs over this plan (``kube``/``ledger`` as the case needs)."""
+        return Tick(
+            kube=kube, owner=self.owner, model=self.model, graph=self.graph, generation=1,
+            status=self.status, nodes=nodes, emit=lambda *_: None, ledger=ledger,
+            memory=TopologyMemo(), resource_version="1",
+        )  # fmt: skip
+
+    def running_pods(self) -> list[Mapping[str, Any]]:
+        """The plan's pods as the API server would show them: bound and Running."""
+        pods = desired_pods(
+            self.owner, self.model, self.graph, frozenset(self.backups), self.assignment
+        )
+        return [
+            {
+                **p,
+                "spec": {**p["spec"], "nodeName": self.assignment[p["metadata"]["labels"][TASK]]},
+                "status": {"phase": "Running"},
+            }
+            for p in pods.values()
+        ]
+
+
+def chain_plan(
+    operators: int = 10,
+    parallelism: int = 1000,
+    chains_per_node: int = 50,
+    spare_nodes: int = 8,
+    node_cpu: float = 32.0,
+) -> ChainPlan:
+    """``operators`` operators of ``parallelism`` tasks in forward chains, placed as the
+    module docstring says; stops the benchmark if the failure-effect evaluator rejects it."""
     ops = [
         {
             "name": NAMES[i] if i < len(NAMES) else f"op{i}",
-            "parallelism": args.parallelism,
+            "parallelism": parallelism,
             "resources": {"cpu": "100m", "memory": "32Mi"},
             "reprocessingLatency": 0.5,
             "inputs": [] if i == 0 else [{"operator": NAMES[i - 1], "grouping": "forward"}],
         }
-        for i in range(args.operators)
+        for i in range(operators)
     ]
     raw_spec = {
         "image": "i",
@@ -79,57 +129,45 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     model = parse_spec(raw_spec)
     graph = expand(model)
-    per_node = args.chains_per_node
     # chain c's first half on one node, its second half on the next: a lost node costs
     # at most half a chain of recomputation (its upstream half keeps its buffers)
     order = {name: k for k, name in enumerate(o["name"] for o in ops)}
-    half = (args.operators + 1) // 2
+    half = (operators + 1) // 2
     assignment = {}
     for i, t in enumerate(graph.tasks):
         chain, k = int(t.rsplit("-", 1)[1]), order[graph.operator[i]]
-        assignment[t] = f"n{(chain // per_node) * 2 + (k >= half):03d}"
+        assignment[t] = f"n{(chain // chains_per_node) * 2 + (k >= half):03d}"
     used = sorted(set(assignment.values()))
-    names = used + [f"n{i:03d}" for i in range(len(used), len(used) + args.spare_nodes)]
+    names = used + [f"n{i:03d}" for i in range(len(used), len(used) + spare_nodes)]
     backups = [t for i, t in enumerate(graph.tasks) if graph.succs[i]]
     violations = check_plan(
         graph,
         bound=3.0,
         backups=backups,
         assignment=assignment,
-        capacity={n: 0.8 * args.node_cpu for n in names},
+        capacity={n: 0.8 * node_cpu for n in names},
     )
     if violations:
         raise SystemExit(f"the built plan fails the evaluator: {violations[:3]}")
-    out: dict[str, Any] = {"tasks": len(graph.tasks), "nodes": len(used)}
     plan = PlanStatus(generation=1, assignment=assignment, backups=backups, bound=3.0)
-    status = TopologyStatus(plan=plan)
-    raw_status = status.dump()
-    owner = Owner("scale", "ns", "uid")
-    nodes = {n: NodeInfo(n, True, 0.0, float(args.node_cpu), True, False, pods=400) for n in names}
-    tick = Tick(
-        kube=None,  # type: ignore[arg-type]
-        owner=owner,
-        model=model,
-        graph=graph,
-        generation=1,
-        status=status,
-        nodes=nodes,
-        emit=lambda *_: None,
-        ledger=None,  # type: ignore[arg-type]
-        memory=TopologyMemo(),
+    return ChainPlan(
+        model, graph, assignment, backups, used, names, Owner("scale", "ns", "uid"), plan,
+        TopologyStatus(plan=plan),
+    )  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    built = chain_plan(
+        args.operators, args.parallelism, args.chains_per_node, args.spare_nodes, args.node_cpu
     )
-    pods = desired_pods(owner, model, graph, frozenset(backups), assignment)
-    bodies: list[Mapping[str, Any]] = [
-        {
-            **p,
-            "spec": {
-                **p["spec"],
-                "nodeName": assignment[p["metadata"]["labels"]["streams.backstop.dev/task"]],
-            },
-            "status": {"phase": "Running"},
-        }
-        for p in pods.values()
-    ]
+    model, graph, assignment, backups = built.model, built.graph, built.assignment, built.backups
+    used, names, owner, status = built.used, built.names, built.owner, built.status
+    plan = built.plan
+    out: dict[str, Any] = {"tasks": len(graph.tasks), "nodes": len(used)}
+    raw_status = status.dump()
+    nodes = {n: NodeInfo(n, True, 0.0, float(args.node_cpu), True, False, pods=400) for n in names}
+    tick = built.tick(nodes)
+    bodies = built.running_pods()
     r = args.repeats
     rows: list[tuple[str, float, float]] = []
 
@@ -196,7 +234,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     out["recoveryplan_bytes"] = size(rp)
     out["rows"] = rows
-    out["load"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    out["load"] = loadavg()
     return out
 
 
@@ -240,10 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     r = run(args)
     section = render(args, r)
-    sys.stdout.write(section)
-    if args.out:
-        write_section(args.out, HEADING, section)
-    return 0
+    return emit(section, args.out, HEADING)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ benchmarks can be re-run one at a time.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 
@@ -23,3 +24,11 @@ def write_section(path: Path, heading: str, section: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
     path.write_text(text.rstrip("\n") + "\n")
+
+
+def emit(section: str, out: Path | None, heading: str) -> int:
+    """Print a benchmark's section and, with ``--out``, write it into that file; exit 0."""
+    sys.stdout.write(section)
+    if out:
+        write_section(out, heading, section)
+    return 0
