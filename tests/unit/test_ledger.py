@@ -60,6 +60,47 @@ request_st = st.lists(
 )
 
 
+def _greedy(i: int, tasks: list[tuple[float, float]], free: dict[str, Resources]) -> Any:
+    """A first-fit "planner" over ``free``: ``{pod: (node, requests)}``."""
+    free = dict(free)
+    plan: dict[tuple[str, str], tuple[str, Resources]] = {}
+    for j, (cpu, mem) in enumerate(tasks):
+        need = Resources(cpu, mem * GI, 1)
+        node = next((n for n, f in sorted(free.items()) if need.fits_in(f)), None)
+        if node is not None:
+            plan[(f"ns{i}", f"t{i}-{j}")] = (node, need)
+            free[node] = free[node] - need
+    return plan
+
+
+def run_side_by_side(place: Any, owners: list[list[tuple[float, float]]]) -> None:
+    """``place(i, tasks)`` for every owner, each in its own thread, all joined."""
+    threads = [threading.Thread(target=place, args=(i, t)) for i, t in enumerate(owners)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def assert_within(alloc: dict[str, Resources], ledger: CapacityLedger, *pods: Any) -> None:
+    """What ``pods`` request plus every hold fits each node's allocatable (summed here)."""
+    used = {n: Resources() for n in alloc}
+    for p in pods:
+        used[p["spec"]["nodeName"]] += Resources(0.5, 256 * 2**20, 1)
+    for node, req in ledger.holds().values():
+        used[node] += req
+    for n, a in alloc.items():
+        assert used[n].fits_in(a), (n, used[n], a)
+
+
+@pytest.fixture
+def ledger() -> CapacityLedger:
+    """An empty ledger whose listing is in (no pod anywhere yet)."""
+    led = CapacityLedger()
+    led.replace_pods([])
+    return led
+
+
 @SETTINGS
 @given(alloc=nodes_st, owners=st.lists(request_st, min_size=2, max_size=5), taken=st.integers(0, 3))
 def test_fault06_concurrent_reservations_never_exceed_capacity(
@@ -74,38 +115,19 @@ def test_fault06_concurrent_reservations_never_exceed_capacity(
         start.wait()
         for _ in range(3):  # a planner that lost a race plans again on what is left
             with ledger.booking() as booking:
-                free = booking.free(alloc)
-                plan: dict[tuple[str, str], tuple[str, Resources]] = {}
-                for j, (cpu, mem) in enumerate(tasks):
-                    need = Resources(cpu, mem * GI, 1)
-                    node = next((n for n, f in sorted(free.items()) if need.fits_in(f)), None)
-                    if node is not None:
-                        plan[(f"ns{i}", f"t{i}-{j}")] = (node, need)
-                        free[node] = free[node] - need
+                plan = _greedy(i, tasks, booking.free(alloc))
                 try:
                     booking.reserve(f"ns{i}/top", plan, alloc)
                     return
                 except Overcommitted:
                     continue
 
-    threads = [threading.Thread(target=place, args=(i, t)) for i, t in enumerate(owners)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    used = {n: Resources() for n in alloc}
-    for p in other:
-        used[p["spec"]["nodeName"]] += Resources(0.5, 256 * 2**20, 1)
-    for node, req in ledger.holds().values():
-        used[node] += req
-    for n, a in alloc.items():
-        assert used[n].fits_in(a), (n, used[n], a)
+    run_side_by_side(place, owners)
+    assert_within(alloc, ledger, *other)
 
 
-def test_fault06_reserve_refuses_what_another_topology_holds() -> None:
+def test_fault06_reserve_refuses_what_another_topology_holds(ledger: CapacityLedger) -> None:
     alloc = {"a": Resources(2, 4 * GI, 10)}
-    ledger = CapacityLedger()
-    ledger.replace_pods([])
     with ledger.booking() as b:
         b.reserve("ns/one", {("ns", "one-0"): ("a", Resources(1.5, GI, 1))}, alloc)
     with ledger.booking() as b:
@@ -225,13 +247,11 @@ def test_the_pod_feed_relists_and_applies_events_into_the_ledger() -> None:
     assert ledger.free(alloc)["n1"].cpu == pytest.approx(1.0)
 
 
-def test_a_planner_booking_does_not_stop_the_pod_feed() -> None:
+def test_a_planner_booking_does_not_stop_the_pod_feed(ledger: CapacityLedger) -> None:
     """Planners wait for each other (:meth:`CapacityLedger.booking`), but the feed, the
     holds of recorded plans and readers do not wait for a planner: before, one lock
     served both, so every supervise tick (it re-holds its plan) and every watch event
     stood still while any topology planned."""
-    ledger = CapacityLedger()
-    ledger.replace_pods([])
     alloc = {"n": Resources(2.0, GI, 110)}
     done = threading.Event()
     with ledger.booking() as booking:
@@ -252,12 +272,10 @@ def test_a_planner_booking_does_not_stop_the_pod_feed() -> None:
     assert ledger.free(alloc)["n"].cpu == pytest.approx(0.0)
 
 
-def test_a_recovery_books_before_waiting_reconciles() -> None:
+def test_a_recovery_books_before_waiting_reconciles(ledger: CapacityLedger) -> None:
     """A node loss in a fleet being created: before, a recovery step waited for the
     booking behind every queued reconcile plan (about 30 s each on a loaded host, so no
     RecoveryPlan in minutes). Now an urgent booking goes before the waiting others."""
-    ledger = CapacityLedger()
-    ledger.replace_pods([])
     order: list[str] = []
     waiting = threading.Semaphore(0)
 
@@ -278,19 +296,6 @@ def test_a_recovery_books_before_waiting_reconciles() -> None:
         t.join(10)
     assert order[0] == "recovery", order
     assert sorted(order[1:]) == ["reconcile-1", "reconcile-2"]
-
-
-def _greedy(i: int, tasks: list[tuple[float, float]], free: dict[str, Resources]) -> Any:
-    """A first-fit "planner" over ``free``: ``{pod: (node, requests)}``."""
-    free = dict(free)
-    plan: dict[tuple[str, str], tuple[str, Resources]] = {}
-    for j, (cpu, mem) in enumerate(tasks):
-        need = Resources(cpu, mem * GI, 1)
-        node = next((n for n, f in sorted(free.items()) if need.fits_in(f)), None)
-        if node is not None:
-            plan[(f"ns{i}", f"t{i}-{j}")] = (node, need)
-            free[node] = free[node] - need
-    return plan
 
 
 @SETTINGS
@@ -322,25 +327,17 @@ def test_optimistic_plans_made_side_by_side_never_overbook(
 
         ledger.plan_and_book(plan, book)
 
-    threads = [threading.Thread(target=place, args=(i, t)) for i, t in enumerate(owners)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    used = {n: Resources() for n in alloc}
-    for node, req in ledger.holds().values():
-        used[node] += req
-    for n, a in alloc.items():
-        assert used[n].fits_in(a), (n, used[n], a)
+    run_side_by_side(place, owners)
+    assert_within(alloc, ledger)
     assert ledger.optimistic + ledger.conflicts == len(owners)
     assert len(inside) == ledger.conflicts and all(inside)
 
 
-def test_a_conflicting_optimistic_plan_is_made_again_inside_the_booking() -> None:
+def test_a_conflicting_optimistic_plan_is_made_again_inside_the_booking(
+    ledger: CapacityLedger,
+) -> None:
     """A plans 1.5 CPU on n from a snapshot; meanwhile B books 1 of n's 2 CPU. A's
     reservation no longer fits, so A plans again, in the booking, and lands on m."""
-    ledger = CapacityLedger()
-    ledger.replace_pods([])
     alloc = {"m": Resources(2.0, GI, 10), "n": Resources(2.0, GI, 10)}
     need = Resources(1.5, 0, 1)
     calls: list[tuple[str, float, float]] = []
@@ -365,9 +362,9 @@ def test_a_conflicting_optimistic_plan_is_made_again_inside_the_booking() -> Non
     assert free["m"].cpu == pytest.approx(0.5) and free["n"].cpu == pytest.approx(1.0)
 
 
-def test_an_optimistic_plan_that_still_fits_is_booked_without_planning_again() -> None:
-    ledger = CapacityLedger()
-    ledger.replace_pods([])
+def test_an_optimistic_plan_that_still_fits_is_booked_without_planning_again(
+    ledger: CapacityLedger,
+) -> None:
     alloc = {"n": Resources(2.0, GI, 10)}
     calls: list[str] = []
 

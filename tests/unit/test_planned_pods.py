@@ -72,6 +72,21 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the pods the real per-task builder makes, in order."""
+    names: list[str] = []
+    real = manifests.build_task_pod
+
+    def counting(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        pod = real(*args, **kwargs)
+        names.append(pod["metadata"]["name"])
+        return pod
+
+    monkeypatch.setattr(manifests, "build_task_pod", counting)
+    return names
+
+
 def test_same_plan_is_built_once(builds: list[int]) -> None:
     memory = TopologyMemo()
     first = tick.planned_pods(make_tick(memory), PLAN)
@@ -112,18 +127,11 @@ def test_another_generation_or_topology_is_built_again(builds: list[int]) -> Non
     assert len(builds) == 3
 
 
-def test_a_recovery_step_reserves_only_its_tasks_pods(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_recovery_step_reserves_only_its_tasks_pods(
+    monkeypatch: pytest.MonkeyPatch, built: list[str]
+) -> None:
     """At 10k tasks the reservation of a step's 250 pods built all 10k (2 CPU s, on the
     path from a node's loss to its first RecoveryPlan)."""
-    built: list[str] = []
-    real = manifests.build_task_pod
-
-    def counting(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        pod = real(*args, **kwargs)
-        built.append(pod["metadata"]["name"])
-        return pod
-
-    monkeypatch.setattr(manifests, "build_task_pod", counting)
     reserved: dict[str, Any] = {}
     monkeypatch.setattr(tick, "reserve", lambda booking, owner, pods, nodes: reserved.update(pods))
     moved = {**(PLAN.assignment or {}), "sink-0": "n3"}
@@ -137,20 +145,9 @@ def test_a_recovery_step_reserves_only_its_tasks_pods(monkeypatch: pytest.Monkey
     assert reserved["topo--sink-0"] == whole["topo--sink-0"]
 
 
-def test_a_plan_with_moved_or_fenced_tasks_rebuilds_only_their_pods(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_plan_with_moved_or_fenced_tasks_rebuilds_only_their_pods(built: list[str]) -> None:
     """A recovery step moves the lost node's tasks and fencing bumps their epochs: at 10k
     tasks each was a 2 CPU s rebuild of every pod before the recovered ones were created."""
-    built: list[str] = []
-    real = manifests.build_task_pod
-
-    def counting(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        pod = real(*args, **kwargs)
-        built.append(pod["metadata"]["name"])
-        return pod
-
-    monkeypatch.setattr(manifests, "build_task_pod", counting)
     memory = TopologyMemo()
     tick.planned_pods(make_tick(memory), PLAN)
     assert len(built) == 4
