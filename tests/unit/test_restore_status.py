@@ -70,3 +70,33 @@ def test_status_says_restoring_then_waiting() -> None:
         }
     )
     assert (done["status"], done["reason"]) == ("True", "WithinBound")
+
+
+def test_after_a_restore_the_last_recovery_reads_as_history_next_to_the_current_worst() -> None:
+    """The session's message keeps the worst recovery it left behind (9.5 s against a bound
+    of 9 s); once a restore brought the bound back, ``BoundSatisfied`` gave the restored
+    worst while ``Recovering`` repeated the session's figure alone, which read as a
+    violation now. The message below is one a session wrote before this change."""
+    session = (
+        "session s1 recovered 3 tasks in 1 steps; worst single-node recovery now 9.5s "
+        "(5s restart + 4.5s after it; bound 9s)"
+    )
+    plan = {"generation": 1, "worstRecoveryLatency": 4.0, "bound": 4.0, "boundSatisfied": True}
+    status = {
+        "plan": plan,
+        "recovery": {"active": False, "message": session, "completedAt": "2026-11-26T20:00:00Z"},
+        "restore": {"active": False, "phase": "Restored"},
+    }
+    conditions = {c["type"]: c for c in derive_conditions(1, status, [])}
+    bound, recovering = conditions["BoundSatisfied"], conditions["Recovering"]
+    assert (bound["status"], recovering["status"]) == ("True", "False")
+    assert bound["message"] == "worst single-node failure recovers in 4s (bound 4s)"
+    assert recovering["message"] == (
+        f"no recovery in progress; last session (completed 2026-11-26T20:00:00Z): {session}; "
+        "now: worst single-node failure recovers in 4s (bound 4s)"
+    )
+    # with nothing recorded there is no history to label
+    idle = {"plan": plan, "recovery": {"active": False}}
+    assert {c["type"]: c for c in derive_conditions(1, idle, [])}["Recovering"]["message"] == (
+        "nothing to recover"
+    )

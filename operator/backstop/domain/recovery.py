@@ -403,7 +403,7 @@ def _completed(
     worst = plan.worst_recovery_latency or 0.0
     message = (
         f"session {rec.session} recovered {len(rec.recovered)} tasks in {rec.step} steps; "
-        f"worst single-node recovery now {worst_vs_bound(worst, spec)}"
+        f"worst single-node recovery at its end {worst_vs_bound(worst, spec)}"
     )
     rec = rec.model_copy(update={"completed_at": epoch_rfc3339(now), "message": message})
     notices = [Notice("Recovered", message)]
