@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backstop.domain.planning import plan_topology
 from backstop.domain.spec import cpu_cores, expand, parse_spec
-from bench.docsection import write_section
+from bench.docsection import emit
 from bench.opharness import (
     DEFAULT_KUBECONFIG,
     PodRecorder,
@@ -353,18 +353,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench import fleetloss
 
         section = fleetloss.render(args, fleetloss.run(args, workdir))
-        sys.stdout.write(section)
-        if args.out:
-            write_section(args.out, fleetloss.HEADING, section)
-        return 0
+        return emit(section, args.out, fleetloss.HEADING)
     big = run_big(args, workdir) if args.scenario in ("big", "both") else None
     fleet = run_fleet(args, workdir) if args.scenario in ("fleet", "both") else None
     section = render(args, big, fleet)
-    sys.stdout.write(section)
-    if args.out:
-        write_section(args.out, HEADING, section)
-        log(f"wrote {args.out}")
-    return 0
+    return emit(section, args.out, HEADING, log)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import cpu_cores, expand, parse_spec
-from bench.docsection import write_section
+from bench.docsection import emit
 from bench.opharness import (
     DEFAULT_KUBECONFIG,
     POOL_LABEL,
@@ -499,11 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-recovery-"))  # kept: the operator log
     result = run(args, workdir)
     section = render(args, result)
-    sys.stdout.write(section)
-    if args.out:
-        write_section(args.out, HEADING, section)
-        log(f"wrote {args.out}")
-    return 0
+    return emit(section, args.out, HEADING, log)
 
 
 if __name__ == "__main__":

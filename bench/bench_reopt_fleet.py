@@ -52,7 +52,7 @@ from backstop.domain.estimates import millicores
 from backstop.domain.recommend import check_recommendation
 from backstop.sim.metricsgen import GeneratorParams, generate
 from bench.bench_reoptimize import fleet
-from bench.docsection import write_section
+from bench.docsection import emit
 from planners.placement import Node
 
 HEADING = "## Re-optimization over a fleet (Spark)"
@@ -489,11 +489,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(run)
             diff = compare_estimates(runs[0].out, run.out)
         text = section(args, info, runs, sound, diff)
-    sys.stdout.write(text)
-    if args.out:
-        write_section(args.out, HEADING, text)
-        log(f"wrote {args.out}")
-    return 0
+    return emit(text, args.out, HEADING, log)
 
 
 if __name__ == "__main__":

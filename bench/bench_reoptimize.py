@@ -42,7 +42,7 @@ from backstop.jobs.transforms import (
     transform_task_summary,
 )
 from backstop.sim.metricsgen import GeneratorParams, write_metrics
-from bench.docsection import write_section
+from bench.docsection import emit
 
 HEADING = "## Re-optimization (Spark)"
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,11 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.rows) < 1 or args.cores < 1 or args.topologies < 1:
         p.error("--rows, --cores and --topologies must be positive")
     section = run(args)
-    sys.stdout.write(section)
-    if args.out:
-        write_section(args.out, HEADING, section)
-        log(f"wrote {args.out}")
-    return 0
+    return emit(section, args.out, HEADING, log)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from backstop.domain.constants import GROUP, VERSION
 from backstop.sim.nodesim import NodeShape
 from bench.bench_operator_recovery import NodeRecorder, PlanRecorder
-from bench.docsection import write_section
+from bench.docsection import emit
 from bench.opharness import (
     POOL_LABEL,
     Bench,
@@ -406,11 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         save(args, r)
         runs = [(args, r)]
     text = section(runs)
-    sys.stdout.write(text)
-    if args.out:
-        write_section(args.out, HEADING, text)
-        log(f"wrote {args.out}")
-    return 0
+    return emit(text, args.out, HEADING, log)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -26,9 +27,14 @@ def write_section(path: Path, heading: str, section: str) -> None:
     path.write_text(text.rstrip("\n") + "\n")
 
 
-def emit(section: str, out: Path | None, heading: str) -> int:
-    """Print a benchmark's section and, with ``--out``, write it into that file; exit 0."""
+def emit(
+    section: str, out: Path | None, heading: str, log: Callable[[str], object] | None = None
+) -> int:
+    """Print a benchmark's section and, with ``--out``, write it into that file (and
+    ``log`` that it did); the exit code, 0."""
     sys.stdout.write(section)
     if out:
         write_section(out, heading, section)
+        if log is not None:
+            log(f"wrote {out}")
     return 0
