@@ -136,7 +136,7 @@ def setup() -> tuple[Any, list[Mapping[str, Any]], dict[str, str], list[str], fl
     """The 10k-task topology, its pods indexed and in the ledger, the Tick of a round
     after its fullest node was lost (past the grace period): (tick, pods, assignment,
     used nodes, now)."""
-    from backstop.controller.tick import planned_pods
+    from backstop.controller.tick import planned_pods, status_wire
     from backstop.domain.incidents import NodeInfo
     from backstop.k8s.ledger import CapacityLedger
     from bench.bench_scale_tick import chain_plan
@@ -156,6 +156,7 @@ def setup() -> tuple[Any, list[Mapping[str, Any]], dict[str, str], list[str], fl
     kube = FakeKube(status.dump())
     tick = built.tick(nodes, kube, ledger)
     planned_pods(tick, plan)  # built once per plan, as in the steady state
+    status_wire(tick)  # the status's compact form, kept by the steady rounds
     return tick, bodies, assignment, used, now
 
 

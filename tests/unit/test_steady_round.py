@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ from backstop.controller import handlers, supervisor
 from backstop.controller.daemon import round_inputs
 from backstop.controller.memo import PodChanges
 from backstop.controller.tick import Tick, planned_pods
+from backstop.domain import status_types, statuswire
 from backstop.domain.incidents import NodeInfo
 from backstop.domain.spec import expand, parse_spec
 from backstop.domain.status_types import PlanStatus, TopologyStatus
@@ -252,3 +254,64 @@ def test_the_pod_index_counts_every_event_of_a_topology() -> None:
     assert asyncio.run(two_events()) == 2  # one each at once ...
     assert changes.count(("ns", "t")) == 4  # ... and one each on the loop's next turn
     assert changes.count(("ns", "other")) == 0
+
+
+def test_a_step_after_steady_rounds_does_not_compact_the_old_status_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The compact form of the status a steady round saw is the base of the step's patch
+    (at 10k tasks compacting it was a quarter of the write)."""
+    journal: list[str] = []
+    t = make_tick(journal)
+    pods = running_pods(t)
+    settle(t, pods)
+    calls: list[int] = []
+    for module in (status_types, statuswire):
+        real = module.compact_status
+
+        def counted(doc: Mapping[str, Any], real: Any = real) -> dict[str, Any]:
+            calls.append(1)
+            result: dict[str, Any] = real(doc)
+            return result
+
+        monkeypatch.setattr(module, "compact_status", counted)
+    t.nodes = {**t.nodes, "n1": node("n1", False, since=1.0)}
+    journal.clear()
+    assert supervisor.recovery_tick(t, pods, now=100.0)
+    assert journal.count("status") == 1
+    assert len(calls) == 1  # the new status's; the old one's was kept
+
+
+def test_a_round_shortly_before_a_loss_only_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan node NotReady, its grace period (1 s) not over: the round does no pod work,
+    so the daemon looks again when it ends; once over, the round issues the step."""
+    journal: list[str] = []
+    t = make_tick(journal)
+    pods = running_pods(t)
+    settle(t, pods)
+    states = Counted(monkeypatch, "pod_states")
+    now = time.time()
+    t.nodes = {**t.nodes, "n1": node("n1", False, since=now - 0.5)}
+    t.inputs = round_inputs(7, len(pods), t.nodes, t.resource_version, 1)  # pods changed
+    journal.clear()
+    assert supervisor.supervise_once(t, lambda: list(pods)) == (0, 0)
+    assert (states.calls, journal) == (0, [])
+    t.nodes = {**t.nodes, "n1": node("n1", False, since=now - 1.5)}  # the grace is over
+    supervisor.supervise_once(t, lambda: list(pods))
+    assert journal[:2] == ["status", "recoveryplan"]
+
+
+def test_a_node_notready_long_before_its_deadline_leaves_the_round_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    t = make_tick([])
+    pods = running_pods(t)
+    settle(t, pods)
+    t.model = t.model.model_copy(
+        update={"recovery": t.model.recovery.model_copy(update={"grace_period_seconds": 60})}
+    )
+    states = Counted(monkeypatch, "pod_states")
+    t.nodes = {**t.nodes, "n1": node("n1", False, since=time.time() - 1)}
+    t.inputs = round_inputs(7, len(pods), t.nodes, t.resource_version, 1)
+    supervisor.supervise_once(t, lambda: list(pods))
+    assert states.calls == 1

@@ -50,6 +50,9 @@ class TopologyMemo:
     desired: tuple[Any, dict[str, dict[str, Any]]] | None = None
     """The pods of the plan in force and their key (uid, generation, plan): built again
     only when one of these changes (:func:`~backstop.controller.tick.planned_pods`)."""
+    wire: tuple[str | None, dict[str, Any]] | None = None
+    """The status as the API stores it (compact) and its resourceVersion: the base of the
+    next status patch (:func:`~backstop.controller.tick.status_wire`)."""
     matched: bool | None = None
     """Whether the pods matched the plan in force at the last converge."""
     steady: tuple[Any, float] | None = None

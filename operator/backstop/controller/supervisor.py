@@ -38,6 +38,7 @@ from backstop.controller.tick import (
     pods_match,
     reserve_tasks,
     running_primaries,
+    status_wire,
     unready_reasons,
     with_conditions,
     write_status,
@@ -286,6 +287,10 @@ FULL_EVERY = 30.0
 other topologies' pods (a restore's or consolidation's capacity) is looked at again."""
 
 
+DUE_SOON = 3.0
+"""Seconds before a lost node's grace period ends in which rounds only decide."""
+
+
 def supervise_once(t: Tick, pods: Pods) -> tuple[int, int]:
     """One supervision round (see the module docstring). Returns (deleted, created) pods.
 
@@ -294,7 +299,8 @@ def supervise_once(t: Tick, pods: Pods) -> tuple[int, int]:
     nor restores. A steady round (:func:`_steady`: nothing it reads changed since a
     round that found everything settled) only asks the recovery decision, whose
     deadlines are the clock's: at 10k pods the whole round is about 0.4 CPU s, and a
-    node's loss waited behind it.
+    node's loss waited behind it. So does a round shortly before a NotReady node's
+    grace period ends (:func:`_loss_due`).
     """
     if t.fallback:
         t.refresh()
@@ -307,7 +313,7 @@ def supervise_once(t: Tick, pods: Pods) -> tuple[int, int]:
         _observe(t)
         return 0, 0
     recovered = recovery_tick(t, indexed)
-    if steady and not recovered:
+    if (steady or _loss_due(t, time.time())) and not recovered:
         return 0, 0
     if not recovered and not t.fallback:
         acted = lost_tick(t, indexed) or rollout_tick(t, indexed)
@@ -320,7 +326,24 @@ def supervise_once(t: Tick, pods: Pods) -> tuple[int, int]:
     _observe(t)
     settled = not (recovered or deleted or created or waiting) and _settled(t, states)
     t.memory.steady = (t.inputs, time.monotonic()) if settled else None
+    if settled:
+        status_wire(t)  # the base of the next status patch, ready before a loss
     return deleted, created
+
+
+def _loss_due(t: Tick, now: float) -> bool:
+    """Whether a node of the plan is NotReady and its grace period ends within
+    :data:`DUE_SOON` seconds: the round then only decides, so that the daemon is free to
+    look again when the loss becomes one (the NotReady node's pods changed too, so the
+    round is not steady, and at 10k pods a whole round under load took longer than the
+    grace period left: the step came 1.1 s after it)."""
+    grace = t.model.recovery.grace_period_seconds
+    used = set((t.status.plan_or_empty.assignment or {}).values())
+    return any(
+        0 < info.since + grace - now <= DUE_SOON
+        for n in used
+        if (info := t.nodes.get(n)) is not None and not info.ready
+    )
 
 
 def _steady(t: Tick) -> bool:

@@ -95,7 +95,7 @@ def write_status(t: Tick, new: TopologyStatus) -> bool:
     Returns ``False`` (after re-reading the object) when the object changed since
     ``t.status`` was read: the caller's decision is void and must be made again.
     """
-    patch = status_patch(t.status, new)
+    patch = status_patch(t.status, new, status_wire(t))
     if not patch:
         return True
     try:
@@ -109,6 +109,17 @@ def write_status(t: Tick, new: TopologyStatus) -> bool:
         return False
     t.adopt(obj)
     return True
+
+
+def status_wire(t: Tick) -> dict[str, Any]:
+    """``t.status.wire()``, kept in the topology's memo for its resourceVersion: a steady
+    round computes it (:func:`~backstop.controller.supervisor.supervise_once`), so the
+    write of a recovery step does not compact the old 10k-task status again."""
+    kept = t.memory.wire
+    if kept is None or t.resource_version is None or kept[0] != t.resource_version:
+        kept = (t.resource_version, t.status.wire())
+        t.memory.wire = kept if t.resource_version is not None else None
+    return kept[1]
 
 
 def with_conditions(t: Tick, new: TopologyStatus, pods: Iterable[PodState]) -> TopologyStatus:

@@ -368,9 +368,12 @@ def _drop(doc: Any, loc: tuple[Any, ...]) -> bool:
     return False
 
 
-def status_patch(old: TopologyStatus, new: TopologyStatus) -> dict[str, Any]:
+def status_patch(
+    old: TopologyStatus, new: TopologyStatus, old_wire: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The one merge path: the JSON merge patch that turns ``old`` into ``new`` (as the
-    API stores them: :meth:`TopologyStatus.wire`).
+    API stores them: :meth:`TopologyStatus.wire`; ``old_wire``: ``old.wire()`` if the
+    caller kept it, at 10k tasks compacting it was a quarter of a recovery step's write).
 
     ``observedGeneration`` is set here, and only here, to the generation whose
     plan ``new`` records: a generation counts as observed once its plan is
@@ -386,7 +389,7 @@ def status_patch(old: TopologyStatus, new: TopologyStatus) -> dict[str, Any]:
     {'plan': {'assignment': {'b': None, 'a': 'n2'}}, 'observedGeneration': 1}
     """
     after = new.wire()
-    before = patch_base(old.dump(), after)  # either stored form of a map patches right
+    before = patch_base(old.dump(), after, old_wire)  # either stored form patches right
     if new.plan is not None and new.plan.assignment is not None and new.plan.generation:
         after["observedGeneration"] = new.plan.generation
     elif "observedGeneration" in before:

@@ -140,9 +140,12 @@ def compact_status(doc: Mapping[str, Any]) -> dict[str, Any]:
     return dict(out)
 
 
-def patch_base(old: Mapping[str, Any], new_wire: Mapping[str, Any]) -> dict[str, Any]:
+def patch_base(
+    old: Mapping[str, Any], new_wire: Mapping[str, Any], compact: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """What a merge patch to ``new_wire`` is computed from, given the old status ``old``
-    (a plain dump): its compact form, except where a compact map becomes plain again.
+    (a plain dump): its compact form (``compact``, when the caller kept it), except where
+    a compact map becomes plain again.
 
     Why: a compact map is an array, which a merge patch replaces whole, but a plain map
     is merged key by key, and the API may hold either form (an older operator wrote
@@ -158,7 +161,7 @@ def patch_base(old: Mapping[str, Any], new_wire: Mapping[str, Any]) -> dict[str,
     >>> patch_base(old, compact_status(old)) == compact_status(old)
     True
     """
-    base: Mapping[str, Any] = compact_status(old)
+    base: Mapping[str, Any] = compact_status(old) if compact is None else compact
     for path in TASK_MAPS:
         if isinstance(_at(new_wire, path), Mapping) and is_task_map(_at(base, path)):
             stale = dict.fromkeys(_at(old, path) or {}, _STALE)
