@@ -5,12 +5,15 @@ two real nodes, word count and store as ``test_spark_job_real.py`` (whose fixtur
 but the operator's ``BACKSTOP_SPARK_MASTER`` is ``k8s://https://kubernetes.default.svc:443``
 (the chart's ``reoptimization.sparkMaster``) and the Job's ServiceAccount has the chart's
 rules for it (pods, a Service, ConfigMaps). The Job's pod is the Spark driver (client mode) on
-a real node; Spark asks the API server for one small executor pod
-(``BACKSTOP_SPARK_CONF``: 100m CPU, 512 MiB heap), from the Spark image with its ``executor``
-entrypoint, which mounts the store's host path like the driver and reads the metrics there;
-the result ConfigMap comes back and the operator records ``Suggested`` with every operator's
+a real node; Spark asks the API server for two small executor pods (``BACKSTOP_SPARK_CONF``:
+100m CPU, 512 MiB heap + 768 MiB overhead each), from the Spark image with its ``executor``
+entrypoint, which mount the store's host path like the driver and read the metrics there
+(their logs name the files they read). The executors' node selector puts them on the real
+node the driver is not on (the test labels that node once the driver's pod is placed). The
+result ConfigMap comes back and the operator records ``Suggested`` with every operator's
 latency measured. The test watches the executor pods while the Job runs (which real node,
-which phase) and the peak resident memory of the driver and executor JVMs on the host.
+which phase) and the peak memory of the driver's and the executors' containers (their memory
+cgroups' ``max_usage_in_bytes`` on the host, page cache included) and JVMs (resident).
 
 Needs root; outside CI it skips without it, under ``CI=true`` it fails instead.
 """
@@ -22,6 +25,7 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -54,12 +58,17 @@ K8S_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["configmaps"],
      "verbs": ["get", "list", "delete", "deletecollection"]},
 ]  # fmt: skip
+EXECUTORS = "test.backstop.dev/spark-executors"
+"""The executors' node selector: the test puts it on the real node the driver is NOT on, so
+the executors run on another node than the driver (Spark's traffic crosses nodes); left to
+the scheduler, both runs before this put them beside the driver."""
 SPARK_CONF = {
-    "spark.executor.instances": "1",
+    f"spark.kubernetes.executor.node.selector.{EXECUTORS}": "yes",
+    "spark.executor.instances": "2",
     "spark.executor.cores": "1",
     "spark.kubernetes.executor.request.cores": "100m",
     "spark.executor.memory": "512m",
-    "spark.executor.memoryOverhead": "384m",
+    "spark.executor.memoryOverhead": "768m",  # the JVM beyond its heap and a Python worker
 }
 
 
@@ -72,10 +81,25 @@ def env(
         yield e
 
 
+CGROUP = Path("/sys/fs/cgroup/memory/k8s.io")
+"""Where the real nodes' containerd puts a container's memory cgroup (cgroup v1, cgroupfs)."""
+
+
+def _cgroup_peak_mib(pod: Any) -> float:
+    """The pod's largest container memory peak so far, MiB (0 once the cgroup is gone)."""
+    peak = 0.0
+    for st in pod.status.container_statuses or []:
+        if st.container_id:
+            f = CGROUP / st.container_id.split("://")[-1] / "memory.max_usage_in_bytes"
+            with contextlib.suppress(OSError, ValueError):
+                peak = max(peak, int(f.read_text()) / 2**20)
+    return peak
+
+
 def _jvm_rss_kib() -> dict[str, int]:
     """Resident KiB of the host's Spark JVMs of this run, by role (driver, executor)."""
-    out = subprocess.run(
-        ["ps", "-eo", "rss=,args="], capture_output=True, text=True, check=True
+    out = subprocess.run(  # -ww: whole command lines (the class names come after the classpath)
+        ["ps", "-ww", "-eo", "rss=,args="], capture_output=True, text=True, check=True
     ).stdout
     rss = {"driver": 0, "executor": 0}
     for line in out.splitlines():
@@ -116,16 +140,30 @@ def test_a_k8s_master_runs_executor_pods_on_real_nodes_and_the_operator_suggests
     t_job = time.monotonic()
     drivers: dict[str, str] = {}  # pod -> node
     executors: dict[str, tuple[str, str]] = {}  # pod -> (node, last phase seen)
+    logs: dict[str, str] = {}  # executor pod -> its log when last seen running
     peak = {"driver": 0, "executor": 0}
+    cgroup_mib = {"driver": 0.0, "executor": 0.0}
 
     def look() -> None:
         for p in env.core.list_namespaced_pod(env.namespace).items:
             labels = p.metadata.labels or {}
-            if labels.get("job-name") == job and p.spec.node_name:
+            role = "driver" if labels.get("job-name") == job else labels.get("spark-role")
+            if role not in cgroup_mib or not p.spec.node_name:
+                continue
+            cgroup_mib[role] = max(cgroup_mib[role], _cgroup_peak_mib(p))
+            if role == "driver":
+                if not drivers:  # the executors' node: the other one
+                    other = next(n for n in env.nodes if n != p.spec.node_name)
+                    env.core.patch_node(other, {"metadata": {"labels": {EXECUTORS: "yes"}}})
                 drivers[p.metadata.name] = p.spec.node_name
                 assert p.spec.containers[0].image == SPARK_IMAGE
-            if labels.get("spark-role") == "executor" and p.spec.node_name:
-                executors[p.metadata.name] = (p.spec.node_name, p.status.phase)
+                continue
+            executors[p.metadata.name] = (p.spec.node_name, p.status.phase)
+            if p.status.phase == "Running":
+                with contextlib.suppress(ApiException):
+                    logs[p.metadata.name] = env.core.read_namespaced_pod_log(
+                        p.metadata.name, env.namespace
+                    )
         for role, kib in _jvm_rss_kib().items():
             peak[role] = max(peak[role], kib)
 
@@ -143,7 +181,8 @@ def test_a_k8s_master_runs_executor_pods_on_real_nodes_and_the_operator_suggests
                 print(f"--- {pod}:\n" + env.core.read_namespaced_pod_log(pod, env.namespace))
         raise
     finally:
-        print(f"driver pods: {drivers}; executor pods: {executors}; peak RSS KiB: {peak}")
+        print(f"driver pods: {drivers}; executor pods: {executors}; JVM peak RSS KiB: {peak}; "
+              f"container peak MiB (cgroup, page cache included): {cgroup_mib}")  # fmt: skip
     assert state is not None
     print(f"the Job's run: {time.monotonic() - t_job:.0f}s ({state.get('durationSeconds')}s "
           "recorded)")  # fmt: skip
@@ -154,8 +193,17 @@ def test_a_k8s_master_runs_executor_pods_on_real_nodes_and_the_operator_suggests
     # the driver ran in the Job's pod on a real node, the executor as a pod of its own
     assert len(drivers) == 1 and set(drivers.values()) <= set(env.nodes), drivers
     assert executors, "Spark started no executor pod"
-    assert {node for node, _ in executors.values()} <= set(env.nodes), executors
+    assert {node for node, _ in executors.values()} <= set(env.nodes) - set(drivers.values()), (
+        executors
+    )
     assert any(phase in ("Running", "Succeeded") for _, phase in executors.values()), executors
+    # the executors read the metrics from their own mount of the store (Spark's FileScanRDD
+    # logs every file split it reads, in the executor that reads it)
+    where = f"/var/lib/backstop/{NAME}/metrics/"
+    read = [ln for text in logs.values() for ln in text.splitlines()
+            if "Reading File path: " in ln and where in ln]  # fmt: skip
+    assert read, {k: v[-2000:] for k, v in logs.items()}
+    print(f"{len(read)} metrics files read in the executors, e.g. {read[0]}")
     wait_for(lambda: not batch.list_namespaced_job(env.namespace).items, 60, "the Job deleted")
 
     def executors_gone() -> bool:  # owned by the driver's pod: deleted with the Job
