@@ -206,6 +206,27 @@ def test_job_failure_names_the_cause() -> None:
     assert oom is not None and "limits.memory" in oom
 
 
+def test_job_failure_names_the_deepest_exception_of_a_stack_trace() -> None:
+    # a Spark driver that fails in the JVM leaves a stack trace as its log's last lines;
+    # the message was its last frames ("at io.netty... ... 1 more"), which name no cause
+    # (a k8s:// run on real nodes recorded exactly that). This log is written for the test.
+    log = "\n".join([
+        "py4j.protocol.Py4JJavaError: An error occurred while calling None.JavaSparkContext.",
+        "\tat org.apache.spark.SparkContext.<init>(SparkContext.scala:1)",
+        "Caused by: io.fabric8.kubernetes.client.KubernetesClientException: Operation: [get]",
+        "\tat io.fabric8.kubernetes.client.dsl.internal.OperationSupport.x(O.java:1)",
+        "Caused by: java.net.UnknownHostException: kubernetes.default.svc.cluster.local",
+        "\tat io.netty.util.concurrent.FastThreadLocalRunnable.run(F.java:30)",
+        "\t... 1 more",
+    ])  # fmt: skip
+    msg = job_failure(_job("BackoffLimitExceeded"), [_pod(log, "Error", 1)])
+    cause = "java.net.UnknownHostException: kubernetes.default.svc.cluster.local"
+    assert msg == f"the job failed (1, Error): {cause}"
+    # a log without an exception keeps its last two lines
+    plain = job_failure(_job("BackoffLimitExceeded"), [_pod("a\nb\nc\n", "Error", 1)])
+    assert plain == "the job failed (1, Error): b c"
+
+
 # ------------------------------------------------------------------ approval
 PLAN = {"assignment": {"a-0": "n1", "b-0": "n1"}, "backups": ["a-0"]}
 NEW = {"assignment": {"a-0": "n1", "b-0": "n2"}, "backups": []}

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import math
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -354,6 +355,21 @@ def publish_result(
     client.CoreV1Api(api).create_namespaced_config_map(namespace, body)
 
 
+_EXCEPTION = re.compile(r"^(?:Caused by: )?((?:[\w$]+\.)*[A-Z][\w$]*(?:Exception|Error)\b.*)$")
+
+
+def _exception(lines: Sequence[str]) -> str | None:
+    """The deepest exception in a log's last lines: a JVM stack trace ends in frames
+    (``at io.netty…``, ``... 1 more``) that name no cause; its last ``Caused by:`` does.
+
+    >>> _exception(["Exception in thread x", "Caused by: java.net.UnknownHostException: h",
+    ...             "\tat io.netty.X.run(X.java:30)", "\t... 1 more"])
+    'java.net.UnknownHostException: h'
+    """
+    found = [m.group(1) for ln in lines if (m := _EXCEPTION.match(ln.strip()))]
+    return found[-1] if found else None
+
+
 def job_failure(job: Any, pods: Sequence[Any]) -> str | None:
     """Why a finished Job failed (``None`` if it succeeded or still runs).
 
@@ -381,8 +397,8 @@ def job_failure(job: Any, pods: Sequence[Any]) -> str | None:
                     "the Job's container was OOMKilled: raise reoptimization.resources."
                     "limits.memory (the driver heap follows it)"
                 )
-            tail = " ".join(lines[-2:])[:400]
-            return f"the job failed ({done.exit_code}, {done.reason}): {tail}"
+            tail = _exception(lines) or " ".join(lines[-2:])
+            return f"the job failed ({done.exit_code}, {done.reason}): {tail[:400]}"
     return f"the Job failed: {failed.reason}: {failed.message or ''}".rstrip(": ")
 
 
