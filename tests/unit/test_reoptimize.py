@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
 from backstop.domain.estimates import (
@@ -31,6 +32,7 @@ from backstop.domain.recommend import (
     recommend_topology,
 )
 from backstop.domain.spec import expand, load_topology, parse_topology
+from backstop.jobs import reoptimize
 from backstop.jobs.reoptimize import main
 from backstop.jobs.sparkio import spark_session, topologies_frame
 from backstop.jobs.transforms import (
@@ -458,3 +460,41 @@ def test_bad_input_is_one_clear_error(
     err = capsys.readouterr().err
     assert code == 2
     assert needle in err and "Traceback" not in err
+
+
+class _JavaError(Py4JJavaError):
+    """A JVM failure as py4j reports it (its text is the Java stack trace)."""
+
+    def __init__(self, text: str) -> None:
+        Exception.__init__(self, text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def test_a_jvm_failure_ends_with_its_cause_on_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = "\n".join([
+        "An error occurred while calling None.org.apache.spark.api.java.JavaSparkContext.",
+        ": org.apache.spark.SparkException: External scheduler cannot be instantiated",
+        "\tat org.apache.spark.SparkContext.<init>(SparkContext.scala:1)",
+        "Caused by: java.net.UnknownHostException: kubernetes.default.svc.cluster.local",
+        "\tat io.netty.util.concurrent.FastThreadLocalRunnable.run(F.java:30)",
+        "\t... 1 more",
+    ])  # fmt: skip
+
+    def fail(*_: Any) -> Any:
+        raise _JavaError(trace)
+
+    monkeypatch.setattr(reoptimize, "spark_session", fail)
+    metrics = tmp_path / "m"
+    write_metrics(metrics, [load_topology(EXAMPLE)], GeneratorParams(rows=50))
+    code = main(["--metrics", str(metrics), "--topologies", str(EXAMPLE), "--node-cpu", "4",
+                 "--out", str(tmp_path / "o")])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err[-1] == (
+        "error: Spark failed: java.net.UnknownHostException: kubernetes.default.svc.cluster.local"
+    )

@@ -30,6 +30,7 @@ import os
 import shlex
 import sys
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from typing import Any
 import pandas as pd
 import yaml
 from kubernetes.client.exceptions import ApiException
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame
 
 from backstop.domain.estimates import NODE_COLUMNS, TASK_COLUMNS, EstimateParams
@@ -60,6 +62,7 @@ __all__ = [
 ]
 
 EXIT_INPUT = 2
+EXIT_SPARK = 1
 
 
 # ------------------------------------------------------------------ main (I/O only)
@@ -260,6 +263,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (InvalidTopology, PlannerError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INPUT
+    except Py4JJavaError as err:  # the JVM failed: the trace, then its cause on the last line
+        # (a Job's termination message is its log's last 2 KiB: a JVM trace's last frames,
+        # which name no cause, in a k8s:// run that could not reach the API server)
+        traceback.print_exc()
+        cause = reoptjob.deepest_exception(str(err).splitlines()) or type(err).__name__
+        print(f"error: Spark failed: {cause}", file=sys.stderr)
+        return EXIT_SPARK
     params = {"args": " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))}
     print(
         f"reoptimize: {count} recommendation(s) in {out} "

@@ -42,6 +42,7 @@ __all__ = [
     "build_input_configmap",
     "build_reopt_job",
     "build_result_configmap",
+    "deepest_exception",
     "job_failure",
     "job_name",
     "publish_result",
@@ -358,11 +359,11 @@ def publish_result(
 _EXCEPTION = re.compile(r"^(?:Caused by: )?((?:[\w$]+\.)*[A-Z][\w$]*(?:Exception|Error)\b.*)$")
 
 
-def _exception(lines: Sequence[str]) -> str | None:
+def deepest_exception(lines: Sequence[str]) -> str | None:
     """The deepest exception in a log's last lines: a JVM stack trace ends in frames
     (``at io.netty…``, ``... 1 more``) that name no cause; its last ``Caused by:`` does.
 
-    >>> _exception(["Exception in thread x", "Caused by: java.net.UnknownHostException: h",
+    >>> deepest_exception(["Exception in thread x", "Caused by: java.net.UnknownHostException: h",
     ...             "\tat io.netty.X.run(X.java:30)", "\t... 1 more"])
     'java.net.UnknownHostException: h'
     """
@@ -397,7 +398,7 @@ def job_failure(job: Any, pods: Sequence[Any]) -> str | None:
                     "the Job's container was OOMKilled: raise reoptimization.resources."
                     "limits.memory (the driver heap follows it)"
                 )
-            tail = _exception(lines) or " ".join(lines[-2:])
+            tail = deepest_exception(lines) or " ".join(lines[-2:])
             return f"the job failed ({done.exit_code}, {done.reason}): {tail[:400]}"
     return f"the Job failed: {failed.reason}: {failed.message or ''}".rstrip(": ")
 
