@@ -462,7 +462,7 @@ def test_bad_input_is_one_clear_error(
     assert needle in err and "Traceback" not in err
 
 
-class _JavaError(Py4JJavaError):
+class _JavaError(Py4JJavaError):  # type: ignore[misc]
     """A JVM failure as py4j reports it (its text is the Java stack trace)."""
 
     def __init__(self, text: str) -> None:
