@@ -376,3 +376,113 @@ def test_an_optimistic_plan_that_still_fits_is_booked_without_planning_again(
     assert calls == ["Reading"]
     assert (ledger.optimistic, ledger.conflicts) == (1, 0)
     assert ledger.free(alloc)["n"].cpu == pytest.approx(0.5)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+op_st = st.lists(
+    st.tuples(
+        st.sampled_from(["pod", "done", "forget", "hold", "release", "relist", "wait"]),
+        st.integers(0, 5),  # pod number
+        st.sampled_from(["a", "b", "c"]),
+        st.sampled_from(["t1", "t2", None]),  # owner topology (None: not a task pod)
+        st.sampled_from([0.1, 0.25, 1.0]),  # cpu
+    ),
+    max_size=30,
+)
+
+
+@SETTINGS
+@given(ops=op_st)
+def test_free_keeps_per_node_sums_that_match_a_sum_over_pods_and_holds(ops: Any) -> None:
+    """Why: free() reads sums kept as pods and holds change (it walked every pod under
+    the lock); after any sequence of feed events, holds, releases, relists and expiries
+    they equal a plain sum over the pods and holds this test keeps itself."""
+    from backstop.domain.constants import LABEL_TOPOLOGY
+
+    clock = _Clock()
+    led = CapacityLedger(clock=clock)
+    led.replace_pods([])
+    alloc = {n: Resources(8, 8 * GI, 20) for n in "abc"}
+    pods: dict[tuple[str, str], tuple[str, Resources, str | None]] = {}
+    holds: dict[tuple[str, str], tuple[str, Resources, str | None, float]] = {}
+    for kind, i, node, topo, cpu in ops:
+        key, owner = ("ns", f"p{i}"), (f"ns/{topo}" if topo else None)
+        req = Resources(cpu, 0.5 * GI, 1)
+        labels = {LABEL_TOPOLOGY: topo} if topo else {}
+        p = pod("ns", f"p{i}", node, str(cpu), "512Mi", labels=labels)
+        if kind == "pod":
+            led.observe(p)
+            pods[key] = (node, req, owner)
+            if key in holds and holds[key][0] == node:
+                del holds[key]
+        elif kind == "done":
+            led.observe({**p, "status": {"phase": "Succeeded"}})
+            pods.pop(key, None)
+        elif kind == "forget":
+            led.forget(key)
+            pods.pop(key, None)
+        elif kind == "hold" and topo:
+            led.hold(owner or "", {key: (node, req)})
+            if key in pods and pods[key][0] == node:
+                holds.pop(key, None)
+            else:
+                old = holds.get(key)
+                at = old[3] if old and old[0] == node else clock.now
+                holds[key] = (node, req, owner, at)
+        elif kind == "release" and topo:
+            led.release(owner or "")
+            holds = {k: h for k, h in holds.items() if h[2] != owner}
+        elif kind == "relist":
+            led.replace_pods(
+                [
+                    pod("ns", k[1], n, str(r.cpu), "512Mi", labels={})
+                    for k, (n, r, _) in pods.items()
+                ]
+            )
+            pods = {k: (n, r, None) for k, (n, r, _) in pods.items()}
+            holds = {k: h for k, h in holds.items() if not (k in pods and pods[k][0] == h[0])}
+        elif kind == "wait":
+            clock.now += HOLD_SECONDS / 2 + 1
+            holds = {k: h for k, h in holds.items() if h[3] >= clock.now - HOLD_SECONDS}
+        for exclude in (None, "ns/t1", "ns/t2"):
+            want = dict(alloc)
+            for node_, req_, owner_ in [*pods.values(), *[h[:3] for h in holds.values()]]:
+                if exclude is None or owner_ != exclude:
+                    want[node_] = want[node_] - req_
+            got = led.free(alloc, exclude=exclude)
+            for n in alloc:
+                assert got[n].pods == want[n].pods, (n, exclude, got[n], want[n])
+                assert got[n].cpu == pytest.approx(want[n].cpu, abs=1e-9)
+                assert got[n].memory == pytest.approx(want[n].memory, abs=1e-3)
+
+
+def test_free_does_not_walk_the_pods(ledger: CapacityLedger) -> None:
+    """Why: 100 reconciles each read free() while 5,000 pods came in; a walk over every
+    pod per read held the ledger's lock that the pod feed waits for (32 % of the fleet
+    run's thread samples were in the ledger). Fails on a free() that iterates pods."""
+
+    class Counting(dict[Any, Any]):
+        walks = 0
+
+        def values(self) -> Any:
+            Counting.walks += 1
+            return super().values()
+
+        def items(self) -> Any:
+            Counting.walks += 1
+            return super().items()
+
+    for i in range(50):
+        ledger.observe(pod("ns", f"p{i}", "a", "100m", "64Mi"))
+    ledger._pods = Counting(ledger._pods)
+    alloc = {"a": Resources(8, 8 * GI, 110)}
+    free = ledger.free(alloc)
+    assert free["a"].pods == 60 and free["a"].cpu == pytest.approx(3.0)
+    assert Counting.walks == 0

@@ -170,6 +170,12 @@ class CapacityLedger:
         """Recovery planners waiting for the booking: the others let them go first."""
         self._pods: dict[PodKey, _Entry] = {}
         self._holds: dict[PodKey, _Entry] = {}
+        self._used: dict[str, Resources] = {}
+        """Requests of pods and holds per node, kept as they change: :meth:`free` reads
+        these sums instead of walking every pod under the lock (a fleet's 5,000 pods,
+        summed for each of 100 reconciles, held the lock that the feed needs)."""
+        self._owned: dict[str, dict[str, Resources]] = {}
+        """The same sums per owner (``namespace/topology``), for ``free(exclude=...)``."""
         self._clock = clock
         self.synced = threading.Event()
         self.optimistic = 0
@@ -182,18 +188,45 @@ class CapacityLedger:
         """A pod was added or changed (from the watch)."""
         key, entry = _entry(pod)
         with self._lock:
+            self._set(self._pods, key, entry)
             if entry is None:
-                self._pods.pop(key, None)
                 return
-            self._pods[key] = entry
             hold = self._holds.get(key)
             if hold is not None and hold.node == entry.node:
-                del self._holds[key]  # the pod itself counts from now on
+                self._set(self._holds, key, None)  # the pod itself counts from now on
 
     def forget(self, key: PodKey) -> None:
         """A pod was deleted."""
         with self._lock:
-            self._pods.pop(key, None)
+            self._set(self._pods, key, None)
+
+    def _set(self, table: dict[PodKey, _Entry], key: PodKey, entry: _Entry | None) -> None:
+        """Put (or with ``None`` drop) a pod or hold, keeping the per-node sums."""
+        old = table.pop(key, None)
+        if old is not None:
+            self._count(old, -1)
+        if entry is not None:
+            table[key] = entry
+            self._count(entry, 1)
+
+    def _count(self, entry: _Entry, sign: int) -> None:
+        req = entry.requests if sign > 0 else Resources() - entry.requests
+        sums = [self._used]
+        if entry.owner is not None:
+            sums.append(self._owned.setdefault(entry.owner, {}))
+        for per_node in sums:
+            total = per_node.get(entry.node, Resources()) + req
+            if total.pods == 0 and abs(total.cpu) < _EPS and abs(total.memory) < 0.5:
+                per_node.pop(entry.node, None)  # nothing left: no float residue kept
+            else:
+                per_node[entry.node] = total
+        if entry.owner is not None and not self._owned[entry.owner]:
+            del self._owned[entry.owner]
+
+    def _recount(self) -> None:
+        self._used, self._owned = {}, {}
+        for entry in [*self._pods.values(), *self._holds.values()]:
+            self._count(entry, 1)
 
     def replace_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
         """A complete listing (start, or after the watch lost its place)."""
@@ -217,6 +250,7 @@ class CapacityLedger:
             self._pods = fresh
             for key in [k for k, h in self._holds.items() if _shown(fresh.get(k), h)]:
                 del self._holds[key]
+            self._recount()
             self.synced.set()
 
     def pod_count(self) -> int:
@@ -235,11 +269,11 @@ class CapacityLedger:
         """
         with self._lock:
             self._expire()
-            used: dict[str, Resources] = {}
-            for entry in [*self._pods.values(), *self._holds.values()]:
-                if exclude is None or entry.owner != exclude:
-                    used[entry.node] = used.get(entry.node, Resources()) + entry.requests
-            return {n: a - used.get(n, Resources()) for n, a in allocatable.items()}
+            used, none = self._used, Resources()
+            if exclude is None or exclude not in self._owned:
+                return {n: a - used.get(n, none) for n, a in allocatable.items()}
+            own = self._owned[exclude]
+            return {n: a - (used.get(n, none) - own.get(n, none)) for n, a in allocatable.items()}
 
     def holds(self, owner: str | None = None) -> dict[PodKey, tuple[str, Resources]]:
         """Current holds (of one owner): ``{pod: (node, requests)}``."""
@@ -340,23 +374,23 @@ class CapacityLedger:
             for key, (node, req) in pods.items():
                 shown = self._pods.get(key)
                 if shown is not None and shown.node == node:
-                    self._holds.pop(key, None)
+                    self._set(self._holds, key, None)
                     continue
                 old = self._holds.get(key)
                 at = old.at if old is not None and old.node == node else now
-                self._holds[key] = _Entry(node, req, owner, at)
+                self._set(self._holds, key, _Entry(node, req, owner, at))
 
     def release(self, owner: str, keep: frozenset[PodKey] = frozenset()) -> None:
         """Drop an owner's holds (its plan was superseded or the topology deleted)."""
         with self._lock:
             for key in [k for k, e in self._holds.items() if e.owner == owner and k not in keep]:
-                del self._holds[key]
+                self._set(self._holds, key, None)
 
     def _expire(self) -> None:
         limit = self._clock() - HOLD_SECONDS
         for key in [k for k, e in self._holds.items() if e.at < limit]:
             log.warning("capacity hold of pod %s/%s expired: its pod never showed up", *key)
-            del self._holds[key]
+            self._set(self._holds, key, None)
 
 
 class Reading:
