@@ -12,8 +12,15 @@ import os
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
-CONNECTION_POOL = 32
-"""Connections per API client kept for reuse (urllib3 discards, with a warning, beyond)."""
+CONNECTION_POOL = 256
+"""Connections per API client kept for reuse (urllib3 discards, with a warning, beyond).
+
+Why this many: every thread of the operator may hold a connection at once (Kopf's
+16 handler workers, one thread per supervise/converge daemon: two per topology,
+and :data:`backstop.k8s.kubeio.API_CONCURRENCY` bulk pod calls), so a fleet of 100
+topologies has over 200. With 32, the fleet run logged "Connection pool is full,
+discarding connection" and reopened TLS connections. The size only bounds idle
+connections kept (urllib3 opens more when needed); an unused slot costs nothing."""
 
 
 class ClusterUnavailable(Exception):
