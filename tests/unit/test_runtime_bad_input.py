@@ -148,8 +148,10 @@ def test_a_peer_that_never_answers_is_reported(tmp_path: Path) -> None:
     env = env_of(tmp_path, "tokenize-0")
     env["BACKSTOP_PEER_TIMEOUT"] = "0.5"
     env["BACKSTOP_METRICS_PORT"] = str(port := free_port())
+    log = tmp_path / "stderr.log"
+    err_file = log.open("w")  # read while the task runs; closed below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "backstop_runtime"], env=env, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "backstop_runtime"], env=env, stderr=err_file, text=True
     )
     status = tmp_path / "store" / "t" / "tasks" / "tokenize-0" / "status.json"
     try:
@@ -177,7 +179,14 @@ def test_a_peer_that_never_answers_is_reported(tmp_path: Path) -> None:
             .decode()
             .startswith("no answer from source-0: it has not registered")
         )
+        # the log warns on the next retry after the timeout, which may come after the
+        # status reported it (a race under load): wait for it, then stop the task
+        start = time.monotonic()
+        while "no answer from source-0" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() - start < 20, "not logged"
+            time.sleep(0.05)
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=10)
-    assert "no answer from source-0" in err
+        proc.wait(timeout=10)
+        err_file.close()
+    assert "no answer from source-0" in log.read_text()
