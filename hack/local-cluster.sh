@@ -136,8 +136,18 @@ build_one() {
       p=k8s.io/kubernetes/vendor/$p
       ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=20 -X $p.gitTreeState=clean -X $p.buildDate=2021-01-13T13:20:00Z"
     done
-    go build -trimpath -ldflags "-s -w$ld" -o $BIN/$c.tmp ./cmd/$c && mv $BIN/$c.tmp $BIN/$c
+    go build -trimpath -ldflags "-s -w$ld" -o $BIN/$c.tmp.$$ ./cmd/$c && mv -f $BIN/$c.tmp.$$ $BIN/$c
   )
+}
+
+# Several clusters (tests, benchmarks, hack/get-kubectl.sh) may start on an empty cache at once: the
+# first builds, the others wait here and find the binaries in place (hack/real-node.sh takes the same lock).
+with_build_lock() { # STEP... (each a command line, word-split)
+  mkdir -p $BIN
+  exec 8> $WORK/.build.lock; flock 8
+  local step
+  for step in "$@"; do $step; done
+  flock -u 8; exec 8>&-
 }
 
 build_all() {
@@ -222,8 +232,7 @@ wait_for() { # name timeout_s cmd...   (name = process whose pidfile is watched)
 port_busy() { (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null; }
 
 start() {
-  install_packages
-  build_all
+  with_build_lock install_packages build_all
   gen_certs
   mkdir -p $RUN
   local t0=$SECONDS d=$RUN/pki
@@ -334,9 +343,9 @@ case ${1:-up} in
   up|start) start ;;
   down|stop) stop ;;
   status) status ;;
-  build) install_packages; build_all ;;
+  build) with_build_lock install_packages build_all ;;
   kubectl)  # the kubectl of the API server's source tree, installed into DEST (hack/get-kubectl.sh)
-    install_packages; build_one kubectl
+    with_build_lock install_packages "build_one kubectl"
     mkdir -p "${2:?usage: $0 kubectl DEST}"; install -m 0755 $BIN/kubectl "$2/kubectl" ;;
   env) echo "export KUBECONFIG=$RUN/kubeconfig" ;;
   *) echo "usage: $0 [up|down|status|build|env|kubectl DEST]" >&2; exit 2 ;;

@@ -67,7 +67,7 @@ PORT_BASE=${REAL_NODE_PORT_BASE:-$_base}
 BRIDGE=${REAL_NODE_BRIDGE:-$_br}
 NODE_KIND_LABEL=backstop.dev/node-kind
 K8S_VERSION=v1.20.2
-GOROOT_DIR=/usr/lib/go-1.19
+GOROOT_DIR=${REAL_NODE_GOROOT:-/usr/lib/go-1.19}   # a stand-in toolchain in tests/unit/test_hack_builds.py
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
@@ -100,7 +100,7 @@ go_build() { # component
       p=k8s.io/kubernetes/vendor/$p
       ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=20 -X $p.gitTreeState=clean"
     done
-    go build -trimpath -ldflags "-s -w$ld" -o $BIN/$1.tmp ./cmd/$1 && mv $BIN/$1.tmp $BIN/$1
+    go build -trimpath -ldflags "-s -w$ld" -o $BIN/$1.tmp.$$ ./cmd/$1 && mv -f $BIN/$1.tmp.$$ $BIN/$1
   )
 }
 
@@ -118,19 +118,29 @@ lid = hashlib.sha256(lb).hexdigest()
 cfg = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Entrypoint": json.loads(entry)},
                   "rootfs": {"type": "layers", "diff_ids": ["sha256:" + lid]}}).encode()
 cid = hashlib.sha256(cfg).hexdigest()
-with tarfile.open(out + ".tmp", "w") as o:
+tmp = f"{out}.tmp.{os.getpid()}"
+with tarfile.open(tmp, "w") as o:
     def add(name, data):
         ti = tarfile.TarInfo(name); ti.size = len(data); o.addfile(ti, io.BytesIO(data))
     add(f"{lid}/layer.tar", lb)
     add(f"{cid}.json", cfg)
     add("manifest.json", json.dumps([{"Config": f"{cid}.json", "RepoTags": [tag],
                                       "Layers": [f"{lid}/layer.tar"]}]).encode())
-os.replace(out + ".tmp", out)
+os.replace(tmp, out)
 PY
 }
 
-deps() {
-  need_root
+# Nodes started side by side on an empty cache each find the kubelet missing: the first builds,
+# the others wait on the lock and then find every part in place.
+deps() { need_root; with_build_lock apt_deps; with_build_lock builds; }
+with_build_lock() { # CMD...: run CMD holding the cache's build lock (hack/local-cluster.sh takes it too)
+  mkdir -p $BIN
+  exec 8> $K8S/.build.lock; flock 8
+  "$@"
+  flock -u 8; exec 8>&-
+}
+
+apt_deps() {
   local need=() p
   for p in containerd runc containernetworking-plugins gcc libc6-dev iptables conntrack busybox-static curl; do
     dpkg-query -W -f='${Status}' $p 2>/dev/null | grep -q 'install ok installed' || need+=($p)
@@ -140,6 +150,9 @@ deps() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
       || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; }
   fi
+}
+
+builds() { # kubelet, kube-proxy, the pause and busybox images: each once, whoever comes first
   go_build kubelet
   go_build kube-proxy
   if [[ ! -f $PAUSE/pause.tar ]]; then
@@ -152,7 +165,7 @@ deps() {
   if [[ ! -f $CACHE/images/busybox/busybox.tar ]]; then
     local b=$CACHE/images/busybox
     mkdir -p $b/rootfs/bin $b/rootfs/tmp
-    cp /bin/busybox $b/rootfs/bin/busybox
+    cp ${REAL_NODE_BUSYBOX:-/bin/busybox} $b/rootfs/bin/busybox
     ln -sf busybox $b/rootfs/bin/sh
     tar_image $b/rootfs backstop/busybox:1.35 $b/busybox.tar '["/bin/busybox"]'
   fi
@@ -498,6 +511,7 @@ cmd=${1:-}; shift || true
 if [[ -d $NODES && ! ${BASH_SOURCE[0]} -ef $RUN/real-node.sh ]]; then install_self; fi
 case $cmd in
   deps) deps ;;
+  builds) with_build_lock builds ;;   # deps without apt and root
   up) up "$@" ;;
   kill) need_root; kill_node "${1:?usage: kill NAME}" ;;
   revive) revive "${1:?usage: revive NAME}" ;;
