@@ -9,7 +9,7 @@ CLUSTER := hack/local-cluster.sh
 export BACKSTOP_CACHE ?= $(HOME)/.cache/backstop
 export KUBECONFIG_LOCAL := $(BACKSTOP_CACHE)/run/kubeconfig
 
-.PHONY: help install tools test-oldest test-spark-job test-spark-k8s lint typecheck imports unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds images e2e e2e-when-possible
+.PHONY: help install tools test-oldest test-spark-job test-spark-k8s lint typecheck imports docs-site unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds images e2e e2e-when-possible
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ typecheck: $(STAMP) ## mypy --strict
 
 imports: $(STAMP) ## import-linter: planners stay pure, the operator's layers hold
 	$(BIN)/lint-imports
+
+docs-site: $(STAMP) ## the documentation site (mkdocs.yml) into .site; a broken link or anchor fails it
+	$(BIN)/mkdocs build --strict --site-dir .site
 
 cluster-build: ## build etcd/kube-apiserver/controller-manager/scheduler into $(BACKSTOP_CACHE) (once)
 	$(CLUSTER) build
@@ -75,7 +78,7 @@ test-spark-k8s: $(STAMP) tools ## the re-optimization Job with Spark executor po
 # The unit tests (CPU) and the e2e (mostly waiting for nodes and pods, with its own control plane,
 # ports, subnets and Docker) share nothing but the CPU, so they run side by side; the e2e's output
 # is kept in .e2e.log and shown when both are done. Either failing fails the target.
-test: $(STAMP) tools lint typecheck imports ## everything CI runs: lint, types, layering, unit + cluster tests, e2e
+test: $(STAMP) tools lint typecheck imports docs-site ## everything CI runs: lint, types, layering, docs site, unit + cluster tests, e2e
 	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest -m 'not spark_image' tests/chart tests/cluster tests/realnodes
 	@$(MAKE) --no-print-directory e2e-when-possible > .e2e.log 2>&1 & e2e=$$!; \
 	  PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest tests/unit planners runtime operator/backstop; \
@@ -123,7 +126,7 @@ clean:
 .PHONY: docs kind-demo
 KIND_CLUSTER ?= backstop
 
-docs: $(STAMP) ## regenerate docs/streamtopology.md and docs/cli.md from the code
+docs: $(STAMP) ## regenerate docs/streamtopology.md, docs/cli.md and the layer table of docs/architecture.md
 	$(BIN)/python hack/gen-docs.py
 
 crds: $(STAMP) ## regenerate crds/ from the pydantic models and copy them into the Helm chart
