@@ -250,13 +250,16 @@ def sweep(time_limit: float) -> str:
 
 
 HEADING = "## Minimum backups"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "backups.md"
+"""This benchmark's generated page (``--out`` with no path writes it)."""
+COMMAND = "python bench/bench_backups.py"
 
 
 INTRO = """Reproduces the FTC seed's Table III cases and Figs. 7/8 (`minimum-backups-ftc.txt`,
 Sec. V) with `bench/bench_backups.py` (topologies in `bench/topologies.py`); every plan passes
 `planners.evaluate.check_plan`. Regenerate with
 
-    .venv/bin/python bench/bench_backups.py --out docs/benchmarks.md
+    .venv/bin/python bench/bench_backups.py --out
 
 Cases: Line = 4 parallel lines of 8 tasks joining one sink (33 tasks); Tree = complete
 binary in-tree of depth 5 (31 tasks); Guru = SignalGuru-like 9 steps, parallelism
@@ -295,7 +298,13 @@ tasks where one upstream task covers them all; why and how is in `backups_dag`'s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", help="also write the markdown to this file")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
     parser.add_argument(
         "--time-limit", type=float, default=10.0, help="budget of exact/auto per plan (s)"
     )
@@ -319,7 +328,7 @@ def main() -> None:
     )
     sys.stdout.write(text)
     if args.out:
-        write_section(Path(args.out), HEADING, f"{HEADING}\n\n{text}")
+        write_section(args.out, HEADING, f"{HEADING}\n\n{text}", command=COMMAND)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,9 @@ from bench.docsection import emit
 from bench.procstat import loadavg, rss_mib
 
 HEADING = "## Operator memory with many pods (in-process, per cache)"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "operator-memory.md"
+"""This benchmark's generated page (``--out`` with no path writes it)."""
+COMMAND = "python bench/bench_operator_memory.py"
 
 
 def server_pod(manifest: dict[str, Any], node: str) -> dict[str, Any]:
@@ -299,7 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--operators", type=int, default=10)
     p.add_argument("--parallelism", type=int, default=1000)
-    p.add_argument("--out", type=Path)
+    p.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
     args = p.parse_args(argv)
     load0 = loadavg()
     start = rss_mib()
@@ -316,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     traced = run_stages(args, texts, traced=True)
     tracemalloc.stop()
     section = render(args, imports, start, plain, traced, texts, (load0, loadavg()))
-    return emit(section, args.out, HEADING)
+    return emit(section, args.out, HEADING, command=COMMAND)
 
 
 if __name__ == "__main__":

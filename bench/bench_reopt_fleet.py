@@ -56,6 +56,9 @@ from bench.docsection import emit
 from planners.placement import Node
 
 HEADING = "## Re-optimization over a fleet (Spark)"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "reopt-fleet.md"
+"""This benchmark's generated page (``--out`` with no path writes it)."""
+COMMAND = "python bench/bench_reopt_fleet.py"
 NODE_CPU = 4.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_KIB = 1  # /proc/<pid>/status reports kB
@@ -462,7 +465,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="COMMIT",
         help="also run the job's code at this commit (git archive) once, for the ratio",
     )
-    p.add_argument("--out", type=Path, help="also write the section into this markdown file")
+    p.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
     args = p.parse_args(argv)
     if min(args.topologies, args.rows, args.cores, args.runs) < 1:
         p.error("--topologies, --rows, --cores and --runs must be positive")
@@ -489,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(run)
             diff = compare_estimates(runs[0].out, run.out)
         text = section(args, info, runs, sound, diff)
-    return emit(text, args.out, HEADING, log)
+    return emit(text, args.out, HEADING, log, command=COMMAND)
 
 
 if __name__ == "__main__":

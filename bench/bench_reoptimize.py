@@ -45,6 +45,9 @@ from backstop.sim.metricsgen import GeneratorParams, write_metrics
 from bench.docsection import emit
 
 HEADING = "## Re-optimization (Spark)"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "reoptimize.md"
+"""This benchmark's generated page (``--out`` with no path writes it)."""
+COMMAND = "python bench/bench_reoptimize.py"
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
 
@@ -189,12 +192,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topologies", type=int, default=8, help="topologies in the fleet")
     p.add_argument("--time-limit", type=float, default=0.5, help="planner seconds per plan")
     p.add_argument("--scenarios", type=int, default=2000, help="Monte Carlo windows per plan")
-    p.add_argument("--out", type=Path, help="also write the section into this markdown file")
+    p.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
     args = p.parse_args(argv)
     if min(args.rows) < 1 or args.cores < 1 or args.topologies < 1:
         p.error("--rows, --cores and --topologies must be positive")
     section = run(args)
-    return emit(section, args.out, HEADING, log)
+    return emit(section, args.out, HEADING, log, command=COMMAND)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,9 @@ from planners.placement import Node, NodePool, place, plan_joint
 from planners.restore import plan_restore
 
 HEADING = "## Restoring the bound"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "restore.md"
+"""This benchmark's generated page (``--out`` with no path writes it)."""
+COMMAND = "python bench/bench_restore.py"
 BUDGET = 2.0  # the operator's RESTORE_TIME_LIMIT
 
 
@@ -161,7 +164,13 @@ def instances() -> list[tuple[str, TaskGraph, int, float, float]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, help="write the section into this markdown file")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
     args = parser.parse_args()
     rows = []
     for name, graph, k, cpu, bound in instances():
@@ -174,8 +183,7 @@ def main() -> int:
     lines_ = [
         HEADING,
         "",
-        "`python bench/bench_restore.py --out docs/benchmarks.md`; planner budget "
-        f"{BUDGET:g} nominal s,",
+        f"`python bench/bench_restore.py --out`; planner budget {BUDGET:g} nominal s,",
         "as in the operator. One node of `k` lost, its tasks recovered first-fit onto the",
         "survivors (the bound breaks), one replacement node added. *Renamed",
         "fresh plan* is the re-plan before issue 19; *min-migration* is `planners.restore`",
@@ -196,7 +204,7 @@ def main() -> int:
     section = "\n".join(lines_) + "\n"
     print(section)
     if args.out:
-        write_section(args.out, HEADING, section)
+        write_section(args.out, HEADING, section, command=COMMAND)
     return 0
 
 

@@ -69,6 +69,10 @@ STEP_LOG = "recovery step "
 """How the operator's log line on an issued step begins (its parts: wake-up, decision,
 status write, RecoveryPlan write; ``backstop.controller.supervisor``)."""
 
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "scale.md"
+"""This benchmark's generated page (``--out`` with no path writes it)."""
+COMMAND = "python bench/bench_scale.py"
+
 
 def default_kubeconfig() -> str:
     run = os.environ.get("K8S_RUN_DIR") or str(Path.home() / ".cache/backstop/run")
@@ -390,7 +394,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900, help="seconds to wait for each phase")
     p.add_argument("--profile", type=Path, help="sample the operator's stacks into this file")
     p.add_argument("--json", type=Path, help="also write the raw figures as JSON")
-    p.add_argument("--out", type=Path, help="also write the section into this markdown file")
+    p.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
     p.add_argument(
         "--render",
         type=Path,
@@ -406,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         save(args, r)
         runs = [(args, r)]
     text = section(runs)
-    return emit(text, args.out, HEADING, log)
+    return emit(text, args.out, HEADING, log, command=COMMAND)
 
 
 if __name__ == "__main__":
