@@ -252,7 +252,7 @@ def sweep(time_limit: float) -> str:
 HEADING = "## Minimum backups"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "backups.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_backups.py"
+COMMAND = "python bench/bench_backups.py --out"
 
 
 INTRO = """Reproduces the FTC seed's Table III cases and Figs. 7/8 (`minimum-backups-ftc.txt`,

@@ -49,7 +49,7 @@ from bench.procstat import cpu_and_peak, loadavg
 HEADING = "## Operator: the cluster view, LIST vs watch caches"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "caches.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_caches.py"
+COMMAND = "python bench/bench_caches.py --out"
 PAGE = 500
 
 

@@ -51,7 +51,7 @@ EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
 HEADING = "## CLI start-up and manifest parsing"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "cli.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_cli.py"
+COMMAND = "python bench/bench_cli.py --out"
 
 # Runs inside the interpreter under test (its own checkout), so it uses only what both
 # trees have; it prints one JSON object of stage -> [seconds per repetition].

@@ -48,7 +48,7 @@ from tests.support.kubetools import free_port, stop_operator, wait_for
 HEADING = "## Operator failover"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "failover.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_failover.py"
+COMMAND = "python bench/bench_failover.py --out"
 LEASE = "backstop-operator"
 TIMING = {"lease_duration": 15, "renew_deadline": 10, "retry_period": 2}
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HEADING = "## Operator: one plan of a fleet's topology (CPU)"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "fleet-plan.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_fleet_plan.py"
+COMMAND = "python bench/bench_fleet_plan.py --out"
 
 
 def cases() -> list[tuple[str, list[tuple[str, float]]]]:

@@ -57,7 +57,7 @@ from planners.placement import Node
 HEADING = "## Operator: apply to pods"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "operator.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_operator.py"
+COMMAND = "python bench/bench_operator.py --out"
 FLEET_LOSS_PAGE = PAGE.with_name("operator-fleet-loss.md")
 """The page of ``--scenario fleet-loss`` (``--out`` with no path writes it)."""
 NOTES = [
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
 
         section = fleetloss.render(args, fleetloss.run(args, workdir))
         out = FLEET_LOSS_PAGE if args.out == PAGE else args.out
-        command = f"{COMMAND} --scenario fleet-loss"
+        command = COMMAND.replace(" --out", " --scenario fleet-loss --out")
         return emit(section, out, fleetloss.HEADING, command=command)
     big = run_big(args, workdir) if args.scenario in ("big", "both") else None
     fleet = run_fleet(args, workdir) if args.scenario in ("fleet", "both") else None

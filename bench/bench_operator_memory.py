@@ -47,7 +47,7 @@ from bench.procstat import loadavg, rss_mib
 HEADING = "## Operator memory with many pods (in-process, per cache)"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "operator-memory.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_operator_memory.py"
+COMMAND = "python bench/bench_operator_memory.py --out"
 
 
 def server_pod(manifest: dict[str, Any], node: str) -> dict[str, Any]:

@@ -67,7 +67,7 @@ from planners import TaskGraph
 HEADING = "## Operator: node loss and recovery"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "operator-recovery.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_operator_recovery.py"
+COMMAND = "python bench/bench_operator_recovery.py --out"
 BIG = (50, 200, 200, 50)
 
 

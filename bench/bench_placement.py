@@ -245,7 +245,7 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 HEADING = "## Placement"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "placement.md"
 """This benchmark's generated page (``--docs`` with no path writes it)."""
-COMMAND = "python bench/bench_placement.py"
+COMMAND = "python bench/bench_placement.py --docs"
 
 
 def main(argv: list[str] | None = None) -> int:

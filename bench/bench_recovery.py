@@ -47,7 +47,7 @@ from planners.recovery import (
 HEADING = "## Recovery scheduling"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "recovery.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_recovery.py"
+COMMAND = "python bench/bench_recovery.py --out"
 ALGORITHMS = [
     "operator-centric",
     "best-density",

@@ -40,7 +40,7 @@ from bench.procstat import loadavg
 HEADING = "## Scale: the recovery round at 10k tasks (in-process)"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "recovery-round.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_recovery_round.py"
+COMMAND = "python bench/bench_recovery_round.py --out"
 CASES = {"cold": (False, False), "warm": (True, False), "warm, collected": (True, True)}
 
 

@@ -40,7 +40,7 @@ from planners.recovery import (
 HEADING = "## Recovery scheduling: the seed's Fig. 16"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "recovery-seed.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_recovery_seed.py"
+COMMAND = "python bench/bench_recovery_seed.py --out"
 LEVELS = (10, 30, 50, 70, 90)
 """Recovery resources, % of the failed partitions' needs (the figure's exact ticks are
 not in the seed's text; these span its x-axis)."""

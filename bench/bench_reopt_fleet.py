@@ -58,7 +58,7 @@ from planners.placement import Node
 HEADING = "## Re-optimization over a fleet (Spark)"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "reopt-fleet.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_reopt_fleet.py"
+COMMAND = "python bench/bench_reopt_fleet.py --out"
 NODE_CPU = 4.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_KIB = 1  # /proc/<pid>/status reports kB

@@ -47,7 +47,7 @@ from bench.docsection import emit
 HEADING = "## Re-optimization (Spark)"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "reoptimize.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_reoptimize.py"
+COMMAND = "python bench/bench_reoptimize.py --out"
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
 

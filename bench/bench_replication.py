@@ -47,7 +47,7 @@ from planners.replication import (
 HEADING = "## Selective replication"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "replication.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_replication.py"
+COMMAND = "python bench/bench_replication.py --out"
 PROBS = (0.0025, 0.005, 0.01, 0.02, 0.03)
 """The seed's host failure probabilities (line 179)."""
 LOADS = (0, 10, 25, 50, 75, 100)

@@ -41,7 +41,7 @@ from planners.restore import plan_restore
 HEADING = "## Restoring the bound"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "restore.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_restore.py"
+COMMAND = "python bench/bench_restore.py --out"
 BUDGET = 2.0  # the operator's RESTORE_TIME_LIMIT
 
 

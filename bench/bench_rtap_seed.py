@@ -37,7 +37,7 @@ from planners.placement.orders import _rtap_groups, _wud_order
 HEADING = "## Placement: the RTAP seed side by side"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "rtap-seed.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_rtap_seed.py"
+COMMAND = "python bench/bench_rtap_seed.py --docs"
 
 INSTANCES = ("S-Tree", "L-Tree", "S-Guru", "L-Guru", "S-Senti", "L-Senti", "S-Rnd", "L-Rnd")
 """Table 5's column order."""

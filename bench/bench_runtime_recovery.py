@@ -71,7 +71,7 @@ IN_POD = "/var/lib/backstop"
 HEADING = "## Runtime on real nodes: the bound measured"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "runtime-recovery.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_runtime_recovery.py"
+COMMAND = "python bench/bench_runtime_recovery.py --out"
 UNBOUNDED = 86400.0  # the largest bound the CRD accepts: in effect none
 CAUGHT_UP_SLACK = 0.5
 
@@ -536,7 +536,7 @@ def main() -> int:
         print(text)
         if args.out:
             out = args.out.with_name(f"{args.out.stem}-incremental.md")
-            command = f"{COMMAND} --incremental"
+            command = COMMAND.replace(" --out", " --incremental --out")
             write_section(out, incremental.HEADING, text, command=command)
     return 1 if failed else 0
 

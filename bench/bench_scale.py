@@ -71,7 +71,7 @@ status write, RecoveryPlan write; ``backstop.controller.supervisor``)."""
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "scale.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_scale.py"
+COMMAND = "python bench/bench_scale.py --out"
 
 
 def default_kubeconfig() -> str:

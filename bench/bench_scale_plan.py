@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HEADING = "## Joint plan at scale"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "scale-plan.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_scale_plan.py"
+COMMAND = "python bench/bench_scale_plan.py --out"
 OPERATOR_BUDGET = 3.0  # backstop.domain.constants.DEFAULT_TIME_LIMIT (nominal seconds)
 NOTES = [
     "Where the time went (cProfile, 500 tasks, old code, load 4.9): 6.1 s, of which 5.6 s in "

@@ -46,7 +46,7 @@ from planners.graph import TaskGraph
 HEADING = "## Scale: one supervisor tick at 10k tasks (in-process)"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "scale-tick.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
-COMMAND = "python bench/bench_scale_tick.py"
+COMMAND = "python bench/bench_scale_tick.py --out"
 TASK = "streams.backstop.dev/task"
 NAMES = ["src", "parse", "filter", "enrich", "score", "join", "agg", "rank", "format", "sink"]
 
