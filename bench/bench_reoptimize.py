@@ -112,18 +112,6 @@ def fmt_rate(rows: int, seconds: float) -> str:
     return f"{rows / seconds / 1e3:,.0f} k"
 
 
-K8S_RUN = (
-    "With `--master k8s://…` on the local cluster's two real nodes (`make test-spark-k8s`, "
-    "under the bench lock, load 3.9 → 4.4): the Job, driver in its pod on one node and 2 "
-    "executor pods (100m CPU request, 512m heap + 768m overhead) on the other, ran from "
-    "creation to the operator's `Suggested` in 51 s for a few hundred metric rows; peak "
-    "memory (container cgroup, page cache included) 775 MiB for the driver, 576 MiB per "
-    "executor ([reoptimization](reoptimization.md"
-    "#a-fleet-in-one-job-and-the-path-to-spark-on-kubernetes))."
-)
-"""Measured by tests/realnodes/test_spark_k8s_real.py, not by this script: kept in the section."""
-
-
 def run(args: argparse.Namespace) -> str:
     results = []
     for rows in args.rows:
@@ -177,8 +165,6 @@ def run(args: argparse.Namespace) -> str:
         "outgrows one machine's cores: that is what `--master k8s://…` is for. Most of the "
         "whole job's time at 1 M rows is fixed cost, not the rows: JVM start-up (7–9 s) and "
         "the planners' budget (8 plans per topology, up to the time limit each).",
-        "",
-        K8S_RUN,
         "",
     ]
     return "\n".join(lines)

@@ -257,9 +257,6 @@ def main(argv: list[str] | None = None) -> int:
         help="Run the baseline only on the cases whose name contains one of these (a,b).",
     )
     parser.add_argument(
-        "--note", action="append", default=[], help="A line to add to the notes (repeatable)."
-    )
-    parser.add_argument(
         "--out",
         type=Path,
         nargs="?",
@@ -362,7 +359,6 @@ def main(argv: list[str] | None = None) -> int:
     flags = " --base DIR" if args.base else ""
     flags += f" --base-cases '{args.base_cases}'" if args.base and args.base_cases else ""
     flags += f" --repeats {args.repeats} --budgets {args.budgets}"
-    flags += " --note …" if args.note else ""
     text = "\n".join(
         [
             HEADING,
@@ -411,7 +407,6 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "",
             *NOTES,
-            *[line for note in args.note for line in (note, "")],
             *([compare_sets(args.base.resolve()), ""] if args.base else []),
         ]
     )

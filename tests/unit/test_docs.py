@@ -77,7 +77,7 @@ def test_readme_starts_with_the_two_commands_and_links_the_references() -> None:
     assert sections and sections[0].lower().startswith("quick start"), sections
     quick = text.split("\n## ", 2)[1]
     assert quick.index("make demo") < quick.index("make test")
-    for link in ("docs/streamtopology.md", "docs/cli.md", "docs/benchmarks.md"):
+    for link in ("docs/streamtopology.md", "docs/cli.md", "docs/benchmarks/index.md"):
         assert f"]({link})" in text, link
     assert text.count("```mermaid") >= 2, "concepts picture and architecture diagram"
     # the recovery section shows a real transcript of `make demo`
