@@ -47,7 +47,7 @@ from bench.opharness import chain_topology
 from bench.procstat import cpu_and_peak, loadavg
 
 HEADING = "## Operator: the cluster view, LIST vs watch caches"
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "caches.md"
+DOC_PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "caches.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
 COMMAND = "python bench/bench_caches.py --out"
 PAGE = 500
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         type=Path,
         nargs="?",
-        const=PAGE,
+        const=DOC_PAGE,
         help="write its page (no path: its own under docs/benchmarks/)",
     )
     args = p.parse_args(argv)
