@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a reconcile's view of the cluster costs: a LIST of every pod vs the watch caches.
 
-Why (issue 15, item 1): before, every reconcile and restore listed every node and every
+Why: a LIST per reconcile and restore, of every node and every every node and every
 pod of the cluster (``Kube.view``): 5,000 pods took 6.4 s and +203 MiB per list on the
 control plane, and the pod feed's (re)listing built ``V1Pod`` models of every pod too.
 Now the view comes from the node index, the capacity ledger and the pod index, and the
@@ -19,8 +19,8 @@ them (built by the operator's own manifest builder, then given ``managedFields``
 * **cache view** (a reconcile now): :func:`backstop.controller.capacity.topology_view`.
 
 CPU seconds (``time.process_time``, so the machine's load matters less) and the peak of
-Python allocations (``tracemalloc``). Prints a markdown section; ``--out FILE`` writes it
-into FILE (section ``## Operator: the cluster view, LIST vs watch caches``).
+Python allocations (``tracemalloc``). Prints a markdown section; ``--out`` writes its
+page, ``docs/benchmarks/caches.md`` (``--out FILE``: that file).
 """
 
 from __future__ import annotations

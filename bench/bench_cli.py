@@ -1,4 +1,4 @@
-"""Benchmark the CLI's start-up and the parsing of large manifests (issue 15, items 3 and 5).
+"""Benchmark the CLI's start-up and the parsing of large manifests.
 
 Why: ``backstop --help`` took 2.7 s (eager imports of ortools, pandas, kubernetes) and a
 3,000-operator manifest spent most of its time in PyYAML's pure-Python loader. This

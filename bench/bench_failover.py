@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark operator failover: two replicas on a Lease, the leader killed (issue 12, item 7).
+"""Benchmark operator failover: two replicas on a Lease, the leader killed.
 
 Why: with one replica, a lost operator node stopped every recovery for the pod
 eviction timeout (300 s by default) plus an image pull and a start. With two
@@ -17,8 +17,8 @@ NotReady, the leader gets SIGKILL. Reported: kill → the standby holds the Leas
 kill → the first RecoveryPlan (the standby's Kopf start, indexes, the supervise
 daemon's first tick and the planning included).
 
-Prints a markdown section (progress to stderr); ``--out FILE`` also writes it
-into FILE, replacing only its ``## Operator failover`` section.
+Prints a markdown section (progress to stderr); ``--out`` writes its page,
+``docs/benchmarks/failover.md`` (``--out FILE``: that file).
 """
 
 from __future__ import annotations
@@ -153,11 +153,11 @@ def section(rows: list[dict[str, float]]) -> str:
             f"| **the first RecoveryPlan** (Kopf start, indexes, first tick, plan) | "
             f"{stats('plan')} |",
             "",
-            "Before issue 12 (one replica, no Lease): recovery stopped until Kubernetes evicted "
-            "the operator pod from its lost node (300 s by default) and a new pod pulled its "
-            "image and started. The chart now also tolerates not-ready/unreachable for 30 s only "
+            "With one replica and no Lease, recovery stops until Kubernetes evicts the "
+            "operator pod from its lost node (300 s by default) and a new pod pulls its image "
+            "and starts. The chart tolerates not-ready/unreachable for 30 s only "
             "(`nodeFailureTolerationSeconds`), so the spare replica is replaced soon after. "
-            "The cluster test `tests/cluster/test_leader_election.py` checks the issue's bound "
+            "The cluster test `tests/cluster/test_leader_election.py` checks the bound "
             "(a RecoveryPlan within the grace period + 15 s of the loss) with the leader killed "
             "just before the node.",
         ]

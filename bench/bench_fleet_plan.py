@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CPU of one plan of the fleet's topology (issue 15, item 4), this tree against another.
+"""CPU of one plan of the fleet's topology, this tree against another.
 
 The operator's reconcile calls :func:`backstop.domain.planning.plan_topology` once per
 topology; in a fleet of 100 these plans were what the reconciles queued on. This times

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Benchmark the operator from ``kubectl apply`` to running pods (issue 6).
+"""Benchmark the operator from ``kubectl apply`` to running pods.
 
-Why: issue 6 asks that a 500-task topology goes from apply (the StreamTopology is
+Why: the target is that a 500-task topology goes from apply (the StreamTopology is
 created) to all its pods created in under 10 s on the local control plane, and
 that 20 topologies of 50 tasks reconcile concurrently without errors or duplicate
 pods. This measures both against the real API server and scheduler, with the
@@ -20,8 +20,9 @@ Setup (each scenario in its own namespace, node pool and operator process):
   and one pod object per name (no uid created twice), no warning/error lines in the
   operator log, every topology Ready.
 
-Prints a markdown section to stdout (progress to stderr); ``--out FILE`` also
-writes it into FILE, replacing only its ``## Operator: apply to pods`` section.
+Prints a markdown section to stdout (progress to stderr); ``--out`` writes its
+page, ``docs/benchmarks/operator.md`` (``--scenario fleet-loss``: ``operator-fleet-loss.md``;
+``--out FILE``: that file).
 """
 
 from __future__ import annotations

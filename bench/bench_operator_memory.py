@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the operator's memory goes with many task pods: each pod cache measured, in-process.
 
-Why (issue 15, "the operator's RSS under 300 MiB with 10k pods"): the end-to-end run
+Why (the target: the operator's RSS under 300 MiB with 10k pods): the end-to-end run
 (``bench_scale.py``) saw 1.5 GiB with 10k pods, and which cache held how much was
 inferred, never measured. This feeds ``--pods`` task pods of one topology (``--operators``
 × parallelism, forward chains; the operator's own manifests given a server's
@@ -23,7 +23,8 @@ The watch events themselves are parsed one at a time and dropped (as the watch d
 Reported per stage: what it retains (``tracemalloc``, traced pass) with its top
 allocation sites, its transient peak, and the process's RSS after it (untraced pass,
 after ``gc.collect()``). ``--imports`` adds the RSS after importing what the operator
-imports at start, before any pod. Prints markdown; ``--out FILE`` writes the section.
+imports at start, before any pod. Prints markdown; ``--out`` writes its page,
+``docs/benchmarks/operator-memory.md`` (``--out FILE``: that file).
 """
 
 from __future__ import annotations

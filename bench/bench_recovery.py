@@ -15,8 +15,8 @@ to about 60 %; a correlated failure of the nodes hosting the most output
 tasks; one replacement node per lost node, arriving 120–360 s later (the
 seed's measured EC2 launch times, Fig. 7).
 
-Prints a markdown section to stdout (progress goes to stderr). ``--out FILE``
-also writes it into FILE, replacing only its ``## Recovery scheduling`` section.
+Prints a markdown section to stdout (progress goes to stderr). ``--out``
+writes its page, ``docs/benchmarks/recovery.md`` (``--out FILE``: that file).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ checks Theorem 5.1's ratio ``1 − e^(−1/d)`` against the proven optimum on ev
 instance. It also measures what pruning BestDensity's pairs to the 48 densest
 queries loses when more queries fail.
 
-Prints a markdown section (progress to stderr); ``--out FILE`` also writes it
-into FILE, replacing only its ``## Recovery scheduling: the seed's Fig. 16`` section.
+Prints a markdown section (progress to stderr); ``--out`` writes its page,
+``docs/benchmarks/recovery-seed.md`` (``--out FILE``: that file).
 """
 
 from __future__ import annotations

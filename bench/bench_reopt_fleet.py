@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark the re-optimization job over a fleet: 100 topologies × 1M metric rows, one job.
 
-Why: issue 15 asks for a fleet's metrics (100 topologies × 1M rows = 100M rows) re-optimized
+Why: the target is a fleet's metrics (100 topologies × 1M rows = 100M rows) re-optimized
 in one Spark job on 2 cores in under 5 minutes, with the time and the peak memory reported.
 This script:
 
@@ -21,8 +21,8 @@ This script:
    failure-effect evaluator (:func:`backstop.domain.recommend.check_recommendation`), and the
    estimates counting every generated row.
 
-Prints a markdown section (progress to stderr); ``--out FILE`` writes it into FILE, replacing
-only its ``## Re-optimization over a fleet (Spark)`` section. The 100M-row run takes minutes
+Prints a markdown section (progress to stderr); ``--out`` writes its page,
+``docs/benchmarks/reopt-fleet.md`` (``--out FILE``: that file). The 100M-row run takes minutes
 and 2.6 GB of disk: run it once, on a machine you may load.
 """
 

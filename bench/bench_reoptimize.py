@@ -14,9 +14,8 @@ times three things:
 3. the same estimates in one process with pandas
    (:func:`backstop.domain.estimates.estimate_operators_pandas`), read included.
 
-Prints a markdown section to stdout (progress to stderr); ``--out FILE``
-also writes it into FILE, replacing only its ``## Re-optimization (Spark)``
-section.
+Prints a markdown section to stdout (progress to stderr); ``--out``
+writes its page, ``docs/benchmarks/reoptimize.md`` (``--out FILE``: that file).
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ replicated at most once. The expectation over crashes is computed (exactly,
 see the module), averaged over ``--workloads`` generated workloads (the random
 selection over ``--workloads`` seeds too).
 
-Prints a markdown section to stdout (progress to stderr); ``--out FILE`` also
-writes it into FILE, replacing only its ``## Selective replication`` section.
+Prints a markdown section to stdout (progress to stderr); ``--out`` writes
+its page, ``docs/benchmarks/replication.md`` (``--out FILE``: that file).
 """
 
 from __future__ import annotations

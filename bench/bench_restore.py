@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark restoring the bound after a node loss: moved pods, steps, planning time (issue 19).
+"""Benchmark restoring the bound after a node loss: moved pods, steps, planning time.
 
 Why: when a replacement node arrives after a recovery that broke the bound, the
 operator re-plans. Before issue 19 the re-plan was a fresh placement whose node
@@ -16,8 +16,8 @@ survivors (as a recovery does, availability first), then one replacement node
 of the same size. Instances whose crowded placement still keeps the bound are
 skipped (nothing to restore).
 
-Prints a markdown section to stdout. ``--out FILE`` also writes it into FILE,
-replacing only its ``## Restoring the bound`` section.
+Prints a markdown section to stdout. ``--out`` writes its page,
+``docs/benchmarks/restore.md`` (``--out FILE``: that file).
 """
 
 from __future__ import annotations
@@ -186,7 +186,8 @@ def main() -> int:
         f"`python bench/bench_restore.py --out`; planner budget {BUDGET:g} nominal s,",
         "as in the operator. One node of `k` lost, its tasks recovered first-fit onto the",
         "survivors (the bound breaks), one replacement node added. *Renamed",
-        "fresh plan* is the re-plan before issue 19; *min-migration* is `planners.restore`",
+        "fresh plan* is a fresh placement renamed onto the nodes its groups ran on;",
+        "*min-migration* is `planners.restore`",
         "(CP-SAT; *proven* = the fewest moves proven), moved in batches of 2, every step checked",
         "with the evaluator to be no worse than the one before.",
         "",

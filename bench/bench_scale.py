@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Benchmark a 10k-task topology end to end on simulated nodes (issue 15, "Done when").
+"""Benchmark a 10k-task topology end to end on simulated nodes.
 
-Why: issue 15 is done when "a 10k-task topology is applied, placed, loses a node and
+Why: the target is "a 10k-task topology is applied, placed, loses a node and
 recovers on simulated nodes, with every status and ConfigMap write under its limit, the
 operator's RSS under 300 MiB with 10k pods in the cluster, and the first RecoveryPlan
 < 1 s after detection". This runs exactly that against the local control plane (real
@@ -27,7 +27,7 @@ own. Steps and what is measured (API watches, seen within milliseconds):
 
 ``--profile FILE`` samples every thread's stack of the operator (``bench/stacksample.py``)
 and writes the busiest functions to FILE. Prints a markdown section to stdout (progress
-to stderr); ``--out FILE`` also writes it into FILE, replacing only its section.
+to stderr); ``--out`` writes its page, ``docs/benchmarks/scale.md``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``fleet-loss`` scenario of ``bench/bench_operator.py`` (issue 15, item 4).
+"""The ``fleet-loss`` scenario of ``bench/bench_operator.py``.
 
 ``--fleet-loss`` topologies ``5 → 20 → 20 → 5`` (50 tasks each) are created back to back
 on ``--loss-nodes`` simulated nodes and timed until every one is Ready (plan recorded,
