@@ -272,29 +272,6 @@ merge and sink task, all shuffle: exactly 560 / 1050 edges, 93 tasks (the seed s
 redundancy elimination (line 302), `dag-no-elim` without it (what `dag` was before).
 """
 
-DISCUSSION = """Against the seed. Line(s) and trees: `line`, `tree`, `dag` and `auto` are optimal in
-every row, as the seed's Theorem 2 and Fig. 7 say (`dag-no-elim` misses by one on Tree-n
-at R = 20: its candidate ranking, not Algorithm 3's, picks a worse task there, and the
-elimination step repairs it); `share-based` uses 23-39 % more on the
-non-uniform cases (the seed: 21-43 %) and far more on the uniform line, where every task has
-the same share and the largest-share rule picks the earliest task instead of the last one
-within R. DAGs: with its elimination step `dag` is within 10 % of the optimum on average
-(the seed's claim for Guru and Senti), over the benchmark's rows and over the sweep. Per
-case it differs from the seed's figure: Guru-u is well above the seed's 3 % (its R = 4, 5
-bounds cost 3-4 extra backups on optima of 8-11, and our SignalGuru's per-step parallelism
-is our own guess: the seed gives only 9 steps and 55 tasks), Guru-n is below the seed's 10 %,
-and Senti is 0 % in five of six cases but 11-21 % on Senti-1050-n, where the seed reports 4 %
-on average over both Senti cases (the seed's Senti has 92 tasks, ours 93 with the same edge
-counts, and its weights are its own draw). Without the elimination step (`dag-no-elim`)
-the heuristic is 15 % (rows) and 28 % (sweep) above the optimum; reading the step as "only
-the backups a round's new backup b-covers" (`dag-b-covered`) gives 11-13 %, just outside the
-seed's range. `auto` (ours: the same heuristic, local search, then CP-SAT) is at the optimum
-in every row. Our ranking differs from Algorithm 4's (which ranks by the backup workload
-`B` first): read as written, with the elimination step, it is 149 % above the optimum on
-the rows and 122 % over the sweep, since on shuffle-heavy DAGs it backs up many parallel
-tasks where one upstream task covers them all; why and how is in `backups_dag`'s docstring.
-"""
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -323,8 +300,7 @@ def main() -> None:
         + "\n".join(notes)
         + "\n\n### Figs. 7/8: backups against R, each heuristic against the optimum\n\n"
         + sweep(args.time_limit)
-        + "\n\n"
-        + DISCUSSION
+        + "\n"
     )
     sys.stdout.write(text)
     if args.out:

@@ -166,14 +166,6 @@ def render(rows: list[dict[str, Any]]) -> str:
             f"{r['old'][0]:.2f} / {r['old'][1]:.0f} | {r['feed'][0]:.2f} / {r['feed'][1]:.0f} | "
             f"{r['view'][0]:.4f} / {r['view'][1]:.1f} |"
         )
-    lines += [
-        "",
-        "Before, the left column was paid by every reconcile and every restore attempt "
-        "(plus the API server's share), and by the feed's relisting. Now a reconcile pays "
-        "the right column; the feed pays the middle one once at start and after a lost "
-        "watch (HTTP 410), then single events.",
-        "",
-    ]
     return "\n".join(lines)
 
 

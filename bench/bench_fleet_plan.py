@@ -128,16 +128,6 @@ def render(args: argparse.Namespace, now: list[dict[str, Any]], old: list[dict[s
             )
         else:
             lines.append(f"| {r['case']} | {quality(r)} | {r['violations']} | {r['cpu']:.2f} |")
-    lines += [
-        "",
-        "Why it changed: CP-SAT got every node of the cluster as a slot (100 × 50 placement "
-        "variables, a latency variable per task and node) and ran out of its budget without a "
-        "proof. Without failure domains a node enters the model only through its CPU, so a "
-        "plan on k nodes maps onto the k largest; the model now keeps those plus the "
-        "incumbent's nodes (`planners.placement.search._exact_slots`), at most 2k slots, and "
-        "proves the optimum. Same nodes and backups on every case.",
-        "",
-    ]
     return "\n".join(lines)
 
 

@@ -61,21 +61,6 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "operato
 COMMAND = "python bench/bench_operator.py --out"
 FLEET_LOSS_PAGE = PAGE.with_name("operator-fleet-loss.md")
 """The page of ``--scenario fleet-loss`` (``--out`` with no path writes it)."""
-NOTES = [
-    "Notes. Pod creations and deletions run 8 at a time on one shared executor "
-    "(`backstop.k8s.kubeio`); one by one, the 500 creations took 8.6 s and apply → all pods "
-    "14.6 s. Reconciles place one topology at a time and count pods that are pinned but "
-    "not bound yet; without that, 20 concurrent plans put 35 CPU on one 8-CPU node and "
-    "hundreds of pods stayed Pending. Kopf's executor grows by one thread per supervise "
-    "daemon; with a fixed 16, the 17th topology starved every reconcile and index update "
-    "and no topology of the fleet turned Ready. What is left: planning is about 5 s of "
-    "the 500-task path (`planners.placement`'s backup-dropping pass, beyond the planner's "
-    "3 s budget); binding 500 pods takes the scheduler ~5 s (its API client rate); the "
-    "fleet's plans are made one at a time (the ledger's booking). The figures above were "
-    "measured when every view still listed all pods of the cluster; views now come from "
-    "the watch caches (see the cluster-view section).",
-    "",
-]
 BIG = (50, 200, 200, 50)
 SMALL = (5, 20, 20, 5)
 
@@ -309,7 +294,6 @@ def render(
             lines += [f"- {c}× `{r}`" for r, c in fleet["not_ready"].items()]
             lines.append("")
         lines += _problem_lines(fleet["problems"])
-    lines += NOTES
     return "\n".join(lines)
 
 

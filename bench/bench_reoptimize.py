@@ -150,22 +150,6 @@ def run(args: argparse.Namespace) -> str:
             f"| {n:,} | {job:.1f} | {fmt_rate(n, job)} | {se:.1f} | {fmt_rate(n, se)} | "
             f"{pe:.1f} | {fmt_rate(n, pe)} | {faster} ({max(se, pe) / min(se, pe):.1f}×) |"
         )
-    lines += [
-        "",
-        "Reading the numbers honestly: on one machine, pandas computes the same estimates "
-        '(the same arithmetic; both take each task\'s exact CPU quantile by the "lower" '
-        "rule, which Spark reads off a per-task histogram of CPU rounded up to a millicore, "
-        "`transform_task_summary` in operator/backstop/jobs/transforms.py) at least as "
-        "fast as Spark in the sizes measured, and it has no JVM to start. Spark earns its place "
-        "when the metrics no longer fit one process's memory (pandas holds every row in "
-        "memory, where Spark streams them through the aggregations), when "
-        "they already live in object storage as many Parquet files, and when a fleet's "
-        "re-planning (one planner run per topology and bound, in parallel across executors) "
-        "outgrows one machine's cores: that is what `--master k8s://…` is for. Most of the "
-        "whole job's time at 1 M rows is fixed cost, not the rows: JVM start-up (7–9 s) and "
-        "the planners' budget (8 plans per topology, up to the time limit each).",
-        "",
-    ]
     return "\n".join(lines)
 
 

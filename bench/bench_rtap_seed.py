@@ -278,7 +278,7 @@ def main() -> None:
     text = run(args.time_limit)
     sys.stdout.write(text + "\n")
     if args.docs:
-        section = f"{HEADING}\n\n{PREAMBLE}\n{text}\n{DISCUSSION}"
+        section = f"{HEADING}\n\n{PREAMBLE}\n{text}\n"
         write_section(args.docs, HEADING, section, command=COMMAND)
 
 
@@ -287,42 +287,6 @@ journal's Table 4 instances rebuilt with its |V|, |A|, α and β (`bench_placeme
 S-Guru has 94 edges and L-Guru 238 where the seed has 95 and 239), unit bins, R = 1 and
 every task a backup, as in the seed. Each algorithm is listed with the seed's row it
 reads. `!` would mark a plan the failure-effect evaluator finds over the bound.
-"""
-
-DISCUSSION = """### What matches the seed and what does not, and why
-
-- **The ordering claims hold with the seed's baselines, not with ours.** With the level fit
-  (`*-2sp`, the seed's Section 4.2), RTAP-BF uses fewer nodes than BFDH on all eight
-  instances, about 18 % fewer in total (the seed: 15-25 %; its own Table 5 totals give 11 %
-  against BFDH), and NFDH ≥ FFDH ≥ BFDH as the seed says. With the exact check (`nfdh`,
-  `ffdh`, `bfdh`, what the operator uses) BFDH is 3 % *better* than RTAP-BF: the seed's
-  advantage comes from how weak its baselines' fit is, not from the grouping.
-- **The seed's grouping rule as written is worse than ours.** Line 387 ("v_i can be put into
-  G'_g iff ∀v_j∈G'_g, h_j+t_i ≤ H̄") separates any two tall tasks, adjacent or not: 10-120
-  groups where the adjacency rule makes 1-5, and RTAP-BF then needs up to 1.9× the nodes
-  (S-Guru 34 vs 18), more than BFDH with the level fit in total. Fig. 7's message (more
-  groups, more bins) holds, in each of five redraws of the large instances too; where both
-  rules make one group (β = 0.2: no two heights exceed 1) the results are equal.
-- **Absolute bin counts cannot be reproduced from Table 4.** The seed's RTAP-BF uses about
-  1.9× the width lower bound of its own instances (S-Tree 21 bins for Σw ≈ 9.9, L-Guru 71
-  for ≈ 25); even its BFDH with the same level reading uses 616 bins in total where ours uses
-  379. Our `auto` is at the width bound on six instances and 1 and 3 nodes above it on S-Rnd
-  and L-Rnd. Item widths and heights are drawn here uniformly in [0.2, 1.8] × the mean (the
-  seed does not give its distribution), which can account for a few percent, not for a
-  factor of two.
-- **The seed's tables are not mutually consistent.** Width waste is 1 − Σw / bins for unit
-  bins, so Table 5's bins × (1 − W) must be the same Σw for every algorithm on an instance.
-  It is not: the implied Σw differs by up to 40 % between algorithms on one instance (L-Tree
-  98-128, S-Tree 18.7-26.0), and it is 1.1-2.9× Table 4's |V|·α. Area waste cannot be below
-  width waste when heights are at most 1 (Σ w·t ≤ Σ w), yet the seed's A is below its W in
-  42 of its 48 cells (equal in 4). Ours: W = 1 − Σw / bins, H = 1 − mean over used bins of
-  H(p) / R (the model's recovery latency of losing that bin), A = 1 − Σ w·t / bins; by
-  these definitions our A ≥ W always.
-- **Every plan went through the evaluator.** No plan above breaks the bound (`!`): with every
-  task a backup the level fit is conservative (the seed's line 221, "these greedy algorithms
-  ensure recovery latency", holds under this reading). With partial backups or failure
-  domains it can break the bound; such plans report it and are refused by the joint plan and
-  the operator (`tests/unit/test_placement_seed.py`, `tests/unit/test_cli_place.py`).
 """
 
 

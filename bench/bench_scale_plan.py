@@ -45,25 +45,6 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "scale-p
 """This benchmark's generated page (``--out`` with no path writes it)."""
 COMMAND = "python bench/bench_scale_plan.py --out"
 OPERATOR_BUDGET = 3.0  # backstop.domain.constants.DEFAULT_TIME_LIMIT (nominal seconds)
-NOTES = [
-    "Where the time went (cProfile, 500 tasks, old code, load 4.9): 6.1 s, of which 5.6 s in "
-    "17,024 recomputations of a failure group's H (`_Latency.h`, a Python loop over every "
-    "upstream task: a sink of the shuffle reads 200), 3.8 s of them in the backup-dropping "
-    "pass, which recomputed every group below a task for each of its 1,800 drop checks (4 "
-    "orders × 450 tasks). Now: "
-    "H's steps are set intersections (the tasks ℓ(v) reads are exactly its preds among the "
-    "relevant ones); the drop pass keeps each group's relevant set, ℓ and H and, per drop, "
-    "touches only the groups that read the task and the tasks whose ℓ rises (a heap in "
-    "topological order; a check stops at the first task over the bound); the evaluator's "
-    "per-node pass visits only the tasks H reads (10 × 1,000 forward, profiled after the "
-    "first change at load 6: 755 whole-graph passes took 4.7 of 8.2 s); a packing step "
-    "reuses the H its fit check computed. The plan is "
-    "anytime: the first placement and one full drop pass give a valid plan; other packings, "
-    "drop orders, the local search and CP-SAT run only while the deterministic budget lasts. "
-    "The planning share in *Operator: apply to pods* (about 5 s of the 500-task path) was "
-    "measured on the old code.",
-    "",
-]
 
 
 def log(msg: str) -> None:
@@ -406,7 +387,6 @@ def main(argv: list[str] | None = None) -> int:
                 anytime,
             ),
             "",
-            *NOTES,
             *([compare_sets(args.base.resolve()), ""] if args.base else []),
         ]
     )

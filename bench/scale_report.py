@@ -2,9 +2,8 @@
 figures of :mod:`bench.bench_scale` runs (live, or saved with ``--json`` and composed with
 ``--render``).
 
-Why a module of its own: the run (a control plane, the operator, watches) and the words
-that say what its figures mean change for different reasons, and together they were
-well over the size a module should have.
+Why a module of its own: the run (a control plane, the operator, watches) and the tables
+of its figures change for different reasons.
 """
 
 from __future__ import annotations
@@ -51,131 +50,13 @@ INTRO = (
     "`hack/local-cluster.sh`: at the default 50 and 20 requests/s binding 10k pods alone "
     "takes 200 s). Seconds after the StreamTopology is created, from API watches."
 )
-NOTES: list[str] = [
-    "### What meets, what does not, and why",
-    "",
-    "Figures from runs under the shared bench lock (one benchmark at a time on the host); "
-    "the load average of the other engineers' work is given per phase. The previous "
-    "session's 10k run (load 8–20), for the ratio: plan 45.62 s after apply, 10 000 pods "
-    "created by 633.46 s (16/s), all Running by 767.52 s, `Ready` never True, no node "
-    "killed, RSS peak 1 575 MiB.",
-    "",
-    "- **The 10k run: applied, placed, Ready, a node lost and recovered; sizes and RSS "
-    "under their limits; the first RecoveryPlan 0.39 s after detection, under the 1 s "
-    "target** (the table: placement `auto`, the default; load 4–7), and 0.91 s after "
-    "the Ready transition's stamp plus the grace period, where the operator starts "
-    "counting. The run before this session's changes (placement `rtap-ff`, load 6–8): "
-    "2.11 s. Pods created at 57/s (10 000 in 175 s; 308 s before), `Ready` after 185 s, "
-    "the 320 tasks of the killed node Running elsewhere 15 s after detection, 10 000 of "
-    "10 000 Running at the end. RSS 296 MiB with every pod in the cluster and a 298 MiB "
-    "peak; `auto` placed 10k tasks without CP-SAT, so OR-Tools was never mapped into the "
-    "operator's process (the table's row). In the operator's own account: the round "
-    "started 0.032 s after the grace period ended (before: 1.53 s, inside a round "
-    "already running), the decision 0.47 s, the status write 0.32 s, the RecoveryPlan "
-    "and ConfigMap 0.31 s (before: 0.61, 0.51 and 0.80 s). The same account on the two "
-    "other runs of this session under the lock (outside the table): with steady rounds "
-    "and the RecoveryPlan first, 0.89 s after detection (tick 0.035 s after grace, "
-    "decided 0.77 s, status 0.25 s, RecoveryPlan and ConfigMap 0.11 s, load 6–7); then, "
-    "with the pod feed's new list-then-watch helper, 1.76 s (load 5–7): the tick came "
-    "1.13 s after the grace, because the round the NotReady woke (a whole one: the "
-    "node's pods had changed) ran past the grace period's end; rounds now only decide "
-    "in the 3 s before a plan node's grace period ends (`supervisor._loss_due`, test "
-    "fails on the old code), which is this table's run. That run's RSS was 309 MiB "
-    "(over the target; 296 and 296 MiB in the other two, on the same workload): not "
-    "explained yet. The decision's wall time (0.47–0.77 s) is about 0.1 CPU s in process "
-    "([the recovery round](recovery-round.md)); the "
-    "rest is the host (load 5–7 on 2 cores) and the operator's other threads taking in "
-    "the killed node's 320 pod updates (Kopf's pod index and the capacity ledger's "
-    "feed) at the same moment.",
-    "- **Why `Ready` never came at 10k before: the node simulator, not the operator.** Its one "
-    "loop heartbeat every node and then listed every bound pod (33 MiB of JSON at 10k) "
-    "and started the new ones, 8 calls at a time; a round outlasted the node-lifecycle "
-    "controller's 20 s grace, live nodes turned NotReady, and the operator rightly "
-    "recovered them (that run's log: `pods: 320 deleted, 320 created` with no node "
-    "killed), so a recovery was always active. Now heartbeats have their own loop and "
-    "pool (`tests/unit/test_nodesim_loops.py` fails on the old code: one heartbeat while "
-    "a pod round is stuck), and the pods come from a watch instead of a LIST per second "
-    "(`backstop.sim.podwatch`). With that alone the 1000-task run went from `Ready` "
-    "after 328 s (load ~21) to 32 s (load 4–6, not under the lock, so not in the table).",
-    "- **Pod creation rate: the API server's CPU, not the operator's width.** Creating "
-    "the operator's task pods alone through its client (`bench/bench_pod_create.py`: "
-    "no scheduler, no simulated kubelet; under the lock, load 5.75): 8 at a time "
-    "237/s, 16 at a time 189/s, 32 at a time 154/s: more width only queues on the two "
-    "cores, so `API_CONCURRENCY` stays 8. End to "
-    "end each task pod costs three writes (the operator's create, the scheduler's bind, "
-    "the simulator's status) and their fan-out to every watcher, on the same two cores as "
-    "everything else. What was cut on our side: the creation's answer is no longer parsed "
-    "into a V1Pod (about 1 ms of client CPU a pod), the bench decodes each pod event once "
-    "(it decoded every one twice and replayed all pods every 30 s on a new watch), the "
-    "simulator no longer lists every pod each second. What would cut more: the operator "
-    "binding its pods itself (`spec.nodeName`: one write in three and the scheduler's "
-    "work gone, but the scheduler would no longer check the binding) — not done.",
-    "- **Detection → first RecoveryPlan, in parts.** The operator logs each issued step "
-    "(`recovery step N (...): tick X after grace, decided in …, status written in …, "
-    "RecoveryPlan and ConfigMap in …`; the tables quote it). Before this session's "
-    "changes, at 1000 tasks (load 6; runs outside the lock) the round came 1.08 s after "
-    "the grace period ended "
-    "(the daemon slept through the NotReady; fixed meanwhile by the node index waking "
-    "the daemons, `memo.NodeWatch`); after that, at load 15, the decision took 1.48 s. "
-    "In process at 10k (a cProfile of [the recovery round](recovery-round.md) "
-    "before the fix, outside the lock: CPU shares) the decision was "
-    "2.7 CPU s, 2.0 s of it building all 10 000 task pods to reserve the 250 of the step "
-    "(`reserve_tasks`): it now builds only those "
-    "(`desired_pods(only=...)`, test fails on the old code). Full garbage collections "
-    "over the 10k pods' objects cost another 0.4–0.5 s when they fall inside the round: "
-    "the operator now runs them on its own schedule and freezes the survivors "
-    "(`backstop.controller.gckeeper`). After a step, the supervisor rebuilt all pods "
-    "twice (new assignment, then new fencing epochs: ~2 CPU s each) before creating the "
-    "recovered ones; it now rebuilds only the moved tasks' pods (test fails on the old "
-    "code). Then (this run): a steady round did the whole round's work over 10 000 pods "
-    "every second and a loss waited behind it; now the supervisor keeps the inputs of "
-    "the last round that found everything settled (a count of the topology's pod events "
-    "from the pod index handler and the number of indexed pods, the nodes, the status's "
-    "resourceVersion, the generation: `memo.PodChanges`, `daemon.round_inputs`), and a "
-    "round on the same inputs only asks the recovery decision (in process 0.001 against "
-    "0.106 CPU s, [the recovery round](recovery-round.md);"
-    " a whole round again every 30 s, for what other topologies' pods change), and the "
-    "issued step's RecoveryPlan and ConfigMap are written right after the status, before "
-    "the decision's metrics and Events (`tests/unit/test_steady_round.py`, fails on the "
-    "old code). The reservation built the roles of all 10k tasks for the step's 320 "
-    "pods: now only theirs. The step's status patch compacted the old 10k-task status "
-    "again: the settled rounds now keep its compact form per resourceVersion (in process "
-    "the write 0.091 → 0.065 s, warm; test fails on the old code). Left: the first "
-    "recovery that needs CP-SAT imports OR-Tools then (0.46 CPU s; importing it at "
-    "start costs 128 MiB of RSS, which the RSS target cannot spare).",
-    "- **How detection is counted.** The bench's detection is when its node watch saw "
-    "NotReady, plus the grace period. The operator counts the grace period from the Ready "
-    "condition's `lastTransitionTime`, which the API stamps in whole seconds, so it may "
-    "act up to a second before the bench's detection (a negative figure), and the "
-    "operator's own account (`lostHistory` → plan, and `tick X after grace`) is given too.",
-    "- **Status and ConfigMap sizes: under their limits in every run of this session** "
-    "(1000 tasks after a loss: StreamTopology 14 KiB, its status 7 KiB, ConfigMap 2 KiB, "
-    "RecoveryPlan 15 KiB, runs outside the lock; 10k tasks: the table).",
-    "- **Operator RSS < 300 MiB with 10k pods: met, narrowly** (296 MiB steady, 298 MiB "
-    "peak in the table, with the default placement `auto`; OR-Tools was not mapped into "
-    "the process at any point, `/proc/PID/maps`; one of this session's three runs showed "
-    "309 MiB, see above). Its owners are measured in process "
-    "([Operator memory with many pods](operator-memory.md)): "
-    "Kopf's pod index 234 → 46 MiB (the fields the operator reads, `k8s/podrecord.py`), the "
-    "`V1Pod` copies converge and the reconcile made on every round in which the pods did "
-    "not match the plan 577 MiB transient → none, the planned-pods cache 94 → 33 MiB; idle "
-    "modules 80 MiB, but OR-Tools' CP-SAT module imports pandas and numpy itself: the first "
-    "CP-SAT plan adds 137 MiB. So at 10k pods about 310 MiB before the planner's working "
-    "set: under 300 MiB needs pandas out of the operator's process (CP-SAT planning in a "
-    "subprocess, or placements that do not use CP-SAT).",
-    "",
-    "Profiles: `--profile FILE` samples the operator's threads (`bench/stacksample.py`); "
-    "`bench/bench_recovery_round.py` measures the recovery round in-process.",
-    "",
-]
-"""What the figures mean (written from the runs on ``docs/benchmarks/scale.md``)."""
 
 
 def section(runs: list[tuple[argparse.Namespace, dict[str, Any]]]) -> str:
-    """The whole ``## Scale`` section: the intro, one table per run, the notes."""
+    """The whole ``## Scale`` section: the intro, then one table per run."""
     parts = [HEADING, "", INTRO, ""]
     parts += [render(args, r) for args, r in runs]
-    return "\n".join([*parts, *NOTES])
+    return "\n".join(parts)
 
 
 def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
