@@ -295,14 +295,6 @@ def check_output(run: JobRun, info: dict[str, Any], topologies: int) -> tuple[in
 
 
 # ------------------------------------------------------------------ report
-#: The section's run before this benchmark's baseline option existed (tree 0c317bc, made
-#: once at load 25-44): kept as a row so its ratio stays visible.
-EARLIER = (
-    "| 0c317bc, earlier run (13:2x UTC) | 7.06, 5.52, 4.23 → 25.17, 27.50, 26.53 | 2130.4 | — | "
-    "47 k | 257 / 73 / 2 | — | 2,055 | 1,461 | 171 | 744 |"
-)
-
-
 def mib(kib: float) -> str:
     return f"{kib / 1024:,.0f}"
 
@@ -406,8 +398,6 @@ def section(args: argparse.Namespace, info: dict[str, Any], runs: list[JobRun],
         "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
         *[table_row(r, rows) for r in runs],
     ]
-    if args.topologies == 100 and args.rows == 1_000_000:
-        lines.append(EARLIER)
     mine = [r for r in runs if not r.label.startswith("baseline")]
     best = min(mine, key=lambda r: r.seconds)
     verdict = "meets" if best.seconds < 300 else "misses"
