@@ -104,20 +104,20 @@ e2e-when-possible:
 demo: $(STAMP) tools ## the end-to-end demo on the local control plane and simulated nodes
 	PATH=$(CURDIR)/$(TOOLS):$(CURDIR)/$(BIN):$$PATH hack/demo.sh
 
-bench: $(STAMP) ## planner + Spark benchmarks; each rewrites its section of docs/benchmarks.md
-	$(BIN)/python bench/bench_backups.py --out docs/benchmarks.md
-	$(BIN)/python bench/bench_cli.py --out docs/benchmarks.md
-	$(BIN)/python bench/bench_placement.py --docs docs/benchmarks.md
-	$(BIN)/python bench/bench_rtap_seed.py --docs docs/benchmarks.md
-	$(BIN)/python bench/bench_recovery.py --out docs/benchmarks.md
-	$(BIN)/python bench/bench_recovery_seed.py --out docs/benchmarks.md
-	$(BIN)/python bench/bench_replication.py --out docs/benchmarks.md
-	$(BIN)/python bench/bench_reoptimize.py --out docs/benchmarks.md
-	$(BIN)/python bench/bench_restore.py --out docs/benchmarks.md
+bench: $(STAMP) ## planner + Spark benchmarks; each rewrites its own page under docs/benchmarks/
+	$(BIN)/python bench/bench_backups.py --out
+	$(BIN)/python bench/bench_cli.py --out
+	$(BIN)/python bench/bench_placement.py --docs
+	$(BIN)/python bench/bench_rtap_seed.py --docs
+	$(BIN)/python bench/bench_recovery.py --out
+	$(BIN)/python bench/bench_recovery_seed.py --out
+	$(BIN)/python bench/bench_replication.py --out
+	$(BIN)/python bench/bench_reoptimize.py --out
+	$(BIN)/python bench/bench_restore.py --out
 
 bench-cluster: $(STAMP) ## operator benchmarks on the local control plane (make cluster-up first)
-	$(BIN)/python bench/bench_operator.py --out docs/benchmarks.md
-	$(BIN)/python bench/bench_operator_recovery.py --out docs/benchmarks.md
+	$(BIN)/python bench/bench_operator.py --out
+	$(BIN)/python bench/bench_operator_recovery.py --out
 
 clean:
 	rm -rf $(VENV) $(OLDEST) .tools .mypy_cache .ruff_cache .pytest_cache

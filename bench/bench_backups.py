@@ -250,13 +250,16 @@ def sweep(time_limit: float) -> str:
 
 
 HEADING = "## Minimum backups"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "backups.md"
+"""This benchmark's generated page (``--out`` with no path writes it)."""
+COMMAND = "python bench/bench_backups.py --out"
 
 
 INTRO = """Reproduces the FTC seed's Table III cases and Figs. 7/8 (`minimum-backups-ftc.txt`,
 Sec. V) with `bench/bench_backups.py` (topologies in `bench/topologies.py`); every plan passes
 `planners.evaluate.check_plan`. Regenerate with
 
-    .venv/bin/python bench/bench_backups.py --out docs/benchmarks.md
+    .venv/bin/python bench/bench_backups.py --out
 
 Cases: Line = 4 parallel lines of 8 tasks joining one sink (33 tasks); Tree = complete
 binary in-tree of depth 5 (31 tasks); Guru = SignalGuru-like 9 steps, parallelism
@@ -269,33 +272,16 @@ merge and sink task, all shuffle: exactly 560 / 1050 edges, 93 tasks (the seed s
 redundancy elimination (line 302), `dag-no-elim` without it (what `dag` was before).
 """
 
-DISCUSSION = """Against the seed. Line(s) and trees: `line`, `tree`, `dag` and `auto` are optimal in
-every row, as the seed's Theorem 2 and Fig. 7 say (`dag-no-elim` misses by one on Tree-n
-at R = 20: its candidate ranking, not Algorithm 3's, picks a worse task there, and the
-elimination step repairs it); `share-based` uses 23-39 % more on the
-non-uniform cases (the seed: 21-43 %) and far more on the uniform line, where every task has
-the same share and the largest-share rule picks the earliest task instead of the last one
-within R. DAGs: with its elimination step `dag` is within 10 % of the optimum on average
-(the seed's claim for Guru and Senti), over the benchmark's rows and over the sweep. Per
-case it differs from the seed's figure: Guru-u is well above the seed's 3 % (its R = 4, 5
-bounds cost 3-4 extra backups on optima of 8-11, and our SignalGuru's per-step parallelism
-is our own guess: the seed gives only 9 steps and 55 tasks), Guru-n is below the seed's 10 %,
-and Senti is 0 % in five of six cases but 11-21 % on Senti-1050-n, where the seed reports 4 %
-on average over both Senti cases (the seed's Senti has 92 tasks, ours 93 with the same edge
-counts, and its weights are its own draw). Without the elimination step (`dag-no-elim`)
-the heuristic is 15 % (rows) and 28 % (sweep) above the optimum; reading the step as "only
-the backups a round's new backup b-covers" (`dag-b-covered`) gives 11-13 %, just outside the
-seed's range. `auto` (ours: the same heuristic, local search, then CP-SAT) is at the optimum
-in every row. Our ranking differs from Algorithm 4's (which ranks by the backup workload
-`B` first): read as written, with the elimination step, it is 149 % above the optimum on
-the rows and 122 % over the sweep, since on shuffle-heavy DAGs it backs up many parallel
-tasks where one upstream task covers them all; why and how is in `backups_dag`'s docstring.
-"""
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", help="also write the markdown to this file")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
     parser.add_argument(
         "--time-limit", type=float, default=10.0, help="budget of exact/auto per plan (s)"
     )
@@ -314,12 +300,11 @@ def main() -> None:
         + "\n".join(notes)
         + "\n\n### Figs. 7/8: backups against R, each heuristic against the optimum\n\n"
         + sweep(args.time_limit)
-        + "\n\n"
-        + DISCUSSION
+        + "\n"
     )
     sys.stdout.write(text)
     if args.out:
-        write_section(Path(args.out), HEADING, f"{HEADING}\n\n{text}")
+        write_section(args.out, HEADING, f"{HEADING}\n\n{text}", command=COMMAND)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the operator's memory goes with many task pods: each pod cache measured, in-process.
 
-Why (issue 15, "the operator's RSS under 300 MiB with 10k pods"): the end-to-end run
+Why (the target: the operator's RSS under 300 MiB with 10k pods): the end-to-end run
 (``bench_scale.py``) saw 1.5 GiB with 10k pods, and which cache held how much was
 inferred, never measured. This feeds ``--pods`` task pods of one topology (``--operators``
 × parallelism, forward chains; the operator's own manifests given a server's
@@ -23,7 +23,8 @@ The watch events themselves are parsed one at a time and dropped (as the watch d
 Reported per stage: what it retains (``tracemalloc``, traced pass) with its top
 allocation sites, its transient peak, and the process's RSS after it (untraced pass,
 after ``gc.collect()``). ``--imports`` adds the RSS after importing what the operator
-imports at start, before any pod. Prints markdown; ``--out FILE`` writes the section.
+imports at start, before any pod. Prints markdown; ``--out`` writes its page,
+``docs/benchmarks/operator-memory.md`` (``--out FILE``: that file).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ from bench.docsection import emit
 from bench.procstat import loadavg, rss_mib
 
 HEADING = "## Operator memory with many pods (in-process, per cache)"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "operator-memory.md"
+"""This benchmark's generated page (``--out`` with no path writes it)."""
+COMMAND = "python bench/bench_operator_memory.py --out"
 
 
 def server_pod(manifest: dict[str, Any], node: str) -> dict[str, Any]:
@@ -299,7 +303,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--operators", type=int, default=10)
     p.add_argument("--parallelism", type=int, default=1000)
-    p.add_argument("--out", type=Path)
+    p.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
     args = p.parse_args(argv)
     load0 = loadavg()
     start = rss_mib()
@@ -316,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     traced = run_stages(args, texts, traced=True)
     tracemalloc.stop()
     section = render(args, imports, start, plain, traced, texts, (load0, loadavg()))
-    return emit(section, args.out, HEADING)
+    return emit(section, args.out, HEADING, command=COMMAND)
 
 
 if __name__ == "__main__":

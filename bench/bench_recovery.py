@@ -15,8 +15,8 @@ to about 60 %; a correlated failure of the nodes hosting the most output
 tasks; one replacement node per lost node, arriving 120–360 s later (the
 seed's measured EC2 launch times, Fig. 7).
 
-Prints a markdown section to stdout (progress goes to stderr). ``--out FILE``
-also writes it into FILE, replacing only its ``## Recovery scheduling`` section.
+Prints a markdown section to stdout (progress goes to stderr). ``--out``
+writes its page, ``docs/benchmarks/recovery.md`` (``--out FILE``: that file).
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ from planners.recovery import (
 )
 
 HEADING = "## Recovery scheduling"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "recovery.md"
+"""This benchmark's generated page (``--out`` with no path writes it)."""
+COMMAND = "python bench/bench_recovery.py --out"
 ALGORITHMS = [
     "operator-centric",
     "best-density",
@@ -264,14 +267,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--utilization", type=float, default=0.8, help="utilisation cap")
     p.add_argument("--time-limit", type=float, default=5.0, help="seconds per exact/dp call")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, help="also write the section into this markdown file")
+    p.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
     args = p.parse_args(argv)
     if set(ALGORITHMS) != set(RECOVERY_ALGORITHMS):
         print("note: registry has other algorithms than benchmarked", file=sys.stderr)
     section = run(args)
     sys.stdout.write(section)
     if args.out:
-        write_section(args.out, HEADING, section)
+        write_section(args.out, HEADING, section, command=COMMAND)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -13,8 +13,8 @@ checks Theorem 5.1's ratio ``1 − e^(−1/d)`` against the proven optimum on ev
 instance. It also measures what pruning BestDensity's pairs to the 48 densest
 queries loses when more queries fail.
 
-Prints a markdown section (progress to stderr); ``--out FILE`` also writes it
-into FILE, replacing only its ``## Recovery scheduling: the seed's Fig. 16`` section.
+Prints a markdown section (progress to stderr); ``--out`` writes its page,
+``docs/benchmarks/recovery-seed.md`` (``--out FILE``: that file).
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ from planners.recovery import (
 )
 
 HEADING = "## Recovery scheduling: the seed's Fig. 16"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "recovery-seed.md"
+"""This benchmark's generated page (``--out`` with no path writes it)."""
+COMMAND = "python bench/bench_recovery_seed.py --out"
 LEVELS = (10, 30, 50, 70, 90)
 """Recovery resources, % of the failed partitions' needs (the figure's exact ticks are
 not in the seed's text; these span its x-axis)."""
@@ -258,12 +261,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prune-topologies", type=int, default=3)
     p.add_argument("--prune-queries", type=int, default=60)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, help="also write the section into this markdown file")
+    p.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
     args = p.parse_args(argv)
     section = run(args)
     sys.stdout.write(section)
     if args.out:
-        write_section(args.out, HEADING, section)
+        write_section(args.out, HEADING, section, command=COMMAND)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -14,9 +14,8 @@ times three things:
 3. the same estimates in one process with pandas
    (:func:`backstop.domain.estimates.estimate_operators_pandas`), read included.
 
-Prints a markdown section to stdout (progress to stderr); ``--out FILE``
-also writes it into FILE, replacing only its ``## Re-optimization (Spark)``
-section.
+Prints a markdown section to stdout (progress to stderr); ``--out``
+writes its page, ``docs/benchmarks/reoptimize.md`` (``--out FILE``: that file).
 """
 
 from __future__ import annotations
@@ -45,6 +44,9 @@ from backstop.sim.metricsgen import GeneratorParams, write_metrics
 from bench.docsection import emit
 
 HEADING = "## Re-optimization (Spark)"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "reoptimize.md"
+"""This benchmark's generated page (``--out`` with no path writes it)."""
+COMMAND = "python bench/bench_reoptimize.py --out"
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
 
@@ -109,18 +111,6 @@ def fmt_rate(rows: int, seconds: float) -> str:
     return f"{rows / seconds / 1e3:,.0f} k"
 
 
-K8S_RUN = (
-    "With `--master k8s://…` on the local cluster's two real nodes (`make test-spark-k8s`, "
-    "under the bench lock, load 3.9 → 4.4): the Job, driver in its pod on one node and 2 "
-    "executor pods (100m CPU request, 512m heap + 768m overhead) on the other, ran from "
-    "creation to the operator's `Suggested` in 51 s for a few hundred metric rows; peak "
-    "memory (container cgroup, page cache included) 775 MiB for the driver, 576 MiB per "
-    "executor ([reoptimization](reoptimization.md"
-    "#a-fleet-in-one-job-and-the-path-to-spark-on-kubernetes))."
-)
-"""Measured by tests/realnodes/test_spark_k8s_real.py, not by this script: kept in the section."""
-
-
 def run(args: argparse.Namespace) -> str:
     results = []
     for rows in args.rows:
@@ -160,24 +150,6 @@ def run(args: argparse.Namespace) -> str:
             f"| {n:,} | {job:.1f} | {fmt_rate(n, job)} | {se:.1f} | {fmt_rate(n, se)} | "
             f"{pe:.1f} | {fmt_rate(n, pe)} | {faster} ({max(se, pe) / min(se, pe):.1f}×) |"
         )
-    lines += [
-        "",
-        "Reading the numbers honestly: on one machine, pandas computes the same estimates "
-        '(the same arithmetic; both take each task\'s exact CPU quantile by the "lower" '
-        "rule, which Spark reads off a per-task histogram of CPU rounded up to a millicore, "
-        "`transform_task_summary` in operator/backstop/jobs/transforms.py) at least as "
-        "fast as Spark in the sizes measured, and it has no JVM to start. Spark earns its place "
-        "when the metrics no longer fit one process's memory (pandas holds every row in "
-        "memory, where Spark streams them through the aggregations), when "
-        "they already live in object storage as many Parquet files, and when a fleet's "
-        "re-planning (one planner run per topology and bound, in parallel across executors) "
-        "outgrows one machine's cores: that is what `--master k8s://…` is for. Most of the "
-        "whole job's time at 1 M rows is fixed cost, not the rows: JVM start-up (7–9 s) and "
-        "the planners' budget (8 plans per topology, up to the time limit each).",
-        "",
-        K8S_RUN,
-        "",
-    ]
     return "\n".join(lines)
 
 
@@ -189,12 +161,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topologies", type=int, default=8, help="topologies in the fleet")
     p.add_argument("--time-limit", type=float, default=0.5, help="planner seconds per plan")
     p.add_argument("--scenarios", type=int, default=2000, help="Monte Carlo windows per plan")
-    p.add_argument("--out", type=Path, help="also write the section into this markdown file")
+    p.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
     args = p.parse_args(argv)
     if min(args.rows) < 1 or args.cores < 1 or args.topologies < 1:
         p.error("--rows, --cores and --topologies must be positive")
     section = run(args)
-    return emit(section, args.out, HEADING, log)
+    return emit(section, args.out, HEADING, log, command=COMMAND)
 
 
 if __name__ == "__main__":

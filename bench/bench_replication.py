@@ -20,8 +20,8 @@ replicated at most once. The expectation over crashes is computed (exactly,
 see the module), averaged over ``--workloads`` generated workloads (the random
 selection over ``--workloads`` seeds too).
 
-Prints a markdown section to stdout (progress to stderr); ``--out FILE`` also
-writes it into FILE, replacing only its ``## Selective replication`` section.
+Prints a markdown section to stdout (progress to stderr); ``--out`` writes
+its page, ``docs/benchmarks/replication.md`` (``--out FILE``: that file).
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ from planners.replication import (
 )
 
 HEADING = "## Selective replication"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "replication.md"
+"""This benchmark's generated page (``--out`` with no path writes it)."""
+COMMAND = "python bench/bench_replication.py --out"
 PROBS = (0.0025, 0.005, 0.01, 0.02, 0.03)
 """The seed's host failure probabilities (line 179)."""
 LOADS = (0, 10, 25, 50, 75, 100)
@@ -323,12 +326,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hosts", type=int, default=100, help="hosts (seed: 100)")
     p.add_argument("--load-rem", type=float, default=50.0, help="spare for Fig. 4 (seed: 50)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, help="also write the section into this markdown file")
+    p.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
     args = p.parse_args(argv)
     section = run(args)
     sys.stdout.write(section)
     if args.out:
-        write_section(args.out, HEADING, section)
+        write_section(args.out, HEADING, section, command=COMMAND)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

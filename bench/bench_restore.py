@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark restoring the bound after a node loss: moved pods, steps, planning time (issue 19).
+"""Benchmark restoring the bound after a node loss: moved pods, steps, planning time.
 
 Why: when a replacement node arrives after a recovery that broke the bound, the
 operator re-plans. Before issue 19 the re-plan was a fresh placement whose node
@@ -16,8 +16,8 @@ survivors (as a recovery does, availability first), then one replacement node
 of the same size. Instances whose crowded placement still keeps the bound are
 skipped (nothing to restore).
 
-Prints a markdown section to stdout. ``--out FILE`` also writes it into FILE,
-replacing only its ``## Restoring the bound`` section.
+Prints a markdown section to stdout. ``--out`` writes its page,
+``docs/benchmarks/restore.md`` (``--out FILE``: that file).
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ from planners.placement import Node, NodePool, place, plan_joint
 from planners.restore import plan_restore
 
 HEADING = "## Restoring the bound"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "restore.md"
+"""This benchmark's generated page (``--out`` with no path writes it)."""
+COMMAND = "python bench/bench_restore.py --out"
 BUDGET = 2.0  # the operator's RESTORE_TIME_LIMIT
 
 
@@ -161,7 +164,13 @@ def instances() -> list[tuple[str, TaskGraph, int, float, float]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, help="write the section into this markdown file")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
     args = parser.parse_args()
     rows = []
     for name, graph, k, cpu, bound in instances():
@@ -174,11 +183,11 @@ def main() -> int:
     lines_ = [
         HEADING,
         "",
-        "`python bench/bench_restore.py --out docs/benchmarks.md`; planner budget "
-        f"{BUDGET:g} nominal s,",
+        f"`python bench/bench_restore.py --out`; planner budget {BUDGET:g} nominal s,",
         "as in the operator. One node of `k` lost, its tasks recovered first-fit onto the",
         "survivors (the bound breaks), one replacement node added. *Renamed",
-        "fresh plan* is the re-plan before issue 19; *min-migration* is `planners.restore`",
+        "fresh plan* is a fresh placement renamed onto the nodes its groups ran on;",
+        "*min-migration* is `planners.restore`",
         "(CP-SAT; *proven* = the fewest moves proven), moved in batches of 2, every step checked",
         "with the evaluator to be no worse than the one before.",
         "",
@@ -196,7 +205,7 @@ def main() -> int:
     section = "\n".join(lines_) + "\n"
     print(section)
     if args.out:
-        write_section(args.out, HEADING, section)
+        write_section(args.out, HEADING, section, command=COMMAND)
     return 0
 
 

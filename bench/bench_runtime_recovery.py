@@ -19,8 +19,9 @@ fresh deployment), and measures per lost task:
 
 Then the same with the recovery ignored: the same planner with the bound removed (a day, the
 largest the CRD accepts), so it packs the tasks into as few nodes as fit and keeps no upstream
-backups (plain bin packing), measured against the example's bound. Writes the "Runtime on
-real nodes: the bound measured" section of ``docs/benchmarks.md`` with ``--out``.
+backups (plain bin packing), measured against the example's bound. ``--out`` writes its
+page, ``docs/benchmarks/runtime-recovery.md`` (``--incremental``'s figures go to
+``runtime-recovery-incremental.md`` beside it).
 
 Needs root and a running control plane (``K8S_RUN_DIR``, default the shared one); starts and
 removes its own real nodes (``REAL_NODE_NET``/``REAL_NODE_PORT_BASE``/``REAL_NODE_BRIDGE``
@@ -68,6 +69,9 @@ EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
 POOL = "bench.backstop.dev/pool"
 IN_POD = "/var/lib/backstop"
 HEADING = "## Runtime on real nodes: the bound measured"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "runtime-recovery.md"
+"""This benchmark's generated page (``--out`` with no path writes it)."""
+COMMAND = "python bench/bench_runtime_recovery.py --out"
 UNBOUNDED = 86400.0  # the largest bound the CRD accepts: in effect none
 CAUGHT_UP_SLACK = 0.5
 
@@ -439,8 +443,13 @@ def main() -> int:
         "--kills", type=int, default=0, help="nodes killed (worst first); 0: every node used"
     )
     p.add_argument("--warmup", type=float, default=10.0, help="steady seconds before a kill")
-    p.add_argument("--out", type=Path, help="docs/benchmarks.md: rewrite its section")
-    p.add_argument("--notes", type=Path, help="a markdown file appended to the section")
+    p.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
     p.add_argument("--no-plain", action="store_true", help="skip the plain bin packing run")
     p.add_argument("--show", action="store_true", help="print records flowing (make demo)")
     p.add_argument(
@@ -518,17 +527,17 @@ def main() -> int:
     restart = float(example.get("recovery", {}).get("restartSeconds", 0.0))
     if cycles:
         text = report(cycles, args.rate, bound, restart, time.monotonic() - t0)
-        if args.notes:
-            text += "\n" + args.notes.read_text()
         print(text)
         if args.out:
-            write_section(args.out, HEADING, text)
+            write_section(args.out, HEADING, text, command=COMMAND)
     if sessions:
         text = incremental.report(sessions, args.rate, args.replace_after)
         text += "".join(f"\nNot measured: {f}.\n" for f in failed)
         print(text)
         if args.out:
-            write_section(args.out, incremental.HEADING, text)
+            out = args.out.with_name(f"{args.out.stem}-incremental.md")
+            command = COMMAND.replace(" --out", " --incremental --out")
+            write_section(out, incremental.HEADING, text, command=command)
     return 1 if failed else 0
 
 

@@ -1,6 +1,6 @@
 """What the benchmarks read of a process and of the host: load, RSS, CPU seconds, allocations.
 
-Why one module: every figure in ``docs/benchmarks.md`` stands next to the load average
+Why one module: every figure on a ``docs/benchmarks/`` page stands next to the load average
 (the host is shared) and several benchmarks read the same ``/proc`` fields; written
 once, they are read and formatted the same way everywhere.
 """
