@@ -1,0 +1,28 @@
+"""Commit subjects fit one line of ``git log --oneline`` and of a review tool: 72 characters.
+
+History lives in commit messages, so their subjects are what a reader scans. The check covers
+the commits from the first one written under this rule on; the older ones stay as they landed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIRST_UNDER_THE_RULE = "03f75c6"
+LIMIT = 72
+
+
+def test_commit_subjects_are_at_most_72_characters() -> None:
+    out = subprocess.run(
+        ["git", "log", "--format=%h %s", f"{FIRST_UNDER_THE_RULE}^..HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    subjects = [line.split(" ", 1) for line in out.splitlines()]
+    assert subjects, "no commit found from the first one under the rule"
+    long = [f"{h}: {s} ({len(s)})" for h, s in subjects if len(s) > LIMIT]
+    assert not long, "commit subjects over 72 characters:\n" + "\n".join(long)
