@@ -238,6 +238,38 @@ def build_reopt_job(
     meta = topology["metadata"]
     workers = local_cores(settings.spark_master, _cpus(settings.resources))
     memory = driver_memory(_memory_bytes(settings.resources), workers=workers, in_operator=False)
+    args, env = _driver_args(job, settings, metrics_path, memory.conf)
+    pod = _pod_spec(job, settings, args, env)
+    labels = _labels(meta["namespace"], meta["name"])
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job,
+            "namespace": settings.namespace,
+            "labels": labels,
+            "annotations": {
+                ANN_REOPT_NAMESPACE: meta["namespace"],
+                "reoptimization.backstop.dev/driver-memory": memory.arithmetic,
+            },
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": max(1, math.ceil(settings.timeout_seconds)),
+            "ttlSecondsAfterFinished": TTL_SECONDS,
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+
+
+def _driver_args(
+    job: str, settings: JobSettings, metrics_path: str, memory: str
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The job's command-line arguments and its container's environment.
+
+    ``memory`` is the driver's heap (``spark.driver.memory``); with a ``k8s://`` master the
+    executors' settings and the pod's own address join them.
+    """
     args = [
         "--metrics", metrics_path,
         "--topologies", f"{INPUT_MOUNT}/topology.json",
@@ -246,7 +278,7 @@ def build_reopt_job(
         "--out", "/tmp/out",
         "--master", _master(settings),
         "--time-limit", f"{settings.time_limit:g}",
-        "--conf", f"spark.driver.memory={memory.conf}",
+        "--conf", f"spark.driver.memory={memory}",
         "--result-configmap", f"{job}-result",
     ]  # fmt: skip
     env: list[dict[str, Any]] = [
@@ -262,11 +294,18 @@ def build_reopt_job(
     if settings.spark_master.startswith("k8s://"):
         extra, pod_env = _spark_on_k8s(settings)
         args, env = args + extra, env + pod_env
-    else:  # everything in this pod: Spark need not resolve the pod's own name (it failed
-        # to start without a resolvable hostname, in a real run of the image)
+    else:  # everything in this pod: Spark need not resolve the pod's own name (it fails
+        # to start without a resolvable hostname)
         env += [{"name": "SPARK_LOCAL_IP", "value": "127.0.0.1"},
                 {"name": "SPARK_LOCAL_HOSTNAME", "value": "localhost"}]  # fmt: skip
     args += [a for k, v in settings.spark_conf.items() for a in ("--conf", f"{k}={v}")]
+    return args, env
+
+
+def _pod_spec(
+    job: str, settings: JobSettings, args: list[str], env: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The Job's pod: one non-root container with a read-only root filesystem."""
     volumes, mounts = _volumes(job, settings)
     container = {
         "name": "reoptimize",
@@ -298,26 +337,7 @@ def build_reopt_job(
     }
     if settings.service_account:
         pod["serviceAccountName"] = settings.service_account
-    labels = _labels(meta["namespace"], meta["name"])
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": job,
-            "namespace": settings.namespace,
-            "labels": labels,
-            "annotations": {
-                ANN_REOPT_NAMESPACE: meta["namespace"],
-                "reoptimization.backstop.dev/driver-memory": memory.arithmetic,
-            },
-        },
-        "spec": {
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": max(1, math.ceil(settings.timeout_seconds)),
-            "ttlSecondsAfterFinished": TTL_SECONDS,
-            "template": {"metadata": {"labels": labels}, "spec": pod},
-        },
-    }
+    return pod
 
 
 def build_result_configmap(
