@@ -5,6 +5,11 @@ cheapest to reason about alone. Users (and CI) can check that a manifest's
 recovery-latency bound is achievable, how many backups it costs, and how the
 algorithms compare, without a cluster. The plan printed is the one the
 failure-effect evaluator has already checked.
+
+"The seed" in the help is "Minimum Backups for Stream Processing With Recovery Latency
+Guarantees" (Li, Wu, Jiang, Li, Wei): ``dag`` is its heuristic for general DAGs (section
+IV.D, with the final elimination of redundant backups) and ``share-based`` the baseline
+of its experiments (section V.A).
 """
 
 from __future__ import annotations

@@ -6,6 +6,11 @@ whether the recovery-latency bound holds — before trusting the operator with
 it. Both commands call the same pure planners the operator calls and print
 what the failure-effect evaluator says about the result, never the planner's
 own claim.
+
+"The seeds" of the ``--backups`` help are "Task Allocation for Stream Processing with
+Recovery Latency Guarantee" and its journal version "A Task Allocation Method for Stream
+Processing with Recovery Latency Constraint" (Li, Wu, Jiang, Li, Wei), which assume that
+every task keeps an upstream backup (conference paper, section II.B).
 """
 
 from __future__ import annotations
@@ -245,7 +250,9 @@ def place_command(
         )
         for node, tasks in plan.by_node().items():
             typer.echo(f"  {node}: {', '.join(tasks)}")
-        for problem in plan.violations:  # only the seed's *-2sp baselines get here
+        # only the *-2sp baselines get here ("Task Allocation for Stream Processing with
+        # Recovery Latency Guarantee", section III.A: the 2SP approaches extended)
+        for problem in plan.violations:
             typer.echo(f"bound BROKEN: {problem}")
     if plan.violations:
         raise typer.Exit(1)

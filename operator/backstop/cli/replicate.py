@@ -1,10 +1,12 @@
 """``backstop replicate``: which tasks get an active replica on the spare CPU, and what it buys.
 
-Why: active replicas cost CPU, and the replication seed's question is how much
-of the queries' availability a given spare budget buys. This previews the
+Active replicas cost CPU; how much of the queries' availability a given spare budget buys
+is the question of "Adaptive Selective Replication for Complex Event Processing Systems"
+(Grüneberger, Heinze, Felber), "the seed" of the help texts: its importance heuristics
+and operator selection (sections 3.1 and 3.2) choose the replicas. This previews the
 operator's choice for a topology (its placement, then the replicas) and, with
-``--host-failure-prob``, rates it under the seed's model (every node crashing
-independently with that probability over a day). The plan is checked by
+``--host-failure-prob``, rates it under that paper's failure model (section 2.3: every
+node crashing independently with that probability over a day). The plan is checked by
 :func:`planners.replication.check_replication` before it is printed.
 """
 

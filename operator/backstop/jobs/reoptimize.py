@@ -12,8 +12,8 @@ Every step is a pure ``transform_*(df, *, …) -> DataFrame`` in
 :func:`main` here only reads inputs and writes outputs. Re-planning, Monte Carlo and the
 trade-off curve run the project's planners in parallel across topologies with
 ``applyInPandas``; the arithmetic lives in :mod:`backstop.domain.recommend` and
-:mod:`backstop.domain.estimates`, shared with the single-process pandas path the
-benchmark compares against. The input schema is documented in ``docs/reoptimization.md``.
+:mod:`backstop.domain.estimates`, shared with the single-process pandas path. The input
+schema is documented in ``docs/reoptimization.md``.
 
 Run it with ``python -m backstop.jobs.reoptimize --help`` (or ``backstop
 reoptimize`` for one topology). The operator runs it in a subprocess per run
@@ -280,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INPUT
     except Py4JJavaError as err:  # the JVM failed: the trace, then its cause on the last line
         # (a Job's termination message is its log's last 2 KiB: a JVM trace's last frames,
-        # which name no cause, in a k8s:// run that could not reach the API server)
+        # which name no cause, e.g. in a k8s:// run that cannot reach the API server)
         traceback.print_exc()
         cause = reoptjob.deepest_exception(str(err).splitlines()) or type(err).__name__
         print(f"error: Spark failed: {cause}", file=sys.stderr)

@@ -1,10 +1,10 @@
 """One capacity ledger per operator process: CPU, memory and pod slots per node.
 
-Why: before issue 12 every planner read free CPU on its own (the reconcile with
-a LIST under a reconcile-only lock, each recovery tick with another LIST), so a
-recovery of topology A, a recovery of B and a reconcile of C could all plan onto
-the same free core in the same second, and memory and the node's pod limit were
-never counted; the scheduler then left the surplus pods ``Unschedulable``.
+Planners of different topologies run at the same time: a recovery of topology A, a
+recovery of B and a reconcile of C. Were each to read free capacity on its own, all
+three could plan onto the same free core in the same second, and the scheduler would
+leave the surplus pods ``Unschedulable``; memory and the node's pod limit count as
+much as CPU.
 
 The ledger is the one place that answers "what is still free on node N": the
 node's allocatable resources minus the requests of every pod bound or pinned
@@ -313,7 +313,7 @@ class CapacityLedger:
     ) -> T | None:
         """Plan outside the booking on a snapshot of free capacity, reserve inside it.
 
-        Why: planners of different topologies then run at the same time (CP-SAT
+        So planners of different topologies run at the same time (CP-SAT
         releases the GIL, and a planner's Python waits for no other), and the
         booking is held only for the reservation. ``reserve`` checks the plan's pods
         against the capacity free *now*; if a plan reserved meanwhile took their room

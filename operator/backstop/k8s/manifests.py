@@ -171,9 +171,8 @@ def _once(shared: Shared | None, key: Hashable, build: Callable[[], Any]) -> Any
 
     The pods of one plan share their per-operator parts (runtime env, resources, probe,
     ports, mounts, volumes, affinity per node, owner reference) instead of each holding
-    equal copies: the supervisor keeps a plan's pods in its memo, and at 10k tasks the
-    copies were most of the 9.8 KB each pod took there (``bench/bench_operator_memory.py``).
-    The parts are read only, like the manifests.
+    equal copies: the supervisor keeps a plan's pods in its memo, where such copies would
+    be most of each pod's memory. The parts are read only, like the manifests.
     """
     if shared is None:
         return build()
@@ -220,12 +219,12 @@ def build_task_pod(
         {"name": "BACKSTOP_RECOVERY_DIR", "value": SESSION_MOUNT},
         *_once(shared, ("env", op.name), lambda: runtime_env(spec, op)),
     ]
-    if role.epoch:  # absent for the first copy, so adding epochs restarts no running pod
+    if role.epoch:  # the first copy has none: fencing changes no first copy's spec-hash
         env.append({"name": "BACKSTOP_EPOCH", "value": str(role.epoch)})
     base = _base_pod_spec(owner, spec, op, role, env, shared)
     template = merge_templates(spec.pod_template, op.pod_template)
-    # without a template the merge gives ``base`` back (``owned`` is a part of it); it
-    # was 70% of building 10k pods
+    # without a template the merge gives ``base`` back (``owned`` is a part of it), so it
+    # is skipped: it is most of the cost of building a pod
     tspec = template.get("spec")
     pod_spec = build_pod_spec(base, tspec, owned_pod_spec(base)) if tspec else base
     labels = {
@@ -235,7 +234,8 @@ def build_task_pod(
         LABEL_ROLE: "primary" if replica is None else "replica",
     }
     meta = template.get("metadata") or {}
-    # the template's metadata is hashed only when there is one: no restart of older pods
+    # the template's metadata is hashed only when there is one, so a pod without template
+    # metadata keeps the hash it had (no restart)
     hashed = {"spec": pod_spec, "metadata": meta} if meta else pod_spec
     return {
         "apiVersion": "v1",
@@ -391,8 +391,8 @@ def task_roles(
     only: Collection[str] | None = None,
 ) -> list[TaskRole]:
     """The role of every placed task under a plan (failed, unplaced tasks have none);
-    with ``only``, of those tasks alone (a recovery step's 250 of 10k tasks: the roles of
-    all of them were a fifth of its reservation's CPU)."""
+    with ``only``, of those tasks alone (a recovery step's few failed tasks of a large
+    topology, whose reservation would otherwise spend much of its CPU on every role)."""
     roles = []
     for i, task in enumerate(graph.tasks):
         if task not in assignment or (only is not None and task not in only):
