@@ -1,15 +1,17 @@
-"""Pure builders for everything the operator writes: pods, conditions, status, events.
+"""Pure builders of the objects the operator creates: task pods, RecoveryPlans, the PDB.
 
 Handlers call these ``build_*`` functions and pass the results to the I/O layer
 (:mod:`backstop.k8s.kubeio`). Nothing here talks to the API server or reads global
-configuration, so every manifest can be unit-tested and diffed.
+configuration, so every manifest can be unit-tested and diffed. The objects beside the
+pods, and their :class:`Owner`, are built in :mod:`backstop.k8s.topologyobjects` and
+re-exported here.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +20,6 @@ from backstop.domain.constants import (
     ANN_HASH,
     ANN_NODE,
     DATA_PORT,
-    GROUP,
     HOSTNAME,
     LABEL_OPERATOR,
     LABEL_ROLE,
@@ -29,30 +30,31 @@ from backstop.domain.constants import (
     SESSION_CONFIGMAP_SUFFIX,
     SESSION_MOUNT,
     STORE_MOUNT,
-    VERSION,
 )
 from backstop.domain.podmerge import build_pod_spec, merge_templates
 from backstop.domain.spec import OperatorSpec, StreamTopologySpec
+from backstop.k8s.topologyobjects import Owner, build_pdb, build_recoveryplan, recoveryplan_name
 from planners import TaskGraph
 
-
-@dataclass(frozen=True)
-class Owner:
-    """The StreamTopology that owns the objects being built."""
-
-    name: str
-    namespace: str
-    uid: str
-
-    def reference(self) -> dict[str, Any]:
-        return {
-            "apiVersion": f"{GROUP}/v1alpha1",
-            "kind": "StreamTopology",
-            "name": self.name,
-            "uid": self.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+__all__ = [
+    "CONTAINER_SECURITY",
+    "POD_SECURITY",
+    "Owner",
+    "Shared",
+    "TaskRole",
+    "build_pdb",
+    "build_recoveryplan",
+    "build_task_pod",
+    "desired_pods",
+    "owned_pod_spec",
+    "pod_name",
+    "recoveryplan_name",
+    "replica_name",
+    "runtime_env",
+    "task_resources",
+    "task_roles",
+    "template_samples",
+]
 
 
 @dataclass(frozen=True)
@@ -442,71 +444,3 @@ def desired_pods(
             )
             out[rep["metadata"]["name"]] = rep
     return out
-
-
-def recoveryplan_name(topology: str, session: str, step: int) -> str:
-    return f"{topology}-{session}-{step}"
-
-
-def build_recoveryplan(
-    owner: Owner,
-    *,
-    session: str,
-    step_no: int,
-    trigger: str,
-    lost: Iterable[str],
-    step: Mapping[str, Any],
-) -> dict[str, Any]:
-    """The ``RecoveryPlan`` object of one step (``step`` as recorded in the status)."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "RecoveryPlan",
-        "metadata": {
-            "name": recoveryplan_name(owner.name, session, step_no),
-            "namespace": owner.namespace,
-            "labels": {f"{GROUP}/topology": owner.name, f"{GROUP}/session": session},
-            "ownerReferences": [owner.reference()],
-        },
-        "spec": {
-            "topology": owner.name,
-            "session": session,
-            "step": step_no,
-            "trigger": trigger,
-            "algorithm": step["algorithm"],
-            "lostNodes": sorted(lost),
-            "assignments": [{"task": t, "node": n} for t, n in step["recover"].items()],
-            "pending": list(step["pending"]),
-            "recoveredQueries": list(step["recoveredQueries"]),
-            "recoveredPriority": step["recoveredPriority"],
-            "failedPriority": step["failedPriority"],
-        },
-    }
-
-
-def build_pdb(owner: Owner, pods: int) -> dict[str, Any]:
-    """The topology's PodDisruptionBudget: no voluntary eviction of a running task pod.
-
-    ``minAvailable`` is every task pod, so the eviction API (``kubectl drain``, a
-    cluster autoscaler) refuses to evict a Running one; the operator moves the tasks
-    off a cordoned node itself, a few at a time with the bound kept
-    (:func:`backstop.controller.drain.drain_tick`), and the drain completes as
-    their old pods go. Pending, terminating and ended pods are evictable anyway (the
-    API server ignores budgets for them). An integer ``minAvailable`` needs no scale
-    subresource on the owner. The ``apiVersion`` is chosen by
-    :meth:`backstop.k8s.kubeio.Kube.put_pdb` (``policy/v1``, else ``v1beta1``).
-
-    >>> pdb = build_pdb(Owner("t", "ns", "u1"), 9)
-    >>> pdb["spec"]
-    {'minAvailable': 9, 'selector': {'matchLabels': {'streams.backstop.dev/topology': 't'}}}
-    """
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {
-            "name": owner.name,
-            "namespace": owner.namespace,
-            "labels": {LABEL_TOPOLOGY: owner.name},
-            "ownerReferences": [owner.reference()],
-        },
-        "spec": {"minAvailable": pods, "selector": {"matchLabels": {LABEL_TOPOLOGY: owner.name}}},
-    }
