@@ -1,6 +1,6 @@
 """``backstop place`` and ``backstop plan``: placement previews before ``kubectl apply``.
 
-Why: a user must be able to see, without a cluster, which node each task would
+A user must be able to see, without a cluster, which node each task would
 land on, which tasks keep backups, and what losing each node would cost — and
 whether the recovery-latency bound holds — before trusting the operator with
 it. Both commands call the same pure planners the operator calls and print

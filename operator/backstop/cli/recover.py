@@ -1,6 +1,6 @@
 """``backstop recover``: preview the first recovery plan after losing some nodes.
 
-Why: before an incident, an operator wants to know what losing a rack would
+Before an incident, an operator wants to know what losing a rack would
 cost, and which queries would come back first with the capacity left; after
 one, the same answer explains what the operator is doing. The command takes
 the topology, the current placement (``backstop place --json`` output or a

@@ -1,6 +1,6 @@
 """``backstop reoptimize`` and ``backstop metrics generate``: re-optimization on demand.
 
-Why: the operator re-optimizes on a timer, but people want to see a
+The operator re-optimizes on a timer, but people want to see a
 recommendation before trusting it, and demos and tests need metrics. With a
 manifest file, ``reoptimize`` runs the Spark job here (``local[*]``) on a
 metrics directory and prints the new estimates and plan readably (or as
