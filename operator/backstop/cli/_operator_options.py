@@ -188,11 +188,11 @@ class OperatorOptions:
 
         Examples
         --------
-        >>> OperatorOptions(**{**EXAMPLE, "namespace": []}).problem()
+        >>> OperatorOptions(**{**_EXAMPLE, "namespace": []}).problem()
         'pass --namespace NAME (repeatable) or --all-namespaces'
-        >>> OperatorOptions(**{**EXAMPLE, "webhook_service": "svc"}).problem()
+        >>> OperatorOptions(**{**_EXAMPLE, "webhook_service": "svc"}).problem()
         "--webhook-service must be NAMESPACE/NAME, got 'svc'"
-        >>> OperatorOptions(**EXAMPLE).problem() is None
+        >>> OperatorOptions(**_EXAMPLE).problem() is None
         True
         """
         if not self.namespace and not self.all_namespaces:
@@ -236,7 +236,7 @@ class OperatorOptions:
         return self.leader_elect_namespace or (self.namespace or ["default"])[0]
 
 
-EXAMPLE: dict[str, object] = {
+_EXAMPLE: dict[str, object] = {
     "namespace": ["default"],
     "all_namespaces": False,
     "liveness": "http://0.0.0.0:8080/healthz",
