@@ -6,11 +6,11 @@ printing it. Errors the user can fix (bad manifest, infeasible bound) are
 printed as one clear message with a non-zero exit, never a traceback
 (:mod:`backstop.cli._output`). Each command module adds itself with ``register(app)``.
 
-Lazy imports (issue 15): every command module is imported to build the app (its options
-and help), so at module level they import only typer, rich, the constants and the pure
-planners' registries (whose names the help lists). The manifest models (pydantic), the
-Kubernetes client, the simulators and the solvers (ortools, with pandas) are imported
-inside the commands that use them: together they took 2.7 s of ``backstop --help``.
+Lazy imports: every command module is imported to build the app (its options and help),
+so at module level they import only typer, rich, the constants and the pure planners'
+registries (whose names the help lists). The manifest models (pydantic), the Kubernetes
+client, the simulators and the solvers (ortools, with pandas) take seconds to import, so
+they are imported inside the commands that use them and ``backstop --help`` stays quick.
 ``tests/unit/test_cli_imports.py`` checks that ``backstop --help`` imports none of them.
 """
 

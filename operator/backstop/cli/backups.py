@@ -5,12 +5,17 @@ cheapest to reason about alone. Users (and CI) can check that a manifest's
 recovery-latency bound is achievable, how many backups it costs, and how the
 algorithms compare, without a cluster. The plan printed is the one the
 failure-effect evaluator has already checked.
+
+"The seed" in the help is "Minimum Backups for Stream Processing With Recovery Latency
+Guarantees" (Li, Wu, Jiang, Li, Wei): ``dag`` is its heuristic for general DAGs (section
+IV.D, with the final elimination of redundant backups) and ``share-based`` the baseline
+of its experiments (section V.A).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -19,6 +24,10 @@ from rich.table import Table
 from backstop.cli._output import guarded, planners_bound, print_json
 from planners.backups import BACKUP_ALGORITHMS, plan_backups
 from planners.evaluate import recovery_latencies
+
+if TYPE_CHECKING:
+    from planners import TaskGraph
+    from planners.backups import BackupPlan
 
 HELP = (
     "Choose the fewest tasks that keep upstream backups so that every single-task failure "
@@ -42,29 +51,36 @@ def register(app: typer.Typer) -> None:
     app.command("backups", help=HELP)(backups)
 
 
+TopologyArg = Annotated[
+    Path, typer.Argument(help="StreamTopology manifest (YAML).", show_default=False)
+]
+AlgorithmOpt = Annotated[
+    str,
+    typer.Option("--algorithm", "-a", help="One of: " + ", ".join(BACKUP_ALGORITHMS) + "."),
+]
+BoundOpt = Annotated[
+    float | None,
+    typer.Option("--bound", help="Recovery-latency bound in seconds; overrides the manifest."),
+]
+TimeLimitOpt = Annotated[
+    float,
+    typer.Option(
+        "--time-limit",
+        min=0.0,
+        help="Budget of the searching algorithms in nominal seconds: a deterministic "
+        "work limit, so the same input and budget give the same plan on any machine.",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")]
+
+
 @guarded
 def backups(
-    topology: Annotated[
-        Path, typer.Argument(help="StreamTopology manifest (YAML).", show_default=False)
-    ],
-    algorithm: Annotated[
-        str,
-        typer.Option("--algorithm", "-a", help="One of: " + ", ".join(BACKUP_ALGORITHMS) + "."),
-    ] = "auto",
-    bound: Annotated[
-        float | None,
-        typer.Option("--bound", help="Recovery-latency bound in seconds; overrides the manifest."),
-    ] = None,
-    time_limit: Annotated[
-        float,
-        typer.Option(
-            "--time-limit",
-            min=0.0,
-            help="Budget of the searching algorithms in nominal seconds: a deterministic "
-            "work limit, so the same input and budget give the same plan on any machine.",
-        ),
-    ] = 10.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")] = False,
+    topology: TopologyArg,
+    algorithm: AlgorithmOpt = "auto",
+    bound: BoundOpt = None,
+    time_limit: TimeLimitOpt = 10.0,
+    as_json: JsonOpt = False,
 ) -> None:
     from backstop.domain.spec import expand, load_topology  # see backstop.cli: lazy imports
 
@@ -84,9 +100,14 @@ def backups(
             }
         )
         return
+    _print_backups(topo.metadata.name, graph, plan)
+
+
+def _print_backups(name: str, graph: TaskGraph, plan: BackupPlan) -> None:
+    """The backup plan as a table of tasks and their recovery latencies, then a summary."""
     latency = recovery_latencies(graph, plan.backups)
     chosen = set(plan.backups)
-    table = Table(title=f"{topo.metadata.name}: backups ({plan.algorithm})")
+    table = Table(title=f"{name}: backups ({plan.algorithm})")
     table.add_column("task")
     table.add_column("operator")
     table.add_column("t_v (s)", justify="right")

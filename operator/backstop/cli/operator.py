@@ -11,221 +11,134 @@ from urllib.parse import urlparse
 
 import typer
 
-if TYPE_CHECKING:
-    from backstop.controller.metrics import OperatorMetrics
+from backstop.cli._operator_options import (
+    AllNamespacesOpt,
+    ClusterScanningOpt,
+    GracePeriodOpt,
+    KubeconfigOpt,
+    LeaderElectNameOpt,
+    LeaderElectNamespaceOpt,
+    LeaderElectOpt,
+    LeaseDurationOpt,
+    LivenessOpt,
+    LogFormatOpt,
+    LogLevelOpt,
+    MetricsPortOpt,
+    NamespaceOpt,
+    OperatorOptions,
+    RecoveryPlanHistoryOpt,
+    RenewDeadlineOpt,
+    RetryPeriodOpt,
+    UtilizationCapOpt,
+    WebhookAddrOpt,
+    WebhookCertDirOpt,
+    WebhookCertSecretOpt,
+    WebhookConfigurationOpt,
+    WebhookHostOpt,
+    WebhookPortOpt,
+    WebhookServiceOpt,
+)
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kopf import OperatorSettings
+    from kubernetes.client import ApiClient
+
+    from backstop.controller.admission import Webhook
+    from backstop.controller.metrics import OperatorMetrics
 
 
 def operator(
-    namespace: Annotated[
-        list[str] | None,
-        typer.Option("--namespace", "-n", help="Watch this namespace (repeatable)."),
-    ] = None,
-    all_namespaces: Annotated[
-        bool, typer.Option("--all-namespaces", "-A", help="Watch every namespace.")
-    ] = False,
-    liveness: Annotated[
-        str, typer.Option(help="Liveness endpoint URL ('' to disable).")
-    ] = "http://0.0.0.0:8080/healthz",
-    log_format: Annotated[
-        str, typer.Option(help="Log format: json (structured) or plain.")
-    ] = "json",
-    log_level: Annotated[str, typer.Option(help=f"One of {', '.join(LOG_LEVELS)}.")] = "info",
-    kubeconfig: Annotated[
-        str | None, typer.Option(envvar="KUBECONFIG", help="Path to a kubeconfig.")
-    ] = None,
-    grace_period_seconds: Annotated[
-        float | None,
-        typer.Option(
-            min=0,
-            envvar="BACKSTOP_GRACE_PERIOD_SECONDS",
-            help="Default spec.recovery.gracePeriodSeconds for topologies that omit it.",
-        ),
-    ] = None,
-    utilization_cap: Annotated[
-        float | None,
-        typer.Option(
-            min=0,
-            max=1,
-            envvar="BACKSTOP_UTILIZATION_CAP",
-            help="Default spec.recovery.utilizationCap for topologies that omit it.",
-        ),
-    ] = None,
-    recoveryplan_history: Annotated[
-        int | None,
-        typer.Option(
-            min=2,
-            envvar="BACKSTOP_RECOVERYPLAN_HISTORY",
-            help="RecoveryPlans kept per topology (the newest; older ones are deleted)."
-            "  [default: 20]",
-        ),
-    ] = None,
-    metrics_port: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            max=65535,
-            envvar="BACKSTOP_METRICS_PORT",
-            help="Serve Prometheus /metrics on this port (every replica; unset: no endpoint).",
-        ),
-    ] = None,
-    cluster_scanning: Annotated[
-        bool,
-        typer.Option(
-            help=(
-                "Let Kopf observe Namespaces and CRDs cluster-wide (needs list/watch on both);"
-                " --no-cluster-scanning serves the given namespaces and the CRDs present at"
-                " startup, so namespaced RBAC suffices."
-            ),
-        ),
-    ] = True,
-    leader_elect: Annotated[
-        bool,
-        typer.Option(
-            envvar="BACKSTOP_LEADER_ELECT",
-            help=(
-                "Run as one of several replicas: act only while holding a coordination.k8s.io"
-                " Lease, wait as a standby otherwise, exit when the Lease is lost."
-            ),
-        ),
-    ] = False,
-    leader_elect_namespace: Annotated[
-        str | None,
-        typer.Option(
-            envvar="BACKSTOP_OPERATOR_NAMESPACE",
-            help="Namespace of the Lease (default: the first --namespace, else 'default').",
-        ),
-    ] = None,
-    leader_elect_name: Annotated[
-        str, typer.Option(help="Name of the Lease (one per operator installation).")
-    ] = "backstop-operator",
-    lease_duration: Annotated[
-        int, typer.Option(min=2, help="Seconds a standby waits for a silent leader.")
-    ] = 15,
-    renew_deadline: Annotated[
-        int, typer.Option(min=2, help="Seconds a leader retries renewing before it exits.")
-    ] = 10,
-    retry_period: Annotated[
-        int, typer.Option(min=1, help="Seconds between renewals and between standby attempts.")
-    ] = 2,
-    webhook_port: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            max=65535,
-            envvar="BACKSTOP_WEBHOOK_PORT",
-            help="Serve the validating admission webhook on this port (0: no webhook).",
-        ),
-    ] = 0,
-    webhook_addr: Annotated[
-        str, typer.Option(envvar="BACKSTOP_WEBHOOK_ADDR", help="Address the webhook listens on.")
-    ] = "127.0.0.1",
-    webhook_host: Annotated[
-        str | None,
-        typer.Option(
-            envvar="BACKSTOP_WEBHOOK_HOST",
-            help="Host the API server calls (https://HOST:PORT/); default: --webhook-addr.",
-        ),
-    ] = None,
-    webhook_service: Annotated[
-        str | None,
-        typer.Option(
-            envvar="BACKSTOP_WEBHOOK_SERVICE",
-            help="NAMESPACE/NAME of a Service (port 443) to the operator pods that the API "
-            "server calls instead of a URL.",
-        ),
-    ] = None,
-    webhook_cert_dir: Annotated[
-        str | None,
-        typer.Option(
-            envvar="BACKSTOP_WEBHOOK_CERT_DIR",
-            help="Directory with tls.crt, tls.key (and ca.crt), e.g. from cert-manager; "
-            "default: a self-signed certificate.",
-        ),
-    ] = None,
-    webhook_cert_secret: Annotated[
-        str | None,
-        typer.Option(
-            envvar="BACKSTOP_WEBHOOK_CERT_SECRET",
-            help="NAMESPACE/NAME of a Secret that keeps the self-signed certificate, shared "
-            "by every replica (created on first use).",
-        ),
-    ] = None,
-    webhook_configuration: Annotated[
-        str,
-        typer.Option(
-            envvar="BACKSTOP_WEBHOOK_CONFIGURATION",
-            help="ValidatingWebhookConfiguration the operator keeps up to date ('': none).",
-        ),
-    ] = "backstop.streams.backstop.dev",
+    namespace: NamespaceOpt = None,
+    all_namespaces: AllNamespacesOpt = False,
+    liveness: LivenessOpt = "http://0.0.0.0:8080/healthz",
+    log_format: LogFormatOpt = "json",
+    log_level: LogLevelOpt = "info",
+    kubeconfig: KubeconfigOpt = None,
+    grace_period_seconds: GracePeriodOpt = None,
+    utilization_cap: UtilizationCapOpt = None,
+    recoveryplan_history: RecoveryPlanHistoryOpt = None,
+    metrics_port: MetricsPortOpt = None,
+    cluster_scanning: ClusterScanningOpt = True,
+    leader_elect: LeaderElectOpt = False,
+    leader_elect_namespace: LeaderElectNamespaceOpt = None,
+    leader_elect_name: LeaderElectNameOpt = "backstop-operator",
+    lease_duration: LeaseDurationOpt = 15,
+    renew_deadline: RenewDeadlineOpt = 10,
+    retry_period: RetryPeriodOpt = 2,
+    webhook_port: WebhookPortOpt = 0,
+    webhook_addr: WebhookAddrOpt = "127.0.0.1",
+    webhook_host: WebhookHostOpt = None,
+    webhook_service: WebhookServiceOpt = None,
+    webhook_cert_dir: WebhookCertDirOpt = None,
+    webhook_cert_secret: WebhookCertSecretOpt = None,
+    webhook_configuration: WebhookConfigurationOpt = "backstop.streams.backstop.dev",
 ) -> None:
     """Run the Backstop operator (Kopf) until interrupted.
 
     It reconciles StreamTopology objects: plans backups and placement against the
     live Ready nodes, creates one pinned pod per task, and keeps the status up to date.
     """
-    if not namespace and not all_namespaces:
-        typer.echo("error: pass --namespace NAME (repeatable) or --all-namespaces", err=True)
-        raise typer.Exit(2)
-    if log_level not in LOG_LEVELS:
-        typer.echo(f"error: --log-level must be one of {', '.join(LOG_LEVELS)}", err=True)
-        raise typer.Exit(2)
-    if log_format not in ("json", "plain"):
-        typer.echo("error: --log-format must be json or plain", err=True)
-        raise typer.Exit(2)
-    if kubeconfig:
-        os.environ["KUBECONFIG"] = kubeconfig
-    # Operator-wide recovery defaults (Helm values recovery.*), exported for the handlers.
-    if grace_period_seconds is not None:
-        os.environ["BACKSTOP_GRACE_PERIOD_SECONDS"] = str(grace_period_seconds)
-    if utilization_cap is not None:
-        if utilization_cap == 0:
-            typer.echo("error: --utilization-cap must be in (0, 1]", err=True)
-            raise typer.Exit(2)
-        os.environ["BACKSTOP_UTILIZATION_CAP"] = str(utilization_cap)
-    if recoveryplan_history is not None:
-        os.environ["BACKSTOP_RECOVERYPLAN_HISTORY"] = str(recoveryplan_history)
-    for ref, flag in ((webhook_service, "service"), (webhook_cert_secret, "cert-secret")):
-        if ref is not None and ref.count("/") != 1:
-            typer.echo(f"error: --webhook-{flag} must be NAMESPACE/NAME, got {ref!r}", err=True)
-            raise typer.Exit(2)
-    if metrics_port is not None:
-        os.environ["BACKSTOP_METRICS_PORT"] = str(metrics_port)
-    listens = _listens(liveness, webhook_addr if webhook_port else None, webhook_port)
-    problem = listen_problem(listens) if listens is not None else "--liveness must be a URL"
+    options = OperatorOptions(
+        namespace=list(namespace or []),
+        all_namespaces=all_namespaces,
+        liveness=liveness,
+        log_format=log_format,
+        log_level=log_level,
+        kubeconfig=kubeconfig,
+        grace_period_seconds=grace_period_seconds,
+        utilization_cap=utilization_cap,
+        recoveryplan_history=recoveryplan_history,
+        metrics_port=metrics_port,
+        cluster_scanning=cluster_scanning,
+        leader_elect=leader_elect,
+        leader_elect_namespace=leader_elect_namespace,
+        leader_elect_name=leader_elect_name,
+        lease_duration=lease_duration,
+        renew_deadline=renew_deadline,
+        retry_period=retry_period,
+        webhook_port=webhook_port,
+        webhook_addr=webhook_addr,
+        webhook_host=webhook_host,
+        webhook_service=webhook_service,
+        webhook_cert_dir=webhook_cert_dir,
+        webhook_cert_secret=webhook_cert_secret,
+        webhook_configuration=webhook_configuration,
+    )
+    start(options)
+
+
+def _refuse(problem: str | None) -> None:
+    """Exit 2 with ``error: PROBLEM`` on one line, unless there is no problem."""
     if problem is not None:
         typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(2)
+
+
+def start(options: OperatorOptions) -> None:
+    """Check the options and the ports, then run Kopf: at once, or while elected.
+
+    Every check that can fail comes before Kopf starts, so a mistake is one line and
+    exit 2 rather than a traceback inside Kopf's event loop or a login retried for ever.
+    """
+    _refuse(options.problem())
+    options.export()
+    webhook_addr = options.webhook_addr if options.webhook_port else None
+    listens = _listens(options.liveness, webhook_addr, options.webhook_port)
+    _refuse(listen_problem(listens) if listens is not None else "--liveness must be a URL")
     import kopf
 
     import backstop.controller.handlers  # noqa: F401  (registers the handlers)
-    from backstop.controller import admission
     from backstop.k8s.cluster import ClusterUnavailable, api_client
-    from backstop.k8s.leader import Election, run_elected
 
     metrics = _serve_metrics()
-
     kopf.configure(
-        verbose=log_level == "debug",
-        log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.PLAIN,
+        verbose=options.log_level == "debug",
+        log_format=kopf.LogFormat.JSON if options.log_format == "json" else kopf.LogFormat.PLAIN,
     )
-    logging.getLogger().setLevel(log_level.upper())
-    settings = kopf.OperatorSettings()
-    settings.scanning.disabled = not cluster_scanning
-    webhook = None
-    if webhook_port:
-        webhook = admission.Webhook(
-            port=webhook_port,
-            addr=webhook_addr,
-            host=webhook_host,
-            service=webhook_service,
-            cert_dir=webhook_cert_dir,
-            cert_secret=webhook_cert_secret,
-            configuration=webhook_configuration or None,
-            persistent=leader_elect,  # one replica stopping must not unregister the others
-        )
-        admission.configure(settings, kopf.get_default_registry(), webhook)
+    logging.getLogger().setLevel(options.log_level.upper())
+    settings, webhook = _kopf_settings(options)
 
     def run() -> None:
         metrics.leader.set(1)
@@ -233,9 +146,9 @@ def operator(
             memo=kopf.Memo(metrics=metrics),
             settings=settings,
             standalone=True,
-            clusterwide=all_namespaces,
-            namespaces=[] if all_namespaces else list(namespace or []),
-            liveness_endpoint=liveness or None,
+            clusterwide=options.all_namespaces,
+            namespaces=options.namespaces,
+            liveness_endpoint=options.liveness or None,
         )
 
     try:  # a missing kubeconfig is one line and exit 2, not a Kopf that retries forever
@@ -243,29 +156,64 @@ def operator(
     except ClusterUnavailable as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    if not leader_elect:
+    if not options.leader_elect:
         run()
         return
-    election = Election(
-        namespace=leader_elect_namespace or (namespace or ["default"])[0],
-        name=leader_elect_name,
-        lease_duration=lease_duration,
-        renew_deadline=renew_deadline,
-        retry_period=retry_period,
+    _run_elected(options, api, run, webhook)
+
+
+def _kopf_settings(options: OperatorOptions) -> tuple[OperatorSettings, Webhook | None]:
+    """Kopf's settings for these options, and the admission webhook if one is served.
+
+    Registering the webhook also adds it to Kopf's settings, so Kopf serves it while
+    this replica leads.
+    """
+    import kopf
+
+    from backstop.controller import admission
+
+    settings = kopf.OperatorSettings()
+    settings.scanning.disabled = not options.cluster_scanning
+    if not options.webhook_port:
+        return settings, None
+    webhook = admission.Webhook(
+        port=options.webhook_port,
+        addr=options.webhook_addr,
+        host=options.webhook_host,
+        service=options.webhook_service,
+        cert_dir=options.webhook_cert_dir,
+        cert_secret=options.webhook_cert_secret,
+        configuration=options.webhook_configuration or None,
+        persistent=options.leader_elect,  # one replica stopping must not unregister the others
     )
-    problem = election.problem()
-    if problem is not None:
-        typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(2)
+    admission.configure(settings, kopf.get_default_registry(), webhook)
+    return settings, webhook
+
+
+def _run_elected(
+    options: OperatorOptions, api: ApiClient, run: Callable[[], None], webhook: Webhook | None
+) -> None:
+    """Run ``run`` while this replica holds the Lease; as a standby, serve the webhook."""
+    from backstop.controller import admission
+    from backstop.k8s.leader import Election, run_elected
+
+    election = Election(
+        namespace=options.lease_namespace,
+        name=options.leader_elect_name,
+        lease_duration=options.lease_duration,
+        renew_deadline=options.renew_deadline,
+        retry_period=options.retry_period,
+    )
+    _refuse(election.problem())
     standby = None
     if webhook is not None:
         standby = admission.serve_while_standby(
             webhook,
-            namespaces=list(namespace or []),
-            clusterwide=all_namespaces,
-            scanning=cluster_scanning,
+            namespaces=list(options.namespace),
+            clusterwide=options.all_namespaces,
+            scanning=options.cluster_scanning,
         )
-    run_elected(api, election, run, health=liveness or None, standby=standby)
+    run_elected(api, election, run, health=options.liveness or None, standby=standby)
 
 
 Listen = tuple[str, str, int]

@@ -1,11 +1,16 @@
 """``backstop place`` and ``backstop plan``: placement previews before ``kubectl apply``.
 
-Why: a user must be able to see, without a cluster, which node each task would
+A user must be able to see, without a cluster, which node each task would
 land on, which tasks keep backups, and what losing each node would cost — and
 whether the recovery-latency bound holds — before trusting the operator with
 it. Both commands call the same pure planners the operator calls and print
 what the failure-effect evaluator says about the result, never the planner's
 own claim.
+
+"The seeds" of the ``--backups`` help are "Task Allocation for Stream Processing with
+Recovery Latency Guarantee" and its journal version "A Task Allocation Method for Stream
+Processing with Recovery Latency Constraint" (Li, Wu, Jiang, Li, Wei), which assume that
+every task keeps an upstream backup (conference paper, section II.B).
 """
 
 from __future__ import annotations
@@ -245,10 +250,29 @@ def place_command(
         )
         for node, tasks in plan.by_node().items():
             typer.echo(f"  {node}: {', '.join(tasks)}")
-        for problem in plan.violations:  # only the seed's *-2sp baselines get here
+        # only the *-2sp baselines get here ("Task Allocation for Stream Processing with
+        # Recovery Latency Guarantee", section III.A: the 2SP approaches extended)
+        for problem in plan.violations:
             typer.echo(f"bound BROKEN: {problem}")
     if plan.violations:
         raise typer.Exit(1)
+
+
+PlanJsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object (as `backstop place --json`).")
+]
+FromClusterOpt = Annotated[
+    bool,
+    typer.Option(
+        "--from-cluster",
+        help="Plan against the live cluster's Ready nodes (KUBECONFIG), exactly as the "
+        "operator would: other pods' requests subtracted, the topology's own pods kept "
+        "where an equivalent plan allows.",
+    ),
+]
+NamespaceOpt = Annotated[
+    str, typer.Option("--namespace", "-n", help="Namespace of the topology (--from-cluster).")
+]
 
 
 @guarded
@@ -261,21 +285,9 @@ def plan_command(
     bound: BoundOpt = None,
     topology_key: TopologyKeyOpt = None,
     time_limit: TimeLimitOpt = DEFAULT_TIME_LIMIT,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object (as `backstop place --json`).")
-    ] = False,
-    from_cluster: Annotated[
-        bool,
-        typer.Option(
-            "--from-cluster",
-            help="Plan against the live cluster's Ready nodes (KUBECONFIG), exactly as the "
-            "operator would: other pods' requests subtracted, the topology's own pods kept "
-            "where an equivalent plan allows.",
-        ),
-    ] = False,
-    namespace: Annotated[
-        str, typer.Option("--namespace", "-n", help="Namespace of the topology (--from-cluster).")
-    ] = "default",
+    json_output: PlanJsonOpt = False,
+    from_cluster: FromClusterOpt = False,
+    namespace: NamespaceOpt = "default",
 ) -> None:
     """Dry run: backups, task → node table, recovery latency per node failure, bound check."""
     from backstop.domain.spec import load_topology
@@ -295,8 +307,13 @@ def plan_command(
     if json_output:
         print_json(placement_json(graph, plan))
         return
+    if not _print_plan(topo.metadata.name, graph, plan, pool):
+        raise typer.Exit(1)
+
+
+def _print_plan(name: str, graph: TaskGraph, plan: Placement, pool: NodePool) -> bool:
+    """Print the dry run's tables and verdict; whether the bound holds."""
     console = Console(highlight=False, soft_wrap=True)
-    name = topo.metadata.name
     mode = "all" if plan.backups is None else "planned"
     console.print(
         f"[bold]{name}[/]: {len(graph)} tasks, bound {plan.bound:g}s, "
@@ -304,12 +321,27 @@ def plan_command(
     )
     kept = list(graph.tasks) if plan.backups is None else list(plan.backups)
     console.print(f"Backups ({len(kept)}/{len(graph)}): {', '.join(kept) or 'none'}")
+    console.print(_placement_table(graph, plan, set(kept)))
+    failures, ok = _failure_table(graph, plan, pool)
+    console.print(failures)
+    domains = pool.domains()
+    if domains:
+        h, label = worst_correlated_failure(graph, plan.backups, plan.assignment, domains=domains)
+        ok &= h <= plan.bound + 1e-9
+        console.print(f"Worst failure-domain loss: {label} recovers in {h:g}s")
+    verdict = "holds" if ok else "is BROKEN"
+    console.print(
+        f"Worst node failure: {plan.worst:g}s; the bound {plan.bound:g}s {verdict} "
+        f"on {plan.nodes_used} nodes."
+    )
+    return ok
 
-    slots = {n.name: n for n in pool.slots(len(graph))}
+
+def _placement_table(graph: TaskGraph, plan: Placement, backed: set[str]) -> Table:
+    """Task → node, with each task's CPU and whether it keeps a backup."""
     placed = Table(title="Placement", title_justify="left")
     for col in ("task", "node", "cpu", "backup"):
         placed.add_column(col)
-    backed = set(kept)
     for task in graph.tasks:
         placed.add_row(
             task,
@@ -317,8 +349,12 @@ def plan_command(
             f"{graph.weight[graph.index(task)]:g}",
             "yes" if task in backed else "no",
         )
-    console.print(placed)
+    return placed
 
+
+def _failure_table(graph: TaskGraph, plan: Placement, pool: NodePool) -> tuple[Table, bool]:
+    """What losing each used node costs, and whether every such loss keeps the bound."""
+    slots = {n.name: n for n in pool.slots(len(graph))}
     failures = Table(title="If a node fails", title_justify="left")
     for col in ("node", "domain", "cpu used/free", "tasks", "recovery (s)", "within bound"):
         failures.add_column(col)
@@ -337,20 +373,7 @@ def plan_command(
             f"{h:g}",
             "yes" if within else "NO",
         )
-    console.print(failures)
-    domains = pool.domains()
-    if domains:
-        h, label = worst_correlated_failure(graph, plan.backups, plan.assignment, domains=domains)
-        within = h <= plan.bound + 1e-9
-        ok &= within
-        console.print(f"Worst failure-domain loss: {label} recovers in {h:g}s")
-    verdict = "holds" if ok else "is BROKEN"
-    console.print(
-        f"Worst node failure: {plan.worst:g}s; the bound {plan.bound:g}s {verdict} "
-        f"on {plan.nodes_used} nodes."
-    )
-    if not ok:
-        raise typer.Exit(1)
+    return failures, ok
 
 
 def register(app: typer.Typer) -> None:

@@ -1,6 +1,6 @@
 """``backstop recover``: preview the first recovery plan after losing some nodes.
 
-Why: before an incident, an operator wants to know what losing a rack would
+Before an incident, an operator wants to know what losing a rack would
 cost, and which queries would come back first with the capacity left; after
 one, the same answer explains what the operator is doing. The command takes
 the topology, the current placement (``backstop place --json`` output or a
@@ -117,56 +117,66 @@ def _print_table(step: RecoveryStep, lost: list[str], capacity: Mapping[str, flo
         console.print(f"no plan recovers more than priority {step.upper_bound:g}")
 
 
+TopologyArg = Annotated[
+    Path, typer.Argument(help="A StreamTopology manifest (YAML).", show_default=False)
+]
+AssignmentOpt = Annotated[
+    Path,
+    typer.Option(
+        "--assignment",
+        help="Task id → node JSON, or the object `backstop place --json` prints.",
+        show_default=False,
+    ),
+]
+NodesOpt = Annotated[
+    Path,
+    typer.Option(
+        "--nodes",
+        help="Kubernetes Node objects (a List or multi-document YAML).",
+        show_default=False,
+    ),
+]
+LostOpt = Annotated[
+    str,
+    typer.Option("--lost", help="Lost node(s), comma-separated.", show_default=False),
+]
+AlgorithmOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--algorithm",
+        help="Recovery algorithm: "
+        + ", ".join(RECOVERY_ALGORITHMS)
+        + " (default: the spec's, normally auto).",
+    ),
+]
+UtilizationOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--utilization",
+        help="Usable share of each node's allocatable CPU (default: the spec's, 0.8).",
+    ),
+]
+TimeLimitOpt = Annotated[
+    float,
+    typer.Option(
+        "--time-limit",
+        help="Budget of the exact solver in nominal seconds: a deterministic work limit, "
+        "so the same input and budget give the same plan on any machine.",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
 @guarded
 def recover_command(
-    topology: Annotated[
-        Path, typer.Argument(help="A StreamTopology manifest (YAML).", show_default=False)
-    ],
-    assignment: Annotated[
-        Path,
-        typer.Option(
-            "--assignment",
-            help="Task id → node JSON, or the object `backstop place --json` prints.",
-            show_default=False,
-        ),
-    ],
-    nodes: Annotated[
-        Path,
-        typer.Option(
-            "--nodes",
-            help="Kubernetes Node objects (a List or multi-document YAML).",
-            show_default=False,
-        ),
-    ],
-    lost: Annotated[
-        str,
-        typer.Option("--lost", help="Lost node(s), comma-separated.", show_default=False),
-    ],
-    algorithm: Annotated[
-        str | None,
-        typer.Option(
-            "--algorithm",
-            help="Recovery algorithm: "
-            + ", ".join(RECOVERY_ALGORITHMS)
-            + " (default: the spec's, normally auto).",
-        ),
-    ] = None,
-    utilization: Annotated[
-        float | None,
-        typer.Option(
-            "--utilization",
-            help="Usable share of each node's allocatable CPU (default: the spec's, 0.8).",
-        ),
-    ] = None,
-    time_limit: Annotated[
-        float,
-        typer.Option(
-            "--time-limit",
-            help="Budget of the exact solver in nominal seconds: a deterministic work limit, "
-            "so the same input and budget give the same plan on any machine.",
-        ),
-    ] = 5.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    topology: TopologyArg,
+    assignment: AssignmentOpt,
+    nodes: NodesOpt,
+    lost: LostOpt,
+    algorithm: AlgorithmOpt = None,
+    utilization: UtilizationOpt = None,
+    time_limit: TimeLimitOpt = 5.0,
+    as_json: JsonOpt = False,
 ) -> None:
     """Plan the recovery of the tasks on the --lost nodes, onto the other nodes' free CPU."""
     from backstop.domain.incidents import recovery_json
@@ -176,15 +186,7 @@ def recover_command(
     graph = expand(topo.spec)
     placed = load_assignment(assignment, graph)
     usable, names = load_node_cpu(nodes)
-    lost_nodes = [n.strip() for n in lost.split(",") if n.strip()]
-    if not lost_nodes:
-        fail("--lost names no node")
-    unknown = [n for n in lost_nodes if n not in names]
-    if unknown:
-        fail(f"--lost names node(s) not in {nodes}: {', '.join(unknown)}")
-    stray = sorted({n for n in placed.values() if n not in names})
-    if stray:
-        fail(f"the assignment uses node(s) not in {nodes}: {', '.join(stray)}")
+    lost_nodes = _lost_nodes(lost, names, placed, nodes)
     cap = topo.spec.recovery.utilization_cap if utilization is None else utilization
     if not 0 < cap <= 1:
         fail(f"--utilization {cap} must be in (0, 1]")
@@ -202,6 +204,20 @@ def recover_command(
         print_json(recovery_json(step))
     else:
         _print_table(step, lost_nodes, capacity)
+
+
+def _lost_nodes(lost: str, names: set[str], placed: Mapping[str, str], nodes: Path) -> list[str]:
+    """The ``--lost`` nodes, each listed in ``nodes``, as is every node the assignment uses."""
+    lost_nodes = [n.strip() for n in lost.split(",") if n.strip()]
+    if not lost_nodes:
+        fail("--lost names no node")
+    unknown = [n for n in lost_nodes if n not in names]
+    if unknown:
+        fail(f"--lost names node(s) not in {nodes}: {', '.join(unknown)}")
+    stray = sorted({n for n in placed.values() if n not in names})
+    if stray:
+        fail(f"the assignment uses node(s) not in {nodes}: {', '.join(stray)}")
+    return lost_nodes
 
 
 def register(app: typer.Typer) -> None:

@@ -1,6 +1,6 @@
 """``backstop reoptimize`` and ``backstop metrics generate``: re-optimization on demand.
 
-Why: the operator re-optimizes on a timer, but people want to see a
+The operator re-optimizes on a timer, but people want to see a
 recommendation before trusting it, and demos and tests need metrics. With a
 manifest file, ``reoptimize`` runs the Spark job here (``local[*]``) on a
 metrics directory and prints the new estimates and plan readably (or as
@@ -43,11 +43,24 @@ def print_recommendation(rec: dict[str, Any], console: Console | None = None) ->
     if rec.get("result") != "Recommended":
         c.print(f"[bold]{name}[/bold]: {rec.get('result')}: {rec.get('message', '')}")
         return
+    c.print(_estimates_table(name, rec["operators"]))
+    c.print(_plans_table(rec))
+    curve = rec.get("tradeoff") or []
+    if curve:
+        c.print(_tradeoff_table(curve))
+    c.print(
+        f"[bold]predicted gain {rec['improvement']:.0%}[/bold] ({rec['reason']}); "
+        f"{rec['plan'].get('moved', 0)} pods would move"
+    )
+
+
+def _estimates_table(name: str, operators: list[dict[str, Any]]) -> Table:
+    """Per operator: the spec's latency and CPU beside the estimates from the metrics."""
     t = Table(title=f"{name}: estimates per operator (spec → estimate)")
     for col in ("operator", "t_v spec", "t_v est.", "CPU spec", "CPU p-quantile", "MTBF s",
                 "ckpt now s", "ckpt Young s"):  # fmt: skip
         t.add_column(col, justify="left" if col == "operator" else "right")
-    for op in rec["operators"]:
+    for op in operators:
         if not op.get("measured"):
             t.add_row(op["operator"], _f(op["specLatency"]), "(no metrics)", _f(op["specCpu"]),
                       "", "", "", "")  # fmt: skip
@@ -62,7 +75,11 @@ def print_recommendation(rec: dict[str, Any], console: Console | None = None) ->
             _f(op["checkpointInterval"]),
             _f(op["recommendedCheckpointInterval"]),
         )
-    c.print(t)
+    return t
+
+
+def _plans_table(rec: dict[str, Any]) -> Table:
+    """The current and the recommended plan under the new estimates, with their simulation."""
     cur, new = rec["current"], rec["plan"]
     sim = rec.get("simulation") or {}
     p = Table(title=f"plans under the new estimates (bound {new['bound']:g}s)")
@@ -82,23 +99,21 @@ def print_recommendation(rec: dict[str, Any], console: Console | None = None) ->
             _f(s.get("p95", "")),
             _f(s.get("p99", "")),
         )
-    c.print(p)
-    curve = rec.get("tradeoff") or []
-    if curve:
-        tt = Table(title="trade-off: what other bounds would cost")
-        for col in ("bound s", "nodes", "backups", "worst H s"):
-            tt.add_column(col, justify="right")
-        for pt in curve:
-            if pt.get("feasible"):
-                tt.add_row(_f(pt["bound"]), str(pt["nodesUsed"]), str(pt["backupCount"]),
-                           _f(pt["worstRecoveryLatency"]))  # fmt: skip
-            else:
-                tt.add_row(_f(pt["bound"]), "infeasible", "", "")
-        c.print(tt)
-    c.print(
-        f"[bold]predicted gain {rec['improvement']:.0%}[/bold] ({rec['reason']}); "
-        f"{new.get('moved', 0)} pods would move"
-    )
+    return p
+
+
+def _tradeoff_table(curve: list[dict[str, Any]]) -> Table:
+    """What other bounds would cost: nodes, backups and worst recovery per bound."""
+    tt = Table(title="trade-off: what other bounds would cost")
+    for col in ("bound s", "nodes", "backups", "worst H s"):
+        tt.add_column(col, justify="right")
+    for pt in curve:
+        if pt.get("feasible"):
+            tt.add_row(_f(pt["bound"]), str(pt["nodesUsed"]), str(pt["backupCount"]),
+                       _f(pt["worstRecoveryLatency"]))  # fmt: skip
+        else:
+            tt.add_row(_f(pt["bound"]), "infeasible", "", "")
+    return tt
 
 
 @guarded

@@ -1,16 +1,18 @@
 """``backstop replicate``: which tasks get an active replica on the spare CPU, and what it buys.
 
-Why: active replicas cost CPU, and the replication seed's question is how much
-of the queries' availability a given spare budget buys. This previews the
+Active replicas cost CPU; how much of the queries' availability a given spare budget buys
+is the question of "Adaptive Selective Replication for Complex Event Processing Systems"
+(Grüneberger, Heinze, Felber), "the seed" of the help texts: its importance heuristics
+and operator selection (sections 3.1 and 3.2) choose the replicas. This previews the
 operator's choice for a topology (its placement, then the replicas) and, with
-``--host-failure-prob``, rates it under the seed's model (every node crashing
-independently with that probability over a day). The plan is checked by
+``--host-failure-prob``, rates it under that paper's failure model (section 2.3: every
+node crashing independently with that probability over a day). The plan is checked by
 :func:`planners.replication.check_replication` before it is printed.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -27,7 +29,51 @@ from backstop.cli.place import (
 from backstop.domain.constants import DEFAULT_TIME_LIMIT
 from planners.replication import SELECTIONS, STRATEGIES, check_replication, select_replicas
 
+if TYPE_CHECKING:
+    from planners import TaskGraph
+    from planners.placement import NodePool, Placement
+    from planners.replication import ReplicationPlan
+
 __all__ = ["register", "replicate_command"]
+
+
+SpareCpuOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--spare-cpu",
+        help="CPU budget for replicas, a Kubernetes quantity (default: the spec's "
+        "replication.spareCpu, else all spare CPU).",
+    ),
+]
+StrategyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--strategy",
+        help="Importance: " + ", ".join(STRATEGIES) + " (default: the spec's, else qod-lu).",
+    ),
+]
+SelectionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--selection",
+        help="knapsack (exact), sort-fill (the seed's), best (the highest availability "
+        "under --host-failure-prob); default: best with a probability, else knapsack.",
+    ),
+]
+LevelOpt = Annotated[
+    int, typer.Option("--level", min=1, help="Most replicas per task (default 1).")
+]
+HostFailureProbOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--host-failure-prob",
+        min=0.0,
+        max=1.0,
+        help="Probability that a node crashes within the period (the seed's p, e.g. 0.02); "
+        "reports the expected share of queries still running (default: the spec's).",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 @guarded
@@ -36,47 +82,16 @@ def replicate_command(
     node_cpu: NodeCpuOpt = None,
     nodes: NodesOpt = None,
     algorithm: AlgorithmOpt = None,
-    spare_cpu: Annotated[
-        str | None,
-        typer.Option(
-            "--spare-cpu",
-            help="CPU budget for replicas, a Kubernetes quantity (default: the spec's "
-            "replication.spareCpu, else all spare CPU).",
-        ),
-    ] = None,
-    strategy: Annotated[
-        str | None,
-        typer.Option(
-            "--strategy",
-            help="Importance: " + ", ".join(STRATEGIES) + " (default: the spec's, else qod-lu).",
-        ),
-    ] = None,
-    selection: Annotated[
-        str | None,
-        typer.Option(
-            "--selection",
-            help="knapsack (exact), sort-fill (the seed's), best (the highest availability "
-            "under --host-failure-prob); default: best with a probability, else knapsack.",
-        ),
-    ] = None,
-    level: Annotated[
-        int, typer.Option("--level", min=1, help="Most replicas per task (default 1).")
-    ] = 1,
-    host_failure_prob: Annotated[
-        float | None,
-        typer.Option(
-            "--host-failure-prob",
-            min=0.0,
-            max=1.0,
-            help="Probability that a node crashes within the period (the seed's p, e.g. 0.02); "
-            "reports the expected share of queries still running (default: the spec's).",
-        ),
-    ] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    spare_cpu: SpareCpuOpt = None,
+    strategy: StrategyOpt = None,
+    selection: SelectionOpt = None,
+    level: LevelOpt = 1,
+    host_failure_prob: HostFailureProbOpt = None,
+    json_output: JsonOpt = False,
     time_limit: TimeLimitOpt = DEFAULT_TIME_LIMIT,
 ) -> None:
     """Choose active replicas for a topology's spare CPU and rate the availability they buy."""
-    from backstop.domain.spec import cpu_cores, load_topology  # see backstop.cli
+    from backstop.domain.spec import load_topology  # see backstop.cli
 
     topo = load_topology(topology)
     pool = _pool(node_cpu, nodes, None, topo)
@@ -88,25 +103,9 @@ def replicate_command(
     sel = selection or ("best" if p is not None else "knapsack")
     if sel not in SELECTIONS:
         fail(f"--selection: unknown {sel!r}; choose one of: {', '.join(SELECTIONS)}")
-    used: dict[str, float] = {}
-    for t, n in plan.assignment.items():
-        used[n] = used.get(n, 0.0) + graph.weight[graph.index(t)]
-    slots = pool.slots(2 * len(graph))
-    # identical nodes (--node-cpu): the plan's nodes and as many fresh ones (room for a full
-    # copy); listed nodes (--nodes): all of them
-    if node_cpu is not None:
-        fresh = [s for s in slots if s.name not in used][: len(used)]
-        hosts = [s for s in slots if s.name in used] + fresh
-    else:
-        hosts = list(slots)
-    spare = {s.name: max(0.0, s.cpu - used.get(s.name, 0.0)) for s in hosts}
+    spare = _spare_cpu(graph, plan, pool, identical=node_cpu is not None)
     quantity = spare_cpu if spare_cpu is not None else (policy.spare_cpu if policy else None)
-    try:
-        budget = cpu_cores(quantity) if quantity is not None else sum(spare.values())
-    except ValueError as err:
-        fail(f"--spare-cpu: {err}")
-    if budget < 0:
-        fail(f"--spare-cpu: {quantity} is negative")
+    budget = _budget(quantity, spare)
     rep = select_replicas(
         graph,
         plan.assignment,
@@ -120,7 +119,48 @@ def replicate_command(
     problems = check_replication(graph, plan.assignment, spare, rep, budget=budget)
     if problems:  # a planner bug: never print a plan the validator rejects
         fail("replication plan failed its check: " + "; ".join(problems), 1)
-    out = {
+    if json_output:
+        print_json(_replication_json(rep, budget, p))
+    else:
+        _print_replication(rep, plan, len(graph), budget, p)
+
+
+def _spare_cpu(
+    graph: TaskGraph, plan: Placement, pool: NodePool, *, identical: bool
+) -> dict[str, float]:
+    """CPU left on each node a replica may use, once the plan's tasks are placed.
+
+    Identical nodes (``--node-cpu``): the plan's nodes and as many fresh ones (room for a
+    full copy); listed nodes (``--nodes``): all of them.
+    """
+    used: dict[str, float] = {}
+    for t, n in plan.assignment.items():
+        used[n] = used.get(n, 0.0) + graph.weight[graph.index(t)]
+    slots = pool.slots(2 * len(graph))
+    if identical:
+        fresh = [s for s in slots if s.name not in used][: len(used)]
+        hosts = [s for s in slots if s.name in used] + fresh
+    else:
+        hosts = list(slots)
+    return {s.name: max(0.0, s.cpu - used.get(s.name, 0.0)) for s in hosts}
+
+
+def _budget(quantity: str | None, spare: dict[str, float]) -> float:
+    """Cores replicas may use: ``quantity`` (a Kubernetes quantity), else all spare CPU."""
+    from backstop.domain.spec import cpu_cores  # see backstop.cli
+
+    try:
+        budget = cpu_cores(quantity) if quantity is not None else sum(spare.values())
+    except ValueError as err:
+        fail(f"--spare-cpu: {err}")
+    if budget < 0:
+        fail(f"--spare-cpu: {quantity} is negative")
+    return budget
+
+
+def _replication_json(rep: ReplicationPlan, budget: float, p: float | None) -> dict[str, object]:
+    """The ``--json`` object of ``backstop replicate``."""
+    return {
         "strategy": rep.strategy,
         "selection": rep.selection,
         "budget": budget,
@@ -133,11 +173,14 @@ def replicate_command(
         "crashAvailability": rep.crash_availability,
         "baselineCrashAvailability": rep.baseline_crash_availability,
     }
-    if json_output:
-        print_json(out)
-        return
+
+
+def _print_replication(
+    rep: ReplicationPlan, plan: Placement, tasks: int, budget: float, p: float | None
+) -> None:
+    """The replicas chosen and the availability with and without them, as text."""
     typer.echo(
-        f"{rep.selection}/{rep.strategy}: {len(rep.replicas)} of {len(graph)} tasks replicated, "
+        f"{rep.selection}/{rep.strategy}: {len(rep.replicas)} of {tasks} tasks replicated, "
         f"{rep.cpu:g} of {budget:g} cores"
     )
     for t, ns in rep.replicas.items():

@@ -12,8 +12,8 @@ Every step is a pure ``transform_*(df, *, …) -> DataFrame`` in
 :func:`main` here only reads inputs and writes outputs. Re-planning, Monte Carlo and the
 trade-off curve run the project's planners in parallel across topologies with
 ``applyInPandas``; the arithmetic lives in :mod:`backstop.domain.recommend` and
-:mod:`backstop.domain.estimates`, shared with the single-process pandas path the
-benchmark compares against. The input schema is documented in ``docs/reoptimization.md``.
+:mod:`backstop.domain.estimates`, shared with the single-process pandas path. The input
+schema is documented in ``docs/reoptimization.md``.
 
 Run it with ``python -m backstop.jobs.reoptimize --help`` (or ``backstop
 reoptimize`` for one topology). The operator runs it in a subprocess per run
@@ -39,7 +39,7 @@ import pandas as pd
 import yaml
 from kubernetes.client.exceptions import ApiException
 from py4j.protocol import Py4JJavaError
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from backstop.domain.estimates import NODE_COLUMNS, TASK_COLUMNS, EstimateParams
 from backstop.domain.recommend import (
@@ -207,6 +207,58 @@ def _publish(name: str, recs: Sequence[Mapping[str, Any]]) -> None:
         raise InputError(f"cannot create ConfigMap {namespace}/{name}: {reason}") from None
 
 
+def _compute(args: argparse.Namespace) -> tuple[SparkSession, DataFrame, DataFrame]:
+    """Check and read the inputs, then run :func:`run_job`: (session, estimates, recs)."""
+    tasks_path, nodes_path = _metrics_paths(args)
+    manifests = _load_manifests(args.topologies)
+    names = [m["metadata"]["name"] for m in manifests]
+    current = _load_current(args.current, names)
+    n_tasks = max(len(expand(parse_topology(m).spec)) for m in manifests)
+    node_lists = _node_lists(args, n_tasks)
+    conf = dict(kv.split("=", 1) for kv in args.conf if "=" in kv)
+    if not 0 < args.quantile < 1:
+        raise InputError("--quantile must be in (0, 1)")
+    spark = spark_session(args.master, conf)
+    tasks = read_metrics(spark, tasks_path, TASK_COLUMNS)
+    node_metrics = read_metrics(spark, nodes_path, NODE_COLUMNS)
+    topo_df = topologies_frame(spark, manifests, node_lists, current)
+    estimates, recs = run_job(
+        tasks,
+        node_metrics,
+        topo_df,
+        estimate=EstimateParams(quantile=args.quantile),
+        plan=PlanParams(time_limit=args.time_limit),
+        simulation=SimulationParams(
+            scenarios=args.scenarios, horizon_seconds=args.horizon, seed=args.seed
+        ),
+    )
+    return spark, estimates, recs
+
+
+def _write(
+    args: argparse.Namespace, spark: SparkSession, estimates: DataFrame, recs: DataFrame
+) -> tuple[Path, int]:
+    """Write the recommendations and estimates to ``--out`` (and the result ConfigMap).
+
+    Returns the output directory and the number of recommendations written.
+    """
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.format == "parquet":
+        recs.write.mode("overwrite").parquet(str(out / "recommendations.parquet"))
+        estimates.write.mode("overwrite").parquet(str(out / "estimates.parquet"))
+        return out, spark.read.parquet(str(out / "recommendations.parquet")).count()
+    objs = recommendation_objects(recs)
+    with (out / "recommendations.jsonl").open("w") as f:
+        for obj in objs:
+            f.write(json.dumps(obj) + "\n")
+    est = pd.DataFrame(estimates.orderBy("topology", "operator").toPandas())
+    est.to_json(out / "estimates.jsonl", orient="records", lines=True)
+    if args.result_configmap:
+        _publish(args.result_configmap, objs)
+    return out, len(objs)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Read metrics and topologies, run :func:`run_job`, write the recommendations.
 
@@ -218,45 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     try:
-        tasks_path, nodes_path = _metrics_paths(args)
-        manifests = _load_manifests(args.topologies)
-        names = [m["metadata"]["name"] for m in manifests]
-        current = _load_current(args.current, names)
-        n_tasks = max(len(expand(parse_topology(m).spec)) for m in manifests)
-        node_lists = _node_lists(args, n_tasks)
-        conf = dict(kv.split("=", 1) for kv in args.conf if "=" in kv)
-        if not 0 < args.quantile < 1:
-            raise InputError("--quantile must be in (0, 1)")
-        spark = spark_session(args.master, conf)
-        tasks = read_metrics(spark, tasks_path, TASK_COLUMNS)
-        node_metrics = read_metrics(spark, nodes_path, NODE_COLUMNS)
-        topo_df = topologies_frame(spark, manifests, node_lists, current)
-        estimates, recs = run_job(
-            tasks,
-            node_metrics,
-            topo_df,
-            estimate=EstimateParams(quantile=args.quantile),
-            plan=PlanParams(time_limit=args.time_limit),
-            simulation=SimulationParams(
-                scenarios=args.scenarios, horizon_seconds=args.horizon, seed=args.seed
-            ),
-        )
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        if args.format == "parquet":
-            recs.write.mode("overwrite").parquet(str(out / "recommendations.parquet"))
-            estimates.write.mode("overwrite").parquet(str(out / "estimates.parquet"))
-            count = spark.read.parquet(str(out / "recommendations.parquet")).count()
-        else:
-            objs = recommendation_objects(recs)
-            with (out / "recommendations.jsonl").open("w") as f:
-                for obj in objs:
-                    f.write(json.dumps(obj) + "\n")
-            est = pd.DataFrame(estimates.orderBy("topology", "operator").toPandas())
-            est.to_json(out / "estimates.jsonl", orient="records", lines=True)
-            count = len(objs)
-            if args.result_configmap:
-                _publish(args.result_configmap, objs)
+        spark, estimates, recs = _compute(args)
+        out, count = _write(args, spark, estimates, recs)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INPUT
@@ -265,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INPUT
     except Py4JJavaError as err:  # the JVM failed: the trace, then its cause on the last line
         # (a Job's termination message is its log's last 2 KiB: a JVM trace's last frames,
-        # which name no cause, in a k8s:// run that could not reach the API server)
+        # which name no cause, e.g. in a k8s:// run that cannot reach the API server)
         traceback.print_exc()
         cause = reoptjob.deepest_exception(str(err).splitlines()) or type(err).__name__
         print(f"error: Spark failed: {cause}", file=sys.stderr)

@@ -76,14 +76,14 @@ def spark_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        # pyspark 4 turned ANSI mode on by default, 3.5 had it off: say which, so both
+        # pyspark 4 has ANSI mode on by default, 3.5 off: say which, so both
         # versions compute the same (an invalid cast or a division by zero fails the job
         # instead of turning into a silent null)
         .config("spark.sql.ansi.enabled", "true")
         # the job's row filters (CPU >= 0, keys not null) are pushed into the Parquet reader,
         # which then builds a set of every dictionary value of every row group to see whether
-        # the group can be skipped: on metrics it never can, and it was a sixth of the JVM's
-        # samples (JFR, 2M rows); the row groups' min/max statistics are still used
+        # the group can be skipped: on metrics it never can, and the sets are a large share of
+        # the JVM's work; the row groups' min/max statistics are still used
         .config("spark.hadoop.parquet.filter.dictionary.enabled", "false")
     )
     for key, value in (conf or {}).items():

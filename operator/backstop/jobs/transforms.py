@@ -106,7 +106,7 @@ def transform_task_summary(df: DataFrame, *, params: EstimateParams) -> DataFram
     millicore, :func:`backstop.domain.estimates.millicores`. The histogram has
     a few hundred rows per task, not one per metric row, and the aggregation
     over the rows needs nothing but sums and a count (Spark's generated code),
-    where ``percentile_approx`` kept a sketch per task. The operator is derived
+    where ``percentile_approx`` would keep a sketch per task. The operator is derived
     from the task id after the aggregation, once per task instead of per row.
     """
     per_value = df.groupBy("topology", "task", _millicores(F.col("cpu")).alias("millicores")).agg(
@@ -278,9 +278,9 @@ def transform_correlated_failures(df: DataFrame, *, params: EstimateParams) -> D
 def _spread(df: DataFrame, *keys: str) -> DataFrame:
     """``df`` hash-partitioned by ``keys`` into :data:`PLANNER_TASKS_PER_CORE` tasks per core.
 
-    Why: the planners' input is a few kilobytes, and adaptive query execution
-    coalesces so small a shuffle into one partition, so one Python worker ran
-    every topology's planners one after the other on one core. A repartition
+    The planners' input is a few kilobytes, and adaptive query execution
+    coalesces so small a shuffle into one partition, where one Python worker would
+    run every topology's planners one after the other on one core. A repartition
     with an explicit number is never coalesced, and ``groupBy(keys)`` on it
     needs no further shuffle; a few tasks per core even out topologies that
     plan slower than others.
@@ -381,8 +381,8 @@ def transform_monte_carlo(
         return pd.DataFrame([{**{k: row[k] for k in keep}, "simulation": dumps(out)}])
 
     # the recommendation's columns go through the group rather than being joined back: a
-    # join of ``recs`` with a frame made from ``recs`` ran every re-plan twice (plan_group
-    # appeared twice in the physical plan)
+    # join of ``recs`` with a frame made from ``recs`` would run every re-plan twice
+    # (plan_group would appear twice in the physical plan)
     return (
         _spread(inputs, "topology").groupBy("topology").applyInPandas(simulate, SIMULATION_SCHEMA)
     )

@@ -18,8 +18,8 @@ CONNECTION_POOL = 256
 Why this many: every thread of the operator may hold a connection at once (Kopf's
 16 handler workers, one thread per supervise/converge daemon: two per topology,
 and :data:`backstop.k8s.kubeio.API_CONCURRENCY` bulk pod calls), so a fleet of 100
-topologies has over 200. With 32, the fleet run logged "Connection pool is full,
-discarding connection" and reopened TLS connections. The size only bounds idle
+topologies has over 200. A smaller pool makes urllib3 log "Connection pool is full,
+discarding connection" and reopen TLS connections. The size only bounds idle
 connections kept (urllib3 opens more when needed); an unused slot costs nothing."""
 
 

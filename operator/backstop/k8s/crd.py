@@ -210,7 +210,36 @@ def build_recoveryplan_crd() -> dict[str, Any]:
     once capacity returns; its steps are RecoveryPlans too, so ``kubectl get
     recoveryplans`` shows the whole history of moves in one place.
     """
-    spec = {
+    status = {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "properties": {
+            "phase": {"type": "string", "enum": ["Issued", "Applied", "Superseded", "Completed"]},
+        },
+    }
+    return _crd(
+        kind="RecoveryPlan",
+        plural="recoveryplans",
+        short=["rp"],
+        spec=_recoveryplan_spec(),
+        status=status,
+        columns=[
+            _col("Topology", "string", ".spec.topology", "StreamTopology"),
+            _col("Step", "integer", ".spec.step", "Step of the session"),
+            _col("Trigger", "string", ".spec.trigger", "What triggered the step"),
+            _col("Recovered", "number", ".spec.recoveredPriority", "Priority of queries back"),
+            _col("Failed", "number", ".spec.failedPriority", "Priority of queries that failed"),
+            _col("Worst", "number", ".spec.worstAfter", "Restore: worst recovery after (s)"),
+            _col("Phase", "string", ".status.phase", "Issued, Applied, Completed"),
+            _col("Age", "date", ".metadata.creationTimestamp", "Age"),
+        ],
+        description="One step of an incremental recovery, or of restoring the bound.",
+    )
+
+
+def _recoveryplan_spec() -> dict[str, Any]:
+    """The schema of a RecoveryPlan's ``spec``: which tasks go where, and what it recovers."""
+    return {
         "type": "object",
         "required": ["topology", "step"],
         "properties": {
@@ -249,31 +278,6 @@ def build_recoveryplan_crd() -> dict[str, Any]:
             },
         },
     }
-    status = {
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": True,
-        "properties": {
-            "phase": {"type": "string", "enum": ["Issued", "Applied", "Superseded", "Completed"]},
-        },
-    }
-    return _crd(
-        kind="RecoveryPlan",
-        plural="recoveryplans",
-        short=["rp"],
-        spec=spec,
-        status=status,
-        columns=[
-            _col("Topology", "string", ".spec.topology", "StreamTopology"),
-            _col("Step", "integer", ".spec.step", "Step of the session"),
-            _col("Trigger", "string", ".spec.trigger", "What triggered the step"),
-            _col("Recovered", "number", ".spec.recoveredPriority", "Priority of queries back"),
-            _col("Failed", "number", ".spec.failedPriority", "Priority of queries that failed"),
-            _col("Worst", "number", ".spec.worstAfter", "Restore: worst recovery after (s)"),
-            _col("Phase", "string", ".status.phase", "Issued, Applied, Completed"),
-            _col("Age", "date", ".metadata.creationTimestamp", "Age"),
-        ],
-        description="One step of an incremental recovery, or of restoring the bound.",
-    )
 
 
 def render(crd: dict[str, Any]) -> str:

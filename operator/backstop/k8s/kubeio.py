@@ -209,8 +209,8 @@ class Kube:
 
         Pods that are outdated are deleted first; a pod is recreated under the same
         name only once the old one is gone (the caller retries until then). The
-        calls of each phase run concurrently (:meth:`_each`): one by one, 500 pods
-        take ~9 s of round trips on the local control plane.
+        calls of each phase run concurrently (:meth:`_each`): one by one, a plan of
+        hundreds of pods would wait seconds for the round trips alone.
         """
         self.force_delete(namespace, diff.force)
         deleted = len(diff.force)
@@ -229,8 +229,8 @@ class Kube:
 
         def create(manifest: dict[str, Any]) -> int:
             try:
-                # the answer is read but not made a V1Pod: nothing reads it, and at 10k
-                # pods that parse was the client's largest cost per creation
+                # the answer is read but not made a V1Pod: nothing reads it, and that
+                # parse is the client's largest cost per creation
                 resp = self.core.create_namespaced_pod(namespace, manifest, _preload_content=False)
                 resp.read()
                 resp.release_conn()

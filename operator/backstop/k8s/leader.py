@@ -1,9 +1,9 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease, so several operator replicas can run.
 
-Why: with one replica, losing the operator's node stopped every recovery until
-Kubernetes evicted the pod (300 s by default) and a new one pulled its image and
-started; and two copies could run at once (a kubelet-only failure leaves the old
-process running while a new pod starts). Now every replica runs :func:`run_elected`:
+With one replica, losing the operator's node stops every recovery until Kubernetes
+evicts the pod (300 s by default) and a new one pulls its image and starts; and two
+copies can run at once (a kubelet-only failure leaves the old process running while a
+new pod starts). So every replica runs :func:`run_elected`:
 it waits as a standby (serving only ``/healthz``, running no handler) until it
 holds the Lease, then runs the operator. The election is the kubernetes client's
 own (:mod:`kubernetes.leaderelection` with its ``LeaseLock``: create, then
@@ -164,8 +164,8 @@ def warm(api: client.ApiClient) -> None:
     """Load the API client's model classes while still a standby.
 
     The kubernetes client imports its models on first use of an API group: for
-    the core group, seconds of CPU on a busy machine (measured: most of a
-    takeover's start). A standby does that while it waits, not after it wins.
+    the core group, seconds of CPU on a busy machine, which would otherwise delay a
+    takeover. A standby does that while it waits, not after it wins.
     """
     client.CoreV1Api(api)
     client.CustomObjectsApi(api)

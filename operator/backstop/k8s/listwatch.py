@@ -1,11 +1,11 @@
 """List, then watch from there: the one loop behind every cache of pods that Backstop keeps.
 
 Both the operator's capacity ledger (:mod:`backstop.k8s.podfeed`) and the node
-simulator's view of bound pods (:mod:`backstop.sim.podwatch`) follow the same
-pattern, and it has traps enough to be written once:
+simulator's view of bound pods follow the same pattern, and it has traps enough to be
+written once:
 
 * the objects stay JSON dicts (``deserialize=False`` and ``_preload_content=False``):
-  ``V1Pod`` models cost several times the JSON's size (5,000 pods: +203 MiB);
+  ``V1Pod`` models cost several times the JSON's size;
 * the (re)listing reads pages of ``page`` objects, so its peak memory is one page;
 * with ``deserialize=False`` the client never advances ``Watch.resource_version``
   (it reads it only from models), so the loop keeps the version of the last event

@@ -1,15 +1,17 @@
-"""Pure builders for everything the operator writes: pods, conditions, status, events.
+"""Pure builders of the objects the operator creates: task pods, RecoveryPlans, the PDB.
 
 Handlers call these ``build_*`` functions and pass the results to the I/O layer
 (:mod:`backstop.k8s.kubeio`). Nothing here talks to the API server or reads global
-configuration, so every manifest can be unit-tested and diffed.
+configuration, so every manifest can be unit-tested and diffed. The objects beside the
+pods, and their :class:`Owner`, are built in :mod:`backstop.k8s.topologyobjects` and
+re-exported here.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +20,6 @@ from backstop.domain.constants import (
     ANN_HASH,
     ANN_NODE,
     DATA_PORT,
-    GROUP,
     HOSTNAME,
     LABEL_OPERATOR,
     LABEL_ROLE,
@@ -29,30 +30,31 @@ from backstop.domain.constants import (
     SESSION_CONFIGMAP_SUFFIX,
     SESSION_MOUNT,
     STORE_MOUNT,
-    VERSION,
 )
 from backstop.domain.podmerge import build_pod_spec, merge_templates
 from backstop.domain.spec import OperatorSpec, StreamTopologySpec
+from backstop.k8s.topologyobjects import Owner, build_pdb, build_recoveryplan, recoveryplan_name
 from planners import TaskGraph
 
-
-@dataclass(frozen=True)
-class Owner:
-    """The StreamTopology that owns the objects being built."""
-
-    name: str
-    namespace: str
-    uid: str
-
-    def reference(self) -> dict[str, Any]:
-        return {
-            "apiVersion": f"{GROUP}/v1alpha1",
-            "kind": "StreamTopology",
-            "name": self.name,
-            "uid": self.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+__all__ = [
+    "CONTAINER_SECURITY",
+    "POD_SECURITY",
+    "Owner",
+    "Shared",
+    "TaskRole",
+    "build_pdb",
+    "build_recoveryplan",
+    "build_task_pod",
+    "desired_pods",
+    "owned_pod_spec",
+    "pod_name",
+    "recoveryplan_name",
+    "replica_name",
+    "runtime_env",
+    "task_resources",
+    "task_roles",
+    "template_samples",
+]
 
 
 @dataclass(frozen=True)
@@ -171,9 +173,8 @@ def _once(shared: Shared | None, key: Hashable, build: Callable[[], Any]) -> Any
 
     The pods of one plan share their per-operator parts (runtime env, resources, probe,
     ports, mounts, volumes, affinity per node, owner reference) instead of each holding
-    equal copies: the supervisor keeps a plan's pods in its memo, and at 10k tasks the
-    copies were most of the 9.8 KB each pod took there (``bench/bench_operator_memory.py``).
-    The parts are read only, like the manifests.
+    equal copies: the supervisor keeps a plan's pods in its memo, where such copies would
+    be most of each pod's memory. The parts are read only, like the manifests.
     """
     if shared is None:
         return build()
@@ -220,12 +221,12 @@ def build_task_pod(
         {"name": "BACKSTOP_RECOVERY_DIR", "value": SESSION_MOUNT},
         *_once(shared, ("env", op.name), lambda: runtime_env(spec, op)),
     ]
-    if role.epoch:  # absent for the first copy, so adding epochs restarts no running pod
+    if role.epoch:  # the first copy has none: fencing changes no first copy's spec-hash
         env.append({"name": "BACKSTOP_EPOCH", "value": str(role.epoch)})
     base = _base_pod_spec(owner, spec, op, role, env, shared)
     template = merge_templates(spec.pod_template, op.pod_template)
-    # without a template the merge gives ``base`` back (``owned`` is a part of it); it
-    # was 70% of building 10k pods
+    # without a template the merge gives ``base`` back (``owned`` is a part of it), so it
+    # is skipped: it is most of the cost of building a pod
     tspec = template.get("spec")
     pod_spec = build_pod_spec(base, tspec, owned_pod_spec(base)) if tspec else base
     labels = {
@@ -235,7 +236,8 @@ def build_task_pod(
         LABEL_ROLE: "primary" if replica is None else "replica",
     }
     meta = template.get("metadata") or {}
-    # the template's metadata is hashed only when there is one: no restart of older pods
+    # the template's metadata is hashed only when there is one, so a pod without template
+    # metadata keeps the hash it had (no restart)
     hashed = {"spec": pod_spec, "metadata": meta} if meta else pod_spec
     return {
         "apiVersion": "v1",
@@ -391,8 +393,8 @@ def task_roles(
     only: Collection[str] | None = None,
 ) -> list[TaskRole]:
     """The role of every placed task under a plan (failed, unplaced tasks have none);
-    with ``only``, of those tasks alone (a recovery step's 250 of 10k tasks: the roles of
-    all of them were a fifth of its reservation's CPU)."""
+    with ``only``, of those tasks alone (a recovery step's few failed tasks of a large
+    topology, whose reservation would otherwise spend much of its CPU on every role)."""
     roles = []
     for i, task in enumerate(graph.tasks):
         if task not in assignment or (only is not None and task not in only):
@@ -442,71 +444,3 @@ def desired_pods(
             )
             out[rep["metadata"]["name"]] = rep
     return out
-
-
-def recoveryplan_name(topology: str, session: str, step: int) -> str:
-    return f"{topology}-{session}-{step}"
-
-
-def build_recoveryplan(
-    owner: Owner,
-    *,
-    session: str,
-    step_no: int,
-    trigger: str,
-    lost: Iterable[str],
-    step: Mapping[str, Any],
-) -> dict[str, Any]:
-    """The ``RecoveryPlan`` object of one step (``step`` as recorded in the status)."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "RecoveryPlan",
-        "metadata": {
-            "name": recoveryplan_name(owner.name, session, step_no),
-            "namespace": owner.namespace,
-            "labels": {f"{GROUP}/topology": owner.name, f"{GROUP}/session": session},
-            "ownerReferences": [owner.reference()],
-        },
-        "spec": {
-            "topology": owner.name,
-            "session": session,
-            "step": step_no,
-            "trigger": trigger,
-            "algorithm": step["algorithm"],
-            "lostNodes": sorted(lost),
-            "assignments": [{"task": t, "node": n} for t, n in step["recover"].items()],
-            "pending": list(step["pending"]),
-            "recoveredQueries": list(step["recoveredQueries"]),
-            "recoveredPriority": step["recoveredPriority"],
-            "failedPriority": step["failedPriority"],
-        },
-    }
-
-
-def build_pdb(owner: Owner, pods: int) -> dict[str, Any]:
-    """The topology's PodDisruptionBudget: no voluntary eviction of a running task pod.
-
-    ``minAvailable`` is every task pod, so the eviction API (``kubectl drain``, a
-    cluster autoscaler) refuses to evict a Running one; the operator moves the tasks
-    off a cordoned node itself, a few at a time with the bound kept
-    (:func:`backstop.controller.drain.drain_tick`), and the drain completes as
-    their old pods go. Pending, terminating and ended pods are evictable anyway (the
-    API server ignores budgets for them). An integer ``minAvailable`` needs no scale
-    subresource on the owner. The ``apiVersion`` is chosen by
-    :meth:`backstop.k8s.kubeio.Kube.put_pdb` (``policy/v1``, else ``v1beta1``).
-
-    >>> pdb = build_pdb(Owner("t", "ns", "u1"), 9)
-    >>> pdb["spec"]
-    {'minAvailable': 9, 'selector': {'matchLabels': {'streams.backstop.dev/topology': 't'}}}
-    """
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {
-            "name": owner.name,
-            "namespace": owner.namespace,
-            "labels": {LABEL_TOPOLOGY: owner.name},
-            "ownerReferences": [owner.reference()],
-        },
-        "spec": {"minAvailable": pods, "selector": {"matchLabels": {LABEL_TOPOLOGY: owner.name}}},
-    }

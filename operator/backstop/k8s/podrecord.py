@@ -1,10 +1,10 @@
 """What the operator keeps of each task pod it watches: the fields its readers read.
 
 Kopf's pod index (``pods_by_topology``) holds every task pod of the cluster. A pod as the
-API server sends it is about 4.5 KiB of JSON (its whole spec: env, probes, volumes,
-affinity; ``managedFields``; the image IDs of its status) and about 24 KB as parsed
-Python objects, so 10k pods cost about 240 MB (``bench/bench_operator_memory.py``). The
-operator reads a small part of it: :func:`slim_pod` keeps that part, in the pod's own
+API server sends it carries its whole spec (env, probes, volumes, affinity),
+``managedFields`` and the image IDs of its status: kilobytes of JSON, and several times
+that as parsed Python objects, so an index of 10k whole pods would take hundreds of
+megabytes. The operator reads a small part of it: :func:`slim_pod` keeps that part, in the pod's own
 shape, so every reader (:mod:`backstop.domain.podfaults`, :mod:`backstop.k8s.taskprobe`,
 the tick, the pod diff, fencing and the rollout) reads it as it would read the pod, in
 place: the records are the index's, shared, and no reader changes them. What is kept,

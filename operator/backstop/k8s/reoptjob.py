@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import json
 import math
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from kubernetes.utils import parse_quantity
 
 from backstop.domain.constants import STORE_MOUNT
 from backstop.domain.sparkmemory import driver_memory, local_cores
+from backstop.k8s.jobfailure import deepest_exception, job_failure, job_stuck
 
 __all__ = [
     "DEFAULT_RESOURCES",
@@ -238,6 +238,38 @@ def build_reopt_job(
     meta = topology["metadata"]
     workers = local_cores(settings.spark_master, _cpus(settings.resources))
     memory = driver_memory(_memory_bytes(settings.resources), workers=workers, in_operator=False)
+    args, env = _driver_args(job, settings, metrics_path, memory.conf)
+    pod = _pod_spec(job, settings, args, env)
+    labels = _labels(meta["namespace"], meta["name"])
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job,
+            "namespace": settings.namespace,
+            "labels": labels,
+            "annotations": {
+                ANN_REOPT_NAMESPACE: meta["namespace"],
+                "reoptimization.backstop.dev/driver-memory": memory.arithmetic,
+            },
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": max(1, math.ceil(settings.timeout_seconds)),
+            "ttlSecondsAfterFinished": TTL_SECONDS,
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+
+
+def _driver_args(
+    job: str, settings: JobSettings, metrics_path: str, memory: str
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The job's command-line arguments and its container's environment.
+
+    ``memory`` is the driver's heap (``spark.driver.memory``); with a ``k8s://`` master the
+    executors' settings and the pod's own address join them.
+    """
     args = [
         "--metrics", metrics_path,
         "--topologies", f"{INPUT_MOUNT}/topology.json",
@@ -246,7 +278,7 @@ def build_reopt_job(
         "--out", "/tmp/out",
         "--master", _master(settings),
         "--time-limit", f"{settings.time_limit:g}",
-        "--conf", f"spark.driver.memory={memory.conf}",
+        "--conf", f"spark.driver.memory={memory}",
         "--result-configmap", f"{job}-result",
     ]  # fmt: skip
     env: list[dict[str, Any]] = [
@@ -262,11 +294,18 @@ def build_reopt_job(
     if settings.spark_master.startswith("k8s://"):
         extra, pod_env = _spark_on_k8s(settings)
         args, env = args + extra, env + pod_env
-    else:  # everything in this pod: Spark need not resolve the pod's own name (it failed
-        # to start without a resolvable hostname, in a real run of the image)
+    else:  # everything in this pod: Spark need not resolve the pod's own name (it fails
+        # to start without a resolvable hostname)
         env += [{"name": "SPARK_LOCAL_IP", "value": "127.0.0.1"},
                 {"name": "SPARK_LOCAL_HOSTNAME", "value": "localhost"}]  # fmt: skip
     args += [a for k, v in settings.spark_conf.items() for a in ("--conf", f"{k}={v}")]
+    return args, env
+
+
+def _pod_spec(
+    job: str, settings: JobSettings, args: list[str], env: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The Job's pod: one non-root container with a read-only root filesystem."""
     volumes, mounts = _volumes(job, settings)
     container = {
         "name": "reoptimize",
@@ -298,26 +337,7 @@ def build_reopt_job(
     }
     if settings.service_account:
         pod["serviceAccountName"] = settings.service_account
-    labels = _labels(meta["namespace"], meta["name"])
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": job,
-            "namespace": settings.namespace,
-            "labels": labels,
-            "annotations": {
-                ANN_REOPT_NAMESPACE: meta["namespace"],
-                "reoptimization.backstop.dev/driver-memory": memory.arithmetic,
-            },
-        },
-        "spec": {
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": max(1, math.ceil(settings.timeout_seconds)),
-            "ttlSecondsAfterFinished": TTL_SECONDS,
-            "template": {"metadata": {"labels": labels}, "spec": pod},
-        },
-    }
+    return pod
 
 
 def build_result_configmap(
@@ -354,73 +374,6 @@ def publish_result(
     """Create the result ConfigMap (the Job's only write; its ServiceAccount may only create)."""
     body = build_result_configmap(name, namespace, recommendation, owner_uid)
     client.CoreV1Api(api).create_namespaced_config_map(namespace, body)
-
-
-_EXCEPTION = re.compile(r"^(?:Caused by: )?((?:[\w$]+\.)*[A-Z][\w$]*(?:Exception|Error)\b.*)$")
-
-
-def deepest_exception(lines: Sequence[str]) -> str | None:
-    """The deepest exception in a log's last lines: a JVM stack trace ends in frames
-    (``at io.netty…``, ``... 1 more``) that name no cause; its last ``Caused by:`` does.
-
-    >>> deepest_exception(["Exception in thread x", "Caused by: java.net.UnknownHostException: h",
-    ...             "\tat io.netty.X.run(X.java:30)", "\t... 1 more"])
-    'java.net.UnknownHostException: h'
-    """
-    found = [m.group(1) for ln in lines if (m := _EXCEPTION.match(ln.strip()))]
-    return found[-1] if found else None
-
-
-def job_failure(job: Any, pods: Sequence[Any]) -> str | None:
-    """Why a finished Job failed (``None`` if it succeeded or still runs).
-
-    ``job`` and ``pods`` are the Kubernetes client's objects; the message prefers the
-    job's own ``error:`` line (kept in the pod's termination message), then the
-    container's reason (``OOMKilled``), then the Job's condition.
-    """
-    conditions = {c.type: c for c in (job.status.conditions or []) if c.status == "True"}
-    failed = conditions.get("Failed")
-    if failed is None:
-        return None
-    if failed.reason == "DeadlineExceeded":
-        return f"the Job did not finish within {job.spec.active_deadline_seconds}s"
-    for pod in pods:
-        for cs in (pod.status.container_statuses or []) if pod.status else []:
-            done = cs.state.terminated if cs.state else None
-            if done is None:
-                continue
-            lines = [ln for ln in (done.message or "").splitlines() if ln.strip()]
-            errors = [ln for ln in lines if ln.startswith("error:")]
-            if errors:
-                return f"the job failed ({done.exit_code}): {' '.join(errors)[:400]}"
-            if done.reason == "OOMKilled":
-                return (
-                    "the Job's container was OOMKilled: raise reoptimization.resources."
-                    "limits.memory (the driver heap follows it)"
-                )
-            tail = deepest_exception(lines) or " ".join(lines[-2:])
-            return f"the job failed ({done.exit_code}, {done.reason}): {tail[:400]}"
-    return f"the Job failed: {failed.reason}: {failed.message or ''}".rstrip(": ")
-
-
-STUCK = frozenset(
-    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"}
-)
-"""Waiting reasons a Job's pod does not leave by itself: fail the run now, not at its deadline."""
-
-
-def job_stuck(pods: Sequence[Any]) -> str | None:
-    """Why a running Job's pod cannot start (its image cannot be pulled), or ``None``."""
-    for pod in pods:
-        for cs in (pod.status.container_statuses or []) if pod.status else []:
-            waiting = cs.state.waiting if cs.state else None
-            if waiting is not None and waiting.reason in STUCK:
-                return (
-                    f"the Job's pod cannot start: {waiting.reason}: {waiting.message or ''} "
-                    "(build the Spark image with IMAGES=spark make images, or set "
-                    "reoptimization.sparkImage)"
-                )
-    return None
 
 
 # ------------------------------------------------------------------ I/O (the operator's side)

@@ -12,10 +12,11 @@ certificate would fail the API server's TLS check on every other request. The fi
 creates the Secret; the others (and later restarts) read it; a create that loses the race
 (409) reads the winner's.
 
-Why an owner: the operator, not Helm, creates the Secret, so ``helm uninstall`` left it
-behind. It is owned by the ValidatingWebhookConfiguration the chart renders (cluster-scoped,
-so it may own a namespaced object): when Helm deletes that, Kubernetes' garbage collector
-deletes the Secret. A Secret made before this is adopted (one patch).
+Why an owner: the operator, not Helm, creates the Secret, so ``helm uninstall`` alone would
+leave it behind. It is owned by the ValidatingWebhookConfiguration the chart renders
+(cluster-scoped, so it may own a namespaced object): when Helm deletes that, Kubernetes'
+garbage collector deletes the Secret. A Secret found without that owner is adopted (one
+patch).
 """
 
 from __future__ import annotations
