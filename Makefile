@@ -33,7 +33,7 @@ lint: $(STAMP) ## ruff (lint + format check)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP) ## mypy --strict
-	$(BIN)/mypy --strict planners operator/backstop runtime/backstop_runtime tests bench
+	$(BIN)/mypy --strict planners operator/backstop runtime/backstop_runtime testkit tests bench
 
 imports: $(STAMP) ## import-linter: planners stay pure, the operator's layers hold
 	$(BIN)/lint-imports

@@ -1,8 +1,9 @@
 """Object sizes at the ceiling, before and after the compact encodings, and the session
 ConfigMap's build time (it is rebuilt on every supervision tick while a session runs).
 
-The scenarios are ``tests/unit/test_object_sizes.py``'s (that test asserts the limits;
-this prints the figures of ``docs/scale.md``). "Before" is the plain form the operator
+The scenarios are :mod:`backstop_testkit.cases.object_sizes`
+(``tests/unit/test_object_sizes.py`` asserts the limits on them; this prints the figures of
+``docs/scale.md``). "Before" is the plain form the operator
 wrote until then: the status's dump, and ``session.json`` format 1 (names, indented),
 rebuilt here from the same replay sources. Sizes count what etcd stores: the JSON plus,
 for the status, the ``managedFields`` entry per map key.
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from backstop.domain.incidents import replay_sources
 from backstop.domain.spec import expand
 from backstop.k8s.sessionmap import build_session_configmap
-from tests.unit import test_object_sizes as cases
+from backstop_testkit.cases import object_sizes as cases
 
 
 def _format1(
@@ -58,7 +59,7 @@ def _session_case(
     backups = backups_of(graph)
     recovered = recovered_of(graph, failed)
     kept = set(recovered)
-    session = cases._session(graph, failed, recovered, [t for t in failed if t not in kept])
+    session = cases.session(graph, failed, recovered, [t for t in failed if t not in kept])
     epochs = epochs_of(failed)
     times = []
     for _ in range(5):

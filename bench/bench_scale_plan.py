@@ -104,7 +104,7 @@ def child() -> None:
 
 def child_sets() -> None:
     """Every joint plan of the placement bench sets, as ``planners`` on the path makes it."""
-    from bench.bench_placement import cases as placement_cases
+    from backstop_testkit.cases.placement import cases as placement_cases
     from planners.placement import NodePool, plan_joint
 
     out = []

@@ -94,7 +94,7 @@ NOTES: list[str] = [
     "killed), so a recovery was always active. Now heartbeats have their own loop and "
     "pool (`tests/unit/test_nodesim_loops.py` fails on the old code: one heartbeat while "
     "a pod round is stuck), and the pods come from a watch instead of a LIST per second "
-    "(`backstop.sim.podwatch`). With that alone the 1000-task run went from `Ready` "
+    "(`backstop_testkit.sim.podwatch`). With that alone the 1000-task run went from `Ready` "
     "after 328 s (load ~21) to 32 s (load 4–6, not under the lock, so not in the table).",
     "- **Pod creation rate: the API server's CPU, not the operator's width.** Creating "
     "the operator's task pods alone through its client (`bench/bench_pod_create.py`: "

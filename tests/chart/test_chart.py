@@ -35,8 +35,8 @@ from backstop.cli import app
 from backstop.controller.settings import Settings
 from backstop.domain.constants import GROUP, VERSION
 from backstop.k8s.cluster import api_client
-from backstop.sim.nodesim import NodeShape, Simulator
-from tests.support.kubetools import (
+from backstop_testkit.sim.nodesim import NodeShape, Simulator
+from backstop_testkit.support.kubetools import (
     ROOT,
     condition,
     create_namespace,

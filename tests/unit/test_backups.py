@@ -502,7 +502,7 @@ def test_dag_is_within_ten_percent_on_the_seeds_dag_cases() -> None:
     Sentiment topologies (``bench/topologies.py``) at the benchmark's bounds;
     the optimum is CP-SAT's, proven on every case.
     """
-    from bench.bench_backups import cases
+    from backstop_testkit.cases.backups import cases
 
     gaps = []
     plain_gaps = []

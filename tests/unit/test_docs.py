@@ -15,7 +15,7 @@ import typer.main
 
 from backstop.cli import app
 from backstop.domain.spec import StreamTopologySpec
-from tests.support.kubetools import ROOT
+from backstop_testkit.support.kubetools import ROOT
 
 README = ROOT / "README.md"
 
