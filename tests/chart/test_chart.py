@@ -235,6 +235,9 @@ def test_operator_images_copy_every_package_root_the_project_installs(dockerfile
     for root in roots:
         if root == ".":  # top-level packages: planners
             continue
+        if root == "testkit":  # the test kit: never in an image (tests/unit/test_layout.py)
+            assert root not in copied and root not in context, f"{dockerfile} gets the test kit"
+            continue
         assert root in copied, f"{dockerfile} does not COPY {root}/"
         assert root in context, f"hack/images.sh does not send {root}/ to {dockerfile}"
 

@@ -1,4 +1,5 @@
-"""The generated references (docs/streamtopology.md, docs/cli.md) and the README's promises.
+"""The generated references (docs/streamtopology.md, docs/cli.md, docs/testkit-cli.md) and the
+README's promises.
 
 ``hack/gen-docs.py`` writes the references from the pydantic models and the typer app;
 these tests fail when the committed files drift from what it would write now.
@@ -28,7 +29,7 @@ def _gen_docs() -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("key", ["streamtopology", "cli"])
+@pytest.mark.parametrize("key", ["streamtopology", "cli", "testkit-cli"])
 def test_generated_reference_is_up_to_date(key: str) -> None:
     gen = _gen_docs()
     path = gen.OUTPUTS[key]
