@@ -240,8 +240,8 @@ HEADING = "## Minimum backups"
 
 
 INTRO = """Reproduces the FTC seed's Table III cases and Figs. 7/8 (`minimum-backups-ftc.txt`,
-Sec. V) with `bench/bench_backups.py` (topologies in `bench/topologies.py`); every plan passes
-`planners.evaluate.check_plan`. Regenerate with
+Sec. V) with `bench/bench_backups.py` (topologies in `backstop_testkit.cases.topologies`);
+every plan passes `planners.evaluate.check_plan`. Regenerate with
 
     .venv/bin/python bench/bench_backups.py --out docs/benchmarks.md
 
