@@ -33,7 +33,7 @@ lint: $(STAMP) ## ruff (lint + format check)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP) ## mypy --strict
-	$(BIN)/mypy --strict planners operator/backstop runtime/backstop_runtime tests bench
+	$(BIN)/mypy --strict planners operator/backstop runtime/backstop_runtime testkit tests bench
 
 imports: $(STAMP) ## import-linter: planners stay pure, the operator's layers hold
 	$(BIN)/lint-imports
@@ -60,9 +60,11 @@ test-oldest: ## unit tests on the oldest supported versions (every floor pinned)
 	@test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST) || python3 -m venv $(OLDEST)
 	python3 hack/oldest-constraints.py dev spark > $(OLDEST)/constraints.txt
 	$(OLDEST)/bin/pip install --progress-bar off -c $(OLDEST)/constraints.txt -e '.[dev,spark]'
-	@# docs/cli.md is generated with the newest typer's help layout: older ones render it differently
-	$(OLDEST)/bin/pytest -q -p no:cacheprovider tests/unit planners runtime operator/backstop \
-	  --deselect 'tests/unit/test_docs.py::test_generated_reference_is_up_to_date[cli]'
+	@# docs/cli.md and docs/testkit-cli.md are generated with the newest typer's help layout: older
+	@# ones render it differently
+	$(OLDEST)/bin/pytest -q -p no:cacheprovider tests/unit planners runtime operator/backstop testkit \
+	  --deselect 'tests/unit/test_docs.py::test_generated_reference_is_up_to_date[cli]' \
+	  --deselect 'tests/unit/test_docs.py::test_generated_reference_is_up_to_date[testkit-cli]'
 
 # The re-optimization Job (reoptimization.mode: job) in the Spark image on two real nodes, reading
 # the metrics the tasks write: root, and the 1.5 GB image (IMAGES=spark hack/images.sh; minutes

@@ -17,14 +17,14 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.docsection import write_section
-from bench.topologies import lines, random_dag, signalguru, tree, twitter_sentiment
+from backstop_testkit.cases.backups import cases
+from backstop_testkit.cases.topologies import random_dag
+from backstop_testkit.support.docsection import write_section
 from planners.backups import BackupPlan, backups_dag, plan_backups, topology_shape
 from planners.evaluate import check_plan
 from planners.graph import TaskGraph
@@ -44,19 +44,6 @@ class Row:
     edges: int
     bound: float
     cells: dict[str, tuple[BackupPlan, float]]  # algorithm -> (plan, seconds)
-
-
-def cases() -> list[tuple[str, Callable[[bool], TaskGraph], tuple[float, ...], tuple[float, ...]]]:
-    """(name, builder(uniform), uniform bounds, non-uniform bounds)."""
-    return [
-        ("Line", lambda u: lines(4, 8, uniform=u, seed=1), (2, 3, 5), (10, 15, 25)),
-        ("Tree", lambda u: tree(5, 2, uniform=u, seed=2), (2, 3, 5), (10, 15, 25)),
-        ("Guru", lambda u: signalguru(uniform=u, seed=3), (2, 3, 5), (10, 15, 25)),
-        ("Senti-560", lambda u: twitter_sentiment(50, 20, 20, uniform=u, seed=4), (2, 3, 5),
-         (10, 15, 25)),
-        ("Senti-1050", lambda u: twitter_sentiment(30, 30, 30, uniform=u, seed=5), (2, 3, 5),
-         (10, 15, 25)),
-    ]  # fmt: skip
 
 
 def timed(
@@ -256,8 +243,8 @@ COMMAND = "python bench/bench_backups.py --out"
 
 
 INTRO = """Reproduces the FTC seed's Table III cases and Figs. 7/8 (`minimum-backups-ftc.txt`,
-Sec. V) with `bench/bench_backups.py` (topologies in `bench/topologies.py`); every plan passes
-`planners.evaluate.check_plan`. Regenerate with
+Sec. V) with `bench/bench_backups.py` (topologies in `backstop_testkit.cases.topologies`);
+every plan passes `planners.evaluate.check_plan`. Regenerate with
 
     .venv/bin/python bench/bench_backups.py --out
 

@@ -42,7 +42,7 @@ from backstop.domain.spec import expand, parse_spec
 from backstop.k8s.ledger import CapacityLedger
 from backstop.k8s.manifests import Owner, desired_pods
 from backstop.k8s.nodes import nodes_from_manifests
-from bench.docsection import emit
+from backstop_testkit.support.docsection import emit
 from bench.opharness import chain_topology
 from bench.procstat import cpu_and_peak, loadavg
 

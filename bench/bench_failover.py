@@ -41,9 +41,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
-from bench.docsection import write_section
+from backstop_testkit.support.kubetools import free_port, stop_operator, wait_for
+from backstop_testkit.support.docsection import write_section
 from bench.opharness import DEFAULT_KUBECONFIG, POOL_LABEL, Bench, bench, fmt_s, log
-from tests.support.kubetools import free_port, stop_operator, wait_for
 
 HEADING = "## Operator failover"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "failover.md"

@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(section)
     if args.out:
         sys.path.insert(0, str(ROOT))
-        from bench.docsection import write_section
+        from backstop_testkit.support.docsection import write_section
 
         write_section(args.out, HEADING, section, command=COMMAND)
     return 0

@@ -1,12 +1,12 @@
 """Object sizes at the ceiling, before and after the compact encodings, and the session
 ConfigMap's build time (it is rebuilt on every supervision tick while a session runs).
 
-The scenarios are ``tests/unit/test_object_sizes.py``'s (that test asserts the limits;
-this prints the figures of ``docs/scale.md``; ``--out`` writes its page,
-``docs/benchmarks/object-sizes.md``). "Before" is the plain form: the status's dump,
-and ``session.json`` format 1 (names, indented), rebuilt here from the same replay
-sources. Sizes count what etcd stores: the JSON plus, for the status, the
-``managedFields`` entry per map key.
+The scenarios are :mod:`backstop_testkit.cases.object_sizes`'s
+(``tests/unit/test_object_sizes.py`` asserts the limits on them; this prints the figures
+of ``docs/scale.md``; ``--out`` writes its page, ``docs/benchmarks/object-sizes.md``).
+"Before" is the plain form: the status's dump, and ``session.json`` format 1 (names,
+indented), rebuilt here from the same replay sources. Sizes count what etcd stores: the JSON
+plus, for the status, the ``managedFields`` entry per map key.
 
     python bench/bench_object_sizes.py --out
 """
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from backstop.domain.incidents import replay_sources
 from backstop.domain.spec import expand
 from backstop.k8s.sessionmap import build_session_configmap
-from tests.unit import test_object_sizes as cases
+from backstop_testkit.cases import object_sizes as cases
 
 
 def _format1(
@@ -58,7 +58,7 @@ def _session_case(
     backups = backups_of(graph)
     recovered = recovered_of(graph, failed)
     kept = set(recovered)
-    session = cases._session(graph, failed, recovered, [t for t in failed if t not in kept])
+    session = cases.session(graph, failed, recovered, [t for t in failed if t not in kept])
     epochs = epochs_of(failed)
     times = []
     for _ in range(5):
@@ -88,7 +88,7 @@ INTRO = (
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from bench.docsection import emit
+    from backstop_testkit.support.docsection import emit
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(

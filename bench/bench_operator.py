@@ -40,11 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backstop.domain.planning import plan_topology
 from backstop.domain.spec import cpu_cores, expand, parse_spec
-from bench.docsection import emit
+from backstop_testkit.support.docsection import emit
 from bench.opharness import (
     DEFAULT_KUBECONFIG,
-    PodRecorder,
-    TopologyRecorder,
     bench,
     chain_topology,
     fmt_s,
@@ -52,6 +50,16 @@ from bench.opharness import (
     log_time,
     operator_log,
     problems,
+)
+from bench.opmeasure import (
+    SMALL,
+    dup_text,
+    duplicates,
+    median,
+    problem_lines,
+    sub,
+    timeline,
+    wait_until,
 )
 from planners.placement import Node
 
@@ -62,23 +70,6 @@ COMMAND = "python bench/bench_operator.py --out"
 FLEET_LOSS_PAGE = PAGE.with_name("operator-fleet-loss.md")
 """The page of ``--scenario fleet-loss`` (``--out`` with no path writes it)."""
 BIG = (50, 200, 200, 50)
-SMALL = (5, 20, 20, 5)
-
-
-def _wait(pred: Any, timeout: float, what: str) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    log(f"timed out after {timeout:.0f}s waiting for {what}")
-    return False
-
-
-def _last(times: list[float | None], n: int) -> float | None:
-    """The time the ``n``-th event happened, or None if fewer than ``n`` did."""
-    got = sorted(t for t in times if t is not None)
-    return got[n - 1] if len(got) >= n else None
 
 
 def run_big(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -96,8 +87,8 @@ def run_big(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         t0 = time.time()
         b.create_topology(doc)
         out["t_create_call"] = time.time() - t0
-        _wait(lambda: topos.get(name).ready is not None, args.timeout, "big: Ready=True")
-        out.update(_timeline(t0, name, tasks, pods, topos))
+        wait_until(lambda: topos.get(name).ready is not None, args.timeout, "big: Ready=True")
+        out.update(timeline(t0, name, tasks, pods, topos))
         records = operator_log(b.log_path)
         out["problems"] = problems(records)
         for r in records:
@@ -110,7 +101,7 @@ def run_big(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         out["nodes_used"] = plan.get("nodesUsed")
         out["backups"] = plan.get("backupCount")
         out["worst"] = plan.get("worstRecoveryLatency")
-        out["duplicates"] = _duplicates(pods, name, tasks)
+        out["duplicates"] = duplicates(pods, name, tasks)
     # the planner's share, on the same nodes, with the operator's budget
     model = parse_spec(doc["spec"])
     graph = expand(model)
@@ -123,38 +114,6 @@ def run_big(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     out["plan_offline"] = statistics.median(runs)
     out["edges"] = sum(len(p) for p in graph.preds)
     return out
-
-
-def _timeline(
-    t0: float, name: str, tasks: int, pods: PodRecorder, topos: TopologyRecorder
-) -> dict[str, Any]:
-    mine = pods.of(name)
-    tt = topos.get(name)
-
-    def rel(t: float | None) -> float | None:
-        return None if t is None else t - t0
-
-    added = [p.added for p in mine]
-    return {
-        "planned": rel(tt.planned),
-        "first_pod": rel(min((t for t in added if t is not None), default=None)),
-        "all_pods": rel(_last(added, tasks)),
-        "all_bound": rel(_last([p.bound for p in mine], tasks)),
-        "all_running": rel(_last([p.running for p in mine], tasks)),
-        "ready": rel(tt.ready),
-        "pods_seen": len(mine),
-    }
-
-
-def _duplicates(pods: PodRecorder, name: str, tasks: int) -> dict[str, int]:
-    """Tasks with more than one pod name, pod names created more than once, missing tasks."""
-    mine = [p for p in pods.of(name) if not p.deleted]
-    per_task = Counter(p.task for p in mine)
-    return {
-        "tasks_with_2+_pods": sum(1 for c in per_task.values() if c > 1),
-        "names_created_twice": sum(1 for p in pods.of(name) if len(p.uids) > 1),
-        "missing_tasks": tasks - len(per_task),
-    }
 
 
 def run_fleet(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -174,15 +133,15 @@ def run_fleet(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 chain_topology(n, b.pool, SMALL, cpu=args.fleet_cpu, bound=args.bound)
             )
         out["t_create_calls"] = time.time() - t0
-        _wait(
+        wait_until(
             lambda: all(topos.get(n).ready is not None for n in names),
             args.timeout,
             "fleet: every topology Ready",
         )
-        lines = {n: _timeline(t0, n, tasks, pods, topos) for n in names}
+        lines = {n: timeline(t0, n, tasks, pods, topos) for n in names}
         out["per_topology"] = lines
         out["ready_count"] = sum(1 for v in lines.values() if v["ready"] is not None)
-        dups = [_duplicates(pods, n, tasks) for n in names]
+        dups = [duplicates(pods, n, tasks) for n in names]
         out["duplicates"] = {k: sum(d[k] for d in dups) for k in dups[0]}
         out["problems"] = problems(operator_log(b.log_path))
         pods_now = b.core.list_namespaced_pod(b.namespace).items
@@ -207,10 +166,6 @@ def run_fleet(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     reasons[f"{c.get('reason')}: {c.get('message', '')[:60]}"] += 1
         out["not_ready"] = dict(reasons)
     return out
-
-
-def _sum_dups(dups: list[dict[str, int]]) -> dict[str, int]:
-    return {k: sum(d[k] for d in dups) for k in dups[0]}
 
 
 def render(
@@ -251,18 +206,18 @@ def render(
             f"| apply → plan recorded, other than planning | "
             f"{fmt_s(None if big['planned'] is None else big['planned'] - big['plan_offline'])} |",
             f"| plan recorded → all pods created (API writes) | "
-            f"{fmt_s(_sub(big['all_pods'], big['planned']))} |",
+            f"{fmt_s(sub(big['all_pods'], big['planned']))} |",
             f"| all created → all bound (scheduler) | "
-            f"{fmt_s(_sub(big['all_bound'], big['all_pods']))} |",
+            f"{fmt_s(sub(big['all_bound'], big['all_pods']))} |",
             f"| all bound → Ready (kubelet stand-in + status) | "
-            f"{fmt_s(_sub(big['ready'], big['all_bound']))} |",
+            f"{fmt_s(sub(big['ready'], big['all_bound']))} |",
             "",
             f"Plan: {big['nodes_used']} nodes, {big['backups']} backups, worst single-node "
-            f"recovery {big['worst']} s. Duplicates: {_dup_text(big['duplicates'])}. "
+            f"recovery {big['worst']} s. Duplicates: {dup_text(big['duplicates'])}. "
             f"Operator log warnings/errors: {len(big['problems'])}.",
             "",
         ]
-        lines += _problem_lines(big["problems"])
+        lines += problem_lines(big["problems"])
     if fleet is not None:
         per = fleet["per_topology"]
         ready = [v["ready"] for v in per.values() if v["ready"] is not None]
@@ -278,9 +233,9 @@ def render(
             f"| all pods of every topology created | "
             f"{fmt_s(max(created) if len(created) == n else None)} s |",
             f"| every topology Ready | {fmt_s(max(ready) if len(ready) == n else None)} s |",
-            f"| Ready, median / first | {fmt_s(_median(ready))} / "
+            f"| Ready, median / first | {fmt_s(median(ready))} / "
             f"{fmt_s(min(ready, default=None))} s |",
-            f"| duplicate pods | {_dup_text(fleet['duplicates'])} |",
+            f"| duplicate pods | {dup_text(fleet['duplicates'])} |",
             f"| pods not Running at the end (of which never bound) | {fleet['not_running']} "
             f"({fleet['unbound']}) |",
             f"| nodes the plans use / over-committed by the plans together | "
@@ -293,29 +248,8 @@ def render(
             lines += ["Topologies not Ready at the end:", ""]
             lines += [f"- {c}× `{r}`" for r, c in fleet["not_ready"].items()]
             lines.append("")
-        lines += _problem_lines(fleet["problems"])
+        lines += problem_lines(fleet["problems"])
     return "\n".join(lines)
-
-
-def _sub(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a - b
-
-
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
-def _dup_text(d: dict[str, int]) -> str:
-    return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in d.items())
-
-
-def _problem_lines(found: list[str]) -> list[str]:
-    if not found:
-        return []
-    counts = Counter(found)
-    out = ["Distinct warning/error lines:", ""]
-    out += [f"- {c}× `{msg}`" for msg, c in counts.most_common(8)]
-    return [*out, ""]
 
 
 def main(argv: list[str] | None = None) -> int:

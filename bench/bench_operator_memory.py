@@ -42,7 +42,7 @@ from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.docsection import emit
+from backstop_testkit.support.docsection import emit
 from bench.procstat import loadavg, rss_mib
 
 HEADING = "## Operator memory with many pods (in-process, per cache)"

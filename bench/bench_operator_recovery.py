@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import cpu_cores, expand, parse_spec
-from bench.docsection import emit
+from backstop_testkit.support.docsection import emit
 from bench.opharness import (
     DEFAULT_KUBECONFIG,
     POOL_LABEL,

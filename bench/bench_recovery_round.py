@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.docsection import write_section
+from backstop_testkit.support.docsection import write_section
 from bench.procstat import loadavg
 
 HEADING = "## Scale: the recovery round at 10k tasks (in-process)"

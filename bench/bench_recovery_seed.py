@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.docsection import write_section
+from backstop_testkit.support.docsection import write_section
 from planners.graph import TaskGraph
 from planners.recovery import (
     RecoveryStep,

@@ -7,7 +7,7 @@ This script:
 
 1. generates the fleet's metrics once into a cache directory
    (``$BACKSTOP_CACHE/bench/reopt-fleet-<N>x<rows>``): one Parquet file per topology under
-   ``tasks/`` (from :mod:`backstop.sim.metricsgen`, topology *i* with seed *i*), the node
+   ``tasks/`` (from :mod:`backstop_testkit.sim.metricsgen`, topology *i* with seed *i*), the node
    metrics, the manifests and ``fleet.json``, written last (a cache without it is regenerated);
 2. runs the job as users run it, one fresh ``python -m backstop.jobs.reoptimize --master
    local[N]`` process over the whole fleet (read, per-task and per-operator aggregation,
@@ -50,9 +50,9 @@ import yaml
 
 from backstop.domain.estimates import millicores
 from backstop.domain.recommend import check_recommendation
-from backstop.sim.metricsgen import GeneratorParams, generate
+from backstop_testkit.sim.metricsgen import GeneratorParams, generate
 from bench.bench_reoptimize import fleet
-from bench.docsection import emit
+from backstop_testkit.support.docsection import emit
 from planners.placement import Node
 
 HEADING = "## Re-optimization over a fleet (Spark)"

@@ -5,7 +5,7 @@ Why: the target is one million metric rows processed end to end (read,
 estimate, re-plan, Monte Carlo, trade-off curve, write) in under 60 s on two
 cores in ``local`` mode, and an honest answer to "when is Spark worth it?".
 For each size this script generates a synthetic fleet (copies of
-``examples/twitter-sentiment.yaml``) with :mod:`backstop.sim.metricsgen`, then
+``examples/twitter-sentiment.yaml``) with :mod:`backstop_testkit.sim.metricsgen`, then
 times three things:
 
 1. the whole job as users run it: ``python -m backstop.jobs.reoptimize --master
@@ -40,8 +40,8 @@ from backstop.jobs.transforms import (
     transform_operator_estimates,
     transform_task_summary,
 )
-from backstop.sim.metricsgen import GeneratorParams, write_metrics
-from bench.docsection import emit
+from backstop_testkit.sim.metricsgen import GeneratorParams, write_metrics
+from backstop_testkit.support.docsection import emit
 
 HEADING = "## Re-optimization (Spark)"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "reoptimize.md"

@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.docsection import write_section
-from bench.topologies import lines, twitter_sentiment
+from backstop_testkit.cases.topologies import lines, twitter_sentiment
+from backstop_testkit.support.docsection import write_section
 from planners import Infeasible, TaskGraph
 from planners.evaluate import check_plan, worst_node_failure
 from planners.migration import relabel_nodes

@@ -27,9 +27,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backstop.domain.spec import expand
+from backstop_testkit.support.runtime_data import output_lines, wordcount_spec, write_input
+from backstop_testkit.support.runtime_harness import LocalTopology
 from planners.evaluate import node_failure_latency
-from tests.support.runtime_data import output_lines, wordcount_spec, write_input
-from tests.support.runtime_harness import LocalTopology
 
 
 def throughput(base: Path, inp: Path, records: int) -> float:

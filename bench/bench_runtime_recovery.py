@@ -6,9 +6,9 @@ within ``recoveryLatencyBound``; the planners check it with the failure-effect m
 (ℓ(v) = t_v + the latency of the upstream it must wait for or regenerate from). This runs
 ``examples/twitter-sentiment.yaml`` (a copy: own store, own tweet log appended at a steady
 rate, grace period 2 s, a node pool of its own) on real nodes (kubelet + containerd each,
-``hack/real-node.sh``) with the operator as a host process, kills with ``backstop nodes
-kill`` the node whose loss the plan predicts to be worst (then the next ones, each in a
-fresh deployment), and measures per lost task:
+``hack/real-node.sh``) with the operator as a host process, kills with
+``python -m backstop_testkit nodes kill`` the node whose loss the plan predicts to be
+worst (then the next ones, each in a fresh deployment), and measures per lost task:
 
 - **detected**: the RecoveryPlan appearing (the node NotReady for the grace period);
 - **caught up**: the task's new copy (a new epoch in the store) processes batches less than
@@ -32,350 +32,36 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 import uuid
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from backstop.domain.constants import GROUP, VERSION
-from backstop.domain.spec import StreamTopologySpec, expand
-from backstop.k8s.cluster import api_client
+from backstop_testkit.support.kubetools import (
+    create_namespace,
+    install_crds,
+    start_operator,
+)
+from backstop_testkit.support.kubetools import stop_operator as _stop_operator
+from backstop_testkit.support.realnodes import CACHE, build_runtime_image, real_node_pool
 from bench import runtime_incremental as incremental
-from bench.docsection import write_section
-from planners.evaluate import recovery_latencies
-from tests.support.kubetools import create_namespace, install_crds, node_ready, start_operator
-from tests.support.kubetools import stop_operator as _stop_operator
-from tests.support.realnodes import CACHE, build_runtime_image, real_node_pool
+from backstop_testkit.support.docsection import write_section
+from bench.runtime_bench import EXAMPLE, POOL, UNBOUNDED, Bench, Cycle, log
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
-POOL = "bench.backstop.dev/pool"
-IN_POD = "/var/lib/backstop"
 HEADING = "## Runtime on real nodes: the bound measured"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "runtime-recovery.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
 COMMAND = "python bench/bench_runtime_recovery.py --out"
-UNBOUNDED = 86400.0  # the largest bound the CRD accepts: in effect none
-CAUGHT_UP_SLACK = 0.5
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def wait(what: str, cond: Any, timeout: float, interval: float = 0.2) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        with contextlib.suppress(ApiException):
-            got = cond()
-            if got:
-                return got
-        time.sleep(interval)
-    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-@dataclass
-class TaskResult:
-    task: str
-    predicted: float
-    measured: float
-    pod_start: float
-    catch_up: float
-
-
-@dataclass
-class Cycle:
-    variant: str
-    victim: str
-    predicted_node: float
-    backups: list[str]
-    placement: dict[str, list[str]]
-    notready: float  # kill → NotReady seen
-    detected: float  # kill → RecoveryPlan seen
-    tasks: list[TaskResult] = field(default_factory=list)
-    load: float = 0.0  # the host's 1-min load average when the last task caught up
-
-    @property
-    def worst(self) -> float:
-        return max(t.measured for t in self.tasks)
-
-
-class Bench:
-    def __init__(self, kubeconfig: str, rate: float, warmup: float, show: bool = False) -> None:
-        self.kubeconfig, self.rate, self.warmup, self.show = kubeconfig, rate, warmup, show
-        self.kube = api_client(kubeconfig)
-        self.core = client.CoreV1Api(self.kube)
-        self.custom = client.CustomObjectsApi(self.kube)
-        self.ns = f"bench-{uuid.uuid4().hex[:6]}"
-        self.store = Path(tempfile.mkdtemp(prefix="backstop-bench-store-"))
-        self.store.chmod(0o1777)
-        self.nodes: list[str] = []
-        self.steady: dict[str, float] = {}
-
-    def status(self, name: str, task: str) -> dict[str, Any]:
-        try:
-            doc = json.loads((self.store / name / "tasks" / task / "status.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return {}
-        return dict(doc) if isinstance(doc, dict) else {}
-
-    def tuples(self, name: str) -> dict[str, float]:
-        """``tuples_in_total`` of every running task, from its ``/metrics`` (pod IP, port 9090)."""
-        out: dict[str, float] = {}
-        for pod in self.core.list_namespaced_pod(
-            self.ns, label_selector=f"{GROUP}/topology={name}"
-        ).items:
-            if pod.status.phase != "Running" or not pod.status.pod_ip:
-                continue
-            with contextlib.suppress(OSError):
-                url = f"http://{pod.status.pod_ip}:9090/metrics"
-                text = urllib.request.urlopen(url, timeout=2).read().decode()
-                for line in text.splitlines():
-                    if line.startswith("backstop_task_tuples_in_total"):
-                        out[pod.metadata.labels[f"{GROUP}/task"]] = float(line.rsplit(" ", 1)[1])
-        return out
-
-    def flowing(self, name: str, when: str, seconds: float = 3.0) -> None:
-        """Print the records each task took in over ``seconds`` (the demo shows them)."""
-        before = self.tuples(name)
-        time.sleep(seconds)  # a rate needs an interval
-        after = self.tuples(name)
-        rates = {t: (after[t] - before[t]) / seconds for t in after if t in before}
-        sink = sorted((self.store / name / "output").glob("*.jsonl"))
-        last = sink[-1].read_text().splitlines()[-1:] if sink else []
-        print(f"records flowing {when} (tuples in per second, from each task's /metrics):")
-        print("  " + ", ".join(f"{t} {r:.0f}" for t, r in sorted(rates.items())))
-        if last:
-            print(f"  latest sink line: {last[0][:150]}")
-        sys.stdout.flush()
-
-    def cli(self, *args: str) -> None:
-        subprocess.run(
-            [sys.executable, "-m", "backstop", *args, "--kubeconfig", self.kubeconfig],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-
-    def manifest(self, name: str, bound: float | None) -> dict[str, Any]:
-        doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
-        doc["metadata"] = {"name": name}
-        spec = doc["spec"]
-        spec["store"] = {"hostPath": {"path": str(self.store), "type": "Directory"}}
-        spec["nodeSelector"] = {POOL: self.nodes[0]}
-        spec.setdefault("recovery", {}).update(gracePeriodSeconds=2, replanOnViolation=False)
-        if bound is not None:
-            spec["recoveryLatencyBound"] = bound
-        for op in spec["operators"]:
-            cfg = op["config"]
-            if "path" in cfg:
-                leaf = Path(cfg["path"]).name  # input, output, trending
-                cfg["path"] = f"{IN_POD}/{name}/{leaf}"
-        return doc
-
-    def start(
-        self, name: str, doc: dict[str, Any]
-    ) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
-        """Deploy ``doc`` with its own tweet log appended at the steady rate; return the plan
-        (once every task has caught up with its input and a warm-up passed) and the generator."""
-        for sub in (name, f"{name}/input"):  # the tasks (uid 65532) write under <name>
-            (self.store / sub).mkdir()
-            (self.store / sub).chmod(0o1777)
-        gen = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "backstop_runtime.examples.tweets",
-                str(self.store / name / "input"),
-                "--follow",
-                "--rate",
-                str(self.rate),
-                "--seconds",
-                "3600",
-            ],
-            env={**os.environ, "PYTHONPATH": str(ROOT / "runtime")},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, self.ns, "streamtopologies", doc
-        )
-
-        def plan() -> dict[str, Any] | None:
-            st = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.ns, "streamtopologies", name
-            )
-            p = (st.get("status") or {}).get("plan") or {}
-            return p if p.get("assignment") else None
-
-        p: dict[str, Any] = wait(f"{name}: a plan", plan, 120)
-        tasks = list(p["assignment"])
-
-        def steady() -> bool:
-            return all(self.status(name, t).get("recoverySeconds") is not None for t in tasks)
-
-        wait(f"{name}: every task caught up with its input", steady, 240)
-        log(f"{name}: all {len(tasks)} tasks caught up; steady for {self.warmup:.0f}s")
-        # a steady stream before the failure, and each task's lag in it (status.json, every 1 s)
-        samples: dict[str, list[float]] = {t: [] for t in tasks}
-        end = time.monotonic() + self.warmup
-        while time.monotonic() < end:
-            for t in tasks:
-                samples[t].append(float(self.status(name, t).get("lag") or 0.0))
-            time.sleep(0.5)
-        self.steady = {t: sorted(v)[len(v) // 2] for t, v in samples.items() if v}
-        return p, gen
-
-    def caught_up(self, name: str, task: str, epoch: int, seen: dict[str, int]) -> bool:
-        """The new copy of ``task`` is back where it was before the failure: it processes
-        batches no further behind its sources than its median lag in the steady stream,
-        plus ``CAUGHT_UP_SLACK`` (so a host where the pipeline lags 1 s in steady state
-        does not count every recovery as never caught up against a fixed 0.5 s)."""
-        s = self.status(name, task)
-        if int(s.get("epoch", 0)) <= epoch:
-            return False
-        first = seen.setdefault(task, int(s.get("round", 0)))  # its restored round
-        lag = float(s.get("lag") or 0.0)
-        return (
-            int(s.get("round", 0)) > first and lag <= self.steady.get(task, 0.0) + CAUGHT_UP_SLACK
-        )
-
-    def recovery_plan_seen(self, name: str) -> bool:
-        items = self.custom.list_namespaced_custom_object(
-            GROUP, VERSION, self.ns, "recoveryplans", label_selector=f"{GROUP}/topology={name}"
-        )["items"]
-        return bool(items)
-
-    def session_seen(self, name: str) -> bool:
-        """A recovery session recorded (``status.recovery``) or a RecoveryPlan issued."""
-        st = self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, self.ns, "streamtopologies", name
-        )
-        rec = (st.get("status") or {}).get("recovery") or {}
-        return bool(rec.get("active") and rec.get("session")) or self.recovery_plan_seen(name)
-
-    def cycle(self, variant: str, name: str, bound: float | None, rank: int) -> Cycle:
-        doc = self.manifest(name, bound)
-        real_bound = float(yaml.safe_load(EXAMPLE.read_text())["spec"]["recoveryLatencyBound"])
-        graph = expand(StreamTopologySpec.model_validate(doc["spec"]))
-        victim = ""
-        gen: subprocess.Popen[bytes] | None = None
-        try:
-            p, gen = self.start(name, doc)
-            if self.show:
-                self.flowing(name, "before the kill")
-            placement: dict[str, list[str]] = {}
-            for t, n in p["assignment"].items():
-                placement.setdefault(n, []).append(t)
-            by_node = sorted(placement, key=lambda n: (-p["worstByNode"].get(n, 0.0), n))
-            victim = by_node[min(rank, len(by_node) - 1)]
-            lost = placement[victim]
-            restart = float(doc["spec"]["recovery"].get("restartSeconds", 0.0))
-            # the model: every lost pod restarts at once, then ℓ(v) of reprocessing
-            ell = {t: restart + v for t, v in recovery_latencies(graph, p["backups"], lost).items()}
-            epochs = {t: self.status(name, t).get("epoch", 0) for t in lost}
-            log(f"{name}: killing {victim} ({len(lost)} tasks, predicted {p['worstByNode']})")
-            t_kill = time.time()
-            self.cli("nodes", "kill", victim)
-            wait(f"{victim} NotReady", lambda: not node_ready(self.core, victim), 120)
-            t_notready = time.time()
-
-            wait(f"{name}: a RecoveryPlan", lambda: self.recovery_plan_seen(name), 120, 0.1)
-            t_plan = time.time()
-            cyc = Cycle(
-                variant,
-                victim,
-                restart + float(p["worstByNode"].get(victim, 0.0)),
-                list(p["backups"]),
-                placement,
-                t_notready - t_kill,
-                t_plan - t_kill,
-            )
-
-            seen: dict[str, int] = {}
-            back: dict[str, float] = {}
-            deadline = time.time() + 240
-            while len(back) < len(lost) and time.time() < deadline:
-                for t in lost:
-                    if t not in back and self.caught_up(name, t, epochs[t], seen):
-                        back[t] = time.time()
-                time.sleep(0.2)
-            cyc.load = os.getloadavg()[0]
-            for t in sorted(lost, key=graph.index):
-                if t not in back:
-                    raise SystemExit(f"{name}: {t} did not catch up within 240 s")
-                started = float(self.status(name, t)["started"])
-                cyc.tasks.append(
-                    TaskResult(t, ell[t], back[t] - t_plan, started - t_plan, back[t] - started)
-                )
-            log(
-                f"{name}: worst measured {cyc.worst:.2f}s (bound {real_bound:g}s, "
-                f"predicted {cyc.predicted_node:g}s; host load {cyc.load:.1f})"
-            )
-            if self.show:
-                self.flowing(name, "after the recovery, the lost tasks on other nodes")
-                for t in cyc.tasks:
-                    print(
-                        f"  {t.task:14} predicted c+ℓ {t.predicted:.1f} s   measured "
-                        f"{t.measured:5.2f} s = pod start {t.pod_start:5.2f} s + "
-                        f"restore/replay {t.catch_up:5.2f} s"
-                    )
-                print(
-                    f"  worst {cyc.worst:.2f} s vs bound {real_bound:g} s: "
-                    + ("within the bound" if cyc.worst <= real_bound else "OVER the bound")
-                )
-            return cyc
-        finally:
-            if gen is not None:
-                gen.terminate()
-                gen.wait()
-            self.delete(name)
-            if victim:
-                self.cli("nodes", "revive", victim)
-                wait(f"{victim} Ready", lambda: node_ready(self.core, victim), 120)
-
-    def delete(self, name: str) -> None:
-        with contextlib.suppress(ApiException):
-            self.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, self.ns, "streamtopologies", name
-            )
-
-        def gone() -> bool:
-            try:
-                self.custom.get_namespaced_custom_object(
-                    GROUP, VERSION, self.ns, "streamtopologies", name
-                )
-            except ApiException as err:
-                return bool(err.status == 404)
-            return False
-
-        wait(f"{name} deleted", gone, 120)
-        wait(
-            f"the pods of {name} gone",
-            lambda: (
-                not self.core.list_namespaced_pod(
-                    self.ns, label_selector=f"{GROUP}/topology={name}"
-                ).items
-            ),
-            120,
-        )
 
 
 def fmt_placement(c: Cycle) -> str:

@@ -47,9 +47,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backstop.domain.constants import GROUP, VERSION
-from backstop.sim.nodesim import NodeShape
+from backstop_testkit.sim.nodesim import NodeShape
 from bench.bench_operator_recovery import NodeRecorder, PlanRecorder
-from bench.docsection import emit
+from backstop_testkit.support.docsection import emit
 from bench.opharness import (
     POOL_LABEL,
     Bench,

@@ -88,7 +88,7 @@ def child() -> None:
 
 def child_sets() -> None:
     """Every joint plan of the placement bench sets, as ``planners`` on the path makes it."""
-    from bench.bench_placement import cases as placement_cases
+    from backstop_testkit.cases.placement import cases as placement_cases
     from planners.placement import NodePool, plan_joint
 
     out = []
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         print(compare_sets(args.base.resolve()))
         return 0
     from bench.bench_cli import machine
-    from bench.docsection import write_section
+    from backstop_testkit.support.docsection import write_section
 
     trees = [("new", ROOT)] + ([("old", args.base.resolve())] if args.base else [])
     rows: list[list[str]] = []

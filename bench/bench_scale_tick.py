@@ -38,7 +38,7 @@ from backstop.domain.status import derive_conditions
 from backstop.domain.status_types import PlanStatus, TopologyStatus, parse_status, status_patch
 from backstop.k8s.manifests import Owner, build_recoveryplan, desired_pods
 from backstop.k8s.sessionmap import build_session_configmap
-from bench.docsection import emit
+from backstop_testkit.support.docsection import emit
 from bench.procstat import loadavg
 from planners.evaluate import check_plan
 from planners.graph import TaskGraph

@@ -16,19 +16,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_operator import (
-    SMALL,
-    _dup_text,
-    _duplicates,
-    _median,
-    _problem_lines,
-    _sub,
-    _sum_dups,
-    _timeline,
-    _wait,
-)
 from bench.bench_scale import start_operator
 from bench.opharness import bench, chain_topology, fmt_s, log, operator_log, problems
+from bench.opmeasure import (
+    SMALL,
+    dup_text,
+    duplicates,
+    median,
+    problem_lines,
+    sub,
+    sum_dups,
+    timeline,
+    wait_until,
+)
 
 HEADING = "## Operator: a fleet of topologies and a node loss"
 CONFLICT = "planning again in the booking"
@@ -78,11 +78,13 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             )
             b.create_topology(doc)
         out["t_create_calls"] = time.time() - t0
-        _wait(lambda: all(topos.get(n).ready is not None for n in names), args.timeout, "Ready")
+        wait_until(
+            lambda: all(topos.get(n).ready is not None for n in names), args.timeout, "Ready"
+        )
         out["load_ready"] = _load()
-        lines = [_timeline(t0, n, tasks, pods, topos) for n in names]
+        lines = [timeline(t0, n, tasks, pods, topos) for n in names]
         out["phases"] = {key: [ln[key] for ln in lines] for key, _ in PHASES}
-        out["duplicates"] = _sum_dups([_duplicates(pods, n, tasks) for n in names])
+        out["duplicates"] = sum_dups([duplicates(pods, n, tasks) for n in names])
         on_node: dict[str, set[str]] = {}
         for n in names:
             plan = (b.get_topology(n).get("status") or {}).get("plan") or {}
@@ -110,11 +112,11 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             return got
 
         # the node controller marks the victims NotReady in passes some seconds apart
-        _wait(lambda: all(node_rec.get(v).not_ready_seen for v in victims), 180, "NotReady")
-        _wait(lambda: len(firsts()) == len(touched), 60 + args.grace, "every first plan")
+        wait_until(lambda: all(node_rec.get(v).not_ready_seen for v in victims), 180, "NotReady")
+        wait_until(lambda: len(firsts()) == len(touched), 60 + args.grace, "every first plan")
         out["load_end"] = _load()
         seen = {v: node_rec.get(v).not_ready_seen for v in victims}
-        out["kill_to_notready"] = _sub(max((t for t in seen.values() if t), default=None), t_kill)
+        out["kill_to_notready"] = sub(max((t for t in seen.values() if t), default=None), t_kill)
         first = firsts()
         out["plans"] = len(first)
         lost_at = {  # each topology from the moment its first lost node was seen NotReady
@@ -163,7 +165,7 @@ def render(args: argparse.Namespace, r: dict[str, Any], notes: list[str] | None 
     for key, label in PHASES:
         got = [t for t in r["phases"][key] if t is not None]
         last = max(got) if len(got) == n else None
-        cell = f"{fmt_s(last)} / {fmt_s(_median(got))} / {fmt_s(min(got, default=None))}"
+        cell = f"{fmt_s(last)} / {fmt_s(median(got))} / {fmt_s(min(got, default=None))}"
         rows.append(f"| {label} | {len(got)}/{n} | {cell} |")
     lines = [
         HEADING,
@@ -185,7 +187,7 @@ def render(args: argparse.Namespace, r: dict[str, Any], notes: list[str] | None 
         "|---|---|---|",
         *rows,
         "",
-        f"Nodes used: {r['nodes_used']}. Duplicate pods: {_dup_text(r['duplicates'])}. "
+        f"Nodes used: {r['nodes_used']}. Duplicate pods: {dup_text(r['duplicates'])}. "
         f"Plans made outside the booking and made again in it (conflicts): {r['conflicts']}. "
         f"Operator peak RSS (VmHWM): {fmt_s(r['rss_peak_mib'])} MiB.",
         "",
@@ -200,10 +202,10 @@ def render(args: argparse.Namespace, r: dict[str, Any], notes: list[str] | None 
         f"| topologies with a first RecoveryPlan | {r['plans']}/{len(r['touched'])} |",
         f"| its first lost node NotReady → a topology's first plan: first / median / last | "
         f"{fmt_s(min(firsts, default=None))}"
-        f" / {fmt_s(_median(firsts))} / {fmt_s(max(firsts, default=None))} s |",
+        f" / {fmt_s(median(firsts))} / {fmt_s(max(firsts, default=None))} s |",
         f"| **NotReady + grace → first plan, the slowest topology** (target < 2 s) | "
         f"**{fmt_s(max(firsts) - args.grace if firsts else None)} s** |",
         f"| operator log warnings/errors | {len(r['problems'])} |",
         "",
     ]
-    return "\n".join([*lines, *_problem_lines(r["problems"]), *(notes or [])])
+    return "\n".join([*lines, *problem_lines(r["problems"]), *(notes or [])])

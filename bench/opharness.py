@@ -35,8 +35,8 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.k8s.cluster import api_client
-from backstop.sim.nodesim import NodeShape, Simulator
-from tests.support.kubetools import (
+from backstop_testkit.sim.nodesim import NodeShape, Simulator
+from backstop_testkit.support.kubetools import (
     create_namespace,
     free_port,
     install_crds,

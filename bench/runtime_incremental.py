@@ -25,12 +25,9 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from tests.support.kubetools import node_ready
-
-if TYPE_CHECKING:
-    from bench.bench_runtime_recovery import Bench
+from backstop_testkit.support.kubetools import node_ready
+from bench.runtime_bench import CAUGHT_UP_SLACK, Bench, log, wait
 
 HEADING = "## Runtime on real nodes: incremental vs blocking recovery"
 QUERIES = {"sink-0": "sentiment per topic (`sink`, priority 5)", "trending-0": "hot topics "
@@ -52,8 +49,6 @@ class Session:
 
 def run_session(bench: Bench, mode: str, name: str, replace_after: float) -> Session:
     """One deployment with ``recovery.mode = mode``: lose two nodes, replace one later."""
-    from bench.bench_runtime_recovery import CAUGHT_UP_SLACK, log, wait
-
     doc = bench.manifest(name, None)
     doc["spec"]["recovery"]["mode"] = "incremental" if mode == "best-case" else mode
     gen = None

@@ -16,7 +16,7 @@ export PYTHONWARNINGS=ignore::FutureWarning
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
 step "synthetic task and node metrics for $TOPOLOGY ($ROWS rows, Parquet)"
-backstop metrics generate --topology "$TOPOLOGY" --rows "$ROWS" --out "$OUT/metrics"
+python -m backstop_testkit metrics generate --topology "$TOPOLOGY" --rows "$ROWS" --out "$OUT/metrics"
 python - "$OUT/metrics/tasks.parquet" <<'PY'
 import sys
 import pyarrow.parquet as pq

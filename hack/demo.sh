@@ -114,10 +114,10 @@ kubectl create namespace "$NS" >/dev/null
 
 step "simulated nodes: 4 x 2 CPU in 2 zones (the node simulator stands in for kubelets)"
 for i in 0 1 2 3; do
-  backstop nodes create 1 --prefix "$POOL" --start $i --cpu 2 --zones zone-a,zone-b
+  python -m backstop_testkit nodes create 1 --prefix "$POOL" --start $i --cpu 2 --zones zone-a,zone-b
   kubectl label node "$POOL-$i" "test.backstop.dev/pool=$POOL" >/dev/null
 done
-backstop nodes run --interval 1 >"$LOGS/nodesim.log" 2>&1 &
+python -m backstop_testkit nodes run --interval 1 >"$LOGS/nodesim.log" 2>&1 &
 pids+=($!)
 wait_until "the 4 simulated nodes to be Ready" 40 nodes_ready || true
 kubectl get nodes -l "test.backstop.dev/pool=$POOL" -L topology.kubernetes.io/zone
@@ -172,7 +172,7 @@ PY
 step "node failure: killing two nodes (heartbeats stop; the node-lifecycle controller turns them NotReady)"
 victims=$(kubectl get pods -n "$NS" -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort | uniq -c | sort -rn | head -2 | awk '{print $2}')
 before=$(session_id)
-run backstop nodes kill $victims
+run python -m backstop_testkit nodes kill $victims
 wait_until "the nodes to turn NotReady (~15 s) + the 5 s grace period: a new recovery session and its first RecoveryPlan" 90 new_session_plan "$before" || true
 run kubectl get -n "$NS" st,recoveryplans
 echo "recovery: $(kubectl get -n "$NS" st twitter-sentiment -o jsonpath='{.status.recovery.message}')"
@@ -181,7 +181,7 @@ recovery_history "$(session_id)"
 step "replacement nodes arrive one by one; each one Ready triggers the next query-centric plan"
 k=4
 for cpu in 1 2 4; do
-  run backstop nodes add "$POOL-$k" --cpu $cpu --zone zone-a --ready-after 3
+  run python -m backstop_testkit nodes add "$POOL-$k" --cpu $cpu --zone zone-a --ready-after 3
   kubectl label node "$POOL-$k" "test.backstop.dev/pool=$POOL" >/dev/null
   k=$((k + 1))
   echo "letting $POOL-$((k - 1)) turn Ready and the operator plan the next step (8 s) ..."

@@ -13,11 +13,12 @@
 #              Its store is the hostPath /srv/backstop (created 1777 if missing, removed again),
 #              and the example's tweet generator appends the source log there while the run lasts
 #   logs       kubectl logs of a task pod on every real node that runs tasks
-#   kill       `backstop nodes kill` of a real node with tasks (not the leading operator's): its
-#              kubelet and containers get SIGKILL; a RecoveryPlan is issued and every lost task is
-#              Running again on the other real nodes. The leader's /metrics (curl of its pod IP,
-#              metrics.enabled) before and after: recovery steps, node loss -> first RecoveryPlan
-#              observations and seconds move, and the line prints both values
+#   kill       `python -m backstop_testkit nodes kill` (the test kit's CLI) of a real node with
+#              tasks (not the leading operator's): its kubelet and containers get SIGKILL; a
+#              RecoveryPlan is issued and every lost task is Running again on the other real
+#              nodes. The leader's /metrics (curl of its pod IP, metrics.enabled) before and
+#              after: recovery steps, node loss -> first RecoveryPlan observations and seconds
+#              move, and the line prints both values
 #   uninstall  topology deleted (its /metrics series go), helm uninstall: no pod, ServiceAccount, Role(Binding),
 #              ClusterRole(Binding) or Secret (the webhook's certificate) of the release is left (CRDs stay,
 #              as helm never deletes them)
@@ -218,7 +219,7 @@ for node in $task_nodes; do
 done
 done_phase "logs read from $(wc -w <<<"$task_nodes") real nodes"
 
-phase kill "backstop nodes kill <a real node with tasks>"
+phase kill "python -m backstop_testkit nodes kill <a real node with tasks>"
 # a node with tasks and no operator replica; if every such node runs one, spare the leader's
 op_nodes=" $(kubectl get pods -n $RELEASE_NS -l app.kubernetes.io/name=backstop -o jsonpath='{.items[*].spec.nodeName}') "
 victim=""
@@ -237,7 +238,7 @@ read -r steps0 obs0 secs0 < <(recovery_metrics) || fail "curl of $op_pod's /metr
 lost=$(kubectl get pods -n $NS -l $GROUP/topology=$TOPO --field-selector spec.nodeName=$victim -o name | wc -l)
 victim_pids=$(ctr -a /run/backstop-$API_PORT/$victim/containerd.sock -n k8s.io tasks ls -q 2>/dev/null | wc -l)
 t_kill=$SECONDS
-backstop nodes kill "$victim" >/dev/null
+python -m backstop_testkit nodes kill "$victim" >/dev/null
 [[ -z $(pgrep -f -- "--hostname-override=$victim ") ]] || fail "the kubelet of $victim survived"
 wait_until 120 "$victim NotReady" bash -c "kubectl get node $victim -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qv True"
 t_notready=$((SECONDS - t_kill))

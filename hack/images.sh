@@ -94,6 +94,9 @@ build_base() {
   log "$BASE: built in $((SECONDS - t))s"
 }
 
+# The operator and Spark images' context is the product only (pyproject.toml, README.md, planners,
+# operator, runtime): never testkit/ (the simulators and test harnesses), so `pip install .` in the
+# image finds no backstop_testkit (tests/unit/test_layout.py checks it).
 build() { # tag dockerfile-in-context context-paths...   (context = a tar of exactly these paths)
   local tag=$1 file=$2 dir=$3; shift 3
   local t=$SECONDS

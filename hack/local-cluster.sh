@@ -5,7 +5,8 @@
 #
 # Why this exists: Docker/kind cannot run on our CI machines, yet the operator must be tested
 # against a real API server, scheduler and node-lifecycle controller. Nodes are simulated by
-# `backstop nodes` (the node simulator), which stands in for kubelets and nothing else.
+# `python -m backstop_testkit nodes` (the test kit's node simulator), which stands in for
+# kubelets and nothing else.
 #
 # Everything comes from Debian packages:
 #   * etcd 3.4                        <- Debian package etcd-server

@@ -44,7 +44,8 @@
 set -euo pipefail
 
 # A cluster's own settings (written by the first `up`) fill in what the environment leaves unset, so
-# `backstop nodes kill|revive|add` only needs K8S_RUN_DIR (the directory of the cluster's kubeconfig).
+# `python -m backstop_testkit nodes kill|revive|add` only needs K8S_RUN_DIR (the directory of the
+# cluster's kubeconfig).
 if [[ -n ${K8S_RUN_DIR:-} && -f $K8S_RUN_DIR/real-node.env ]]; then source "$K8S_RUN_DIR/real-node.env"; fi
 CACHE=${BACKSTOP_CACHE:-$HOME/.cache/backstop}
 K8S=$CACHE/k8s
@@ -171,7 +172,7 @@ builds() { # kubelet, kube-proxy, the pause and busybox images: each once, whoev
   fi
 }
 
-# This script and its settings next to the cluster's kubeconfig: `backstop nodes` finds them there.
+# This script and its settings next to the cluster's kubeconfig: the test kit's `nodes` commands find them there.
 install_self() {   # (tmp + rename: nodes may start in parallel)
   if [[ ! ${BASH_SOURCE[0]} -ef $RUN/real-node.sh ]]; then
     cp "${BASH_SOURCE[0]}" $RUN/real-node.sh.$$ && mv -f $RUN/real-node.sh.$$ $RUN/real-node.sh
@@ -507,7 +508,7 @@ list() {
 }
 
 cmd=${1:-}; shift || true
-# keep the copy next to the kubeconfig (used by `backstop nodes`) as new as this script
+# keep the copy next to the kubeconfig (used by the test kit's `nodes` commands) as new as this script
 if [[ -d $NODES && ! ${BASH_SOURCE[0]} -ef $RUN/real-node.sh ]]; then install_self; fi
 case $cmd in
   deps) deps ;;

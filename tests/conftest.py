@@ -19,8 +19,8 @@ import pytest
 from kubernetes import client
 
 from backstop.k8s.cluster import api_client
-from backstop.sim.nodesim import Simulator
-from tests.support.kubetools import create_namespace
+from backstop_testkit.sim.nodesim import Simulator
+from backstop_testkit.support.kubetools import create_namespace
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "hack" / "local-cluster.sh"

@@ -35,8 +35,8 @@ from backstop.cli import app
 from backstop.controller.settings import Settings
 from backstop.domain.constants import GROUP, VERSION
 from backstop.k8s.cluster import api_client
-from backstop.sim.nodesim import NodeShape, Simulator
-from tests.support.kubetools import (
+from backstop_testkit.sim.nodesim import NodeShape, Simulator
+from backstop_testkit.support.kubetools import (
     ROOT,
     condition,
     create_namespace,
@@ -234,6 +234,9 @@ def test_operator_images_copy_every_package_root_the_project_installs(dockerfile
     context = line.split(";", 1)[0].split("\n")[0].split()
     for root in roots:
         if root == ".":  # top-level packages: planners
+            continue
+        if root == "testkit":  # the test kit: never in an image (tests/unit/test_layout.py)
+            assert root not in copied and root not in context, f"{dockerfile} gets the test kit"
             continue
         assert root in copied, f"{dockerfile} does not COPY {root}/"
         assert root in context, f"hack/images.sh does not send {root}/ to {dockerfile}"

@@ -33,8 +33,8 @@ import yaml
 from backstop.cli import app
 from backstop.controller.settings import ENV_VARS
 from backstop.k8s.leader import POD_NAME_ENV
+from backstop_testkit.support.kubetools import ROOT
 from tests.chart.test_chart import CHART, container, env_of, helm, render  # noqa: F401
-from tests.support.kubetools import ROOT
 
 VALUES: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
 SCHEMA: dict[str, Any] = yaml.safe_load((CHART / "values.schema.json").read_text())

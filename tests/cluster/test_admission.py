@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tests.support.kubetools import (
+from backstop_testkit.support.kubetools import (
     ROOT,
     free_port,
     install_crds,

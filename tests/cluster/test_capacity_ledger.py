@@ -20,8 +20,8 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.k8s.ledger import Resources, pod_place, pod_requests
-from backstop.sim.nodesim import NodeShape
-from tests.support.kubetools import (
+from backstop_testkit.sim.nodesim import NodeShape
+from backstop_testkit.support.kubetools import (
     POOL_LABEL,
     Env,
     cleanup_fixture,

@@ -33,10 +33,9 @@ from kubernetes.client.exceptions import ApiException
 from backstop.controller import faults
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import cpu_cores, expand, parse_spec
-from backstop.sim.nodesim import NodeShape
 from backstop_runtime import session as sessions
-from planners.evaluate import check_plan, worst_node_failure
-from tests.support.kubetools import (
+from backstop_testkit.sim.nodesim import NodeShape
+from backstop_testkit.support.kubetools import (
     POOL_LABEL,
     Env,
     env_fixture,
@@ -44,6 +43,7 @@ from tests.support.kubetools import (
     start_operator,
     wait_for,
 )
+from planners.evaluate import check_plan, worst_node_failure
 
 pytestmark = pytest.mark.cluster
 BOUND = 10.0

@@ -18,10 +18,10 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import expand, parse_spec
-from backstop.sim.nodesim import PRESSURE_TAINT
 from backstop_runtime.fencing import published_epoch
+from backstop_testkit.sim.nodesim import PRESSURE_TAINT
+from backstop_testkit.support.kubetools import ROOT, Env, cleanup_fixture, env_fixture, wait_for
 from planners.evaluate import worst_node_failure
-from tests.support.kubetools import ROOT, Env, cleanup_fixture, env_fixture, wait_for
 
 pytestmark = pytest.mark.cluster
 

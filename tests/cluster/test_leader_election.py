@@ -26,8 +26,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
-from backstop.sim.nodesim import NodeShape, Simulator
-from tests.support.kubetools import (
+from backstop_testkit.sim.nodesim import NodeShape, Simulator
+from backstop_testkit.support.kubetools import (
     POOL_LABEL,
     create_namespace,
     install_crds,

@@ -23,9 +23,7 @@ from kubernetes import watch
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import expand, parse_spec
-from planners import TaskGraph
-from planners.evaluate import node_failure_latency
-from tests.support.kubetools import (
+from backstop_testkit.support.kubetools import (
     POOL_LABEL,
     Env,
     Pool,
@@ -35,6 +33,8 @@ from tests.support.kubetools import (
     pool_fixture,
     wait_for,
 )
+from planners import TaskGraph
+from planners.evaluate import node_failure_latency
 
 pytestmark = pytest.mark.cluster
 LABEL = f"{GROUP}/topology"

@@ -16,9 +16,7 @@ import pytest
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import cpu_cores, expand, parse_spec
-from planners.evaluate import check_plan
-from planners.recovery import failed_queries
-from tests.support.kubetools import (
+from backstop_testkit.support.kubetools import (
     POOL_LABEL,
     Env,
     Pool,
@@ -33,6 +31,8 @@ from tests.support.kubetools import (
     stop_operator,
     wait_for,
 )
+from planners.evaluate import check_plan
+from planners.recovery import failed_queries
 
 pytestmark = pytest.mark.cluster
 POOL = POOL_LABEL

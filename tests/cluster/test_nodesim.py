@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from backstop.k8s.nodes import node_is_ready
-from backstop.sim.nodesim import NOT_READY_TAINT, NodeShape, Simulator
+from backstop_testkit.sim.nodesim import NOT_READY_TAINT, NodeShape, Simulator
 
 pytestmark = pytest.mark.cluster
 

@@ -15,8 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from backstop.controller.settings import ENV_VARS
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import cpu_cores, expand, parse_spec
-from planners.evaluate import check_plan, worst_node_failure
-from tests.support.kubetools import (
+from backstop_testkit.support.kubetools import (
     EXAMPLE,
     POOL_LABEL,
     ROOT,
@@ -26,6 +25,7 @@ from tests.support.kubetools import (
     topology_manifest,
     wait_for,
 )
+from planners.evaluate import check_plan, worst_node_failure
 
 pytestmark = pytest.mark.cluster
 OPERATOR_GRACE = 12.5  # the operator-wide default (Helm value recovery.gracePeriodSeconds)

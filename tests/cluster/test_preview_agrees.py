@@ -18,8 +18,7 @@ import yaml
 
 from backstop.domain.constants import GROUP
 from backstop.domain.spec import expand, parse_spec
-from planners.evaluate import check_plan
-from tests.support.kubetools import (
+from backstop_testkit.support.kubetools import (
     EXAMPLE,
     POOL_LABEL,
     Env,
@@ -27,6 +26,7 @@ from tests.support.kubetools import (
     topology_manifest,
     wait_for,
 )
+from planners.evaluate import check_plan
 
 pytestmark = pytest.mark.cluster
 

@@ -21,14 +21,7 @@ import pytest
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import expand, parse_spec
-from tests.cluster.test_node_loss import (
-    check_final,
-    fan_topology,
-    nodes_of,
-    start_fan,
-    wait_recovered,
-)
-from tests.support.kubetools import (
+from backstop_testkit.support.kubetools import (
     Env,
     Pool,
     condition,
@@ -37,6 +30,13 @@ from tests.support.kubetools import (
     recovery,
     stop_operator,
     wait_for,
+)
+from tests.cluster.test_node_loss import (
+    check_final,
+    fan_topology,
+    nodes_of,
+    start_fan,
+    wait_recovered,
 )
 
 pytestmark = pytest.mark.cluster

@@ -32,9 +32,8 @@ from kubernetes.client.exceptions import ApiException
 from backstop.domain.constants import ANN_APPROVE, GROUP, VERSION
 from backstop.domain.recommend import PlanParams, recommend_topology
 from backstop.k8s.reoptjob import job_name, publish_result
-from backstop.sim.nodesim import Simulator
-from planners.placement import Node
-from tests.support.kubetools import (
+from backstop_testkit.sim.nodesim import Simulator
+from backstop_testkit.support.kubetools import (
     POOL_LABEL,
     ROOT,
     condition,
@@ -46,6 +45,7 @@ from tests.support.kubetools import (
     topology_manifest,
     wait_for,
 )
+from planners.placement import Node
 
 pytestmark = pytest.mark.cluster
 PLURAL = "streamtopologies"

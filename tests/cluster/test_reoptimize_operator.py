@@ -22,9 +22,9 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import load_topology
-from backstop.sim.metricsgen import GeneratorParams, write_metrics
-from backstop.sim.nodesim import Simulator
-from tests.support.kubetools import (
+from backstop_testkit.sim.metricsgen import GeneratorParams, write_metrics
+from backstop_testkit.sim.nodesim import Simulator
+from backstop_testkit.support.kubetools import (
     POOL_LABEL,
     ROOT,
     condition,

@@ -21,9 +21,7 @@ import pytest
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import cpu_cores, expand, parse_spec
-from planners import TaskGraph
-from planners.evaluate import check_plan, worst_node_failure
-from tests.support.kubetools import (
+from backstop_testkit.support.kubetools import (
     POOL_LABEL,
     ROOT,
     Env,
@@ -36,6 +34,8 @@ from tests.support.kubetools import (
     recovery,
     wait_for,
 )
+from planners import TaskGraph
+from planners.evaluate import check_plan, worst_node_failure
 
 pytestmark = pytest.mark.cluster
 

@@ -14,8 +14,8 @@ from kubernetes.client.exceptions import ApiException
 from backstop.domain.constants import GROUP, VERSION
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.manifests import Owner, build_recoveryplan
-from backstop.sim.nodesim import Simulator
-from tests.support.kubetools import (
+from backstop_testkit.sim.nodesim import Simulator
+from backstop_testkit.support.kubetools import (
     EXAMPLE,
     Env,
     install_crds,

@@ -1,6 +1,6 @@
 """Real nodes (a kubelet and a containerd per node on this host, ``hack/real-node.sh``).
 
-What the node simulator cannot show: that ``backstop nodes kill`` really ends a node's
+What the node simulator cannot show: that the test kit's ``nodes kill`` really ends a node's
 processes (its kubelet, shims and every container), that a revived node comes back with its
 containers gone, and that ``kubectl logs`` reaches the kubelet of every real node (the API
 server prefers each node's InternalIP and its own kubelet port). The task pods here are made
@@ -31,9 +31,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
-from backstop.cli import app
 from backstop.domain.constants import GROUP, NODE_KIND_LABEL, VERSION
-from tests.support.kubetools import (
+from backstop_testkit.cli import app
+from backstop_testkit.support.kubetools import (
     ROOT,
     install_crds,
     node_ready,
@@ -41,7 +41,7 @@ from tests.support.kubetools import (
     stop_operator,
     wait_for,
 )
-from tests.support.realnodes import (
+from backstop_testkit.support.realnodes import (
     CACHE,
     containerd_socket,
     node_processes,

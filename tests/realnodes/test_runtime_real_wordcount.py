@@ -6,7 +6,7 @@ operator tests) as pods of the task-runtime image ``backstop/runtime:0.1.0`` on 
 nodes (kubelet + containerd each, ``hack/real-node.sh``); each task asks for 400m CPU, so
 the plan spreads them (at most four fit a 2-CPU node under the 0.8 utilization cap) and the
 tasks left on the surviving nodes must find their recreated peers on another node. Once
-without failure; once with ``backstop nodes kill`` of the node with the most tasks mid-
+without failure; once with the test kit's ``nodes kill`` of the node with the most tasks mid-
 stream: its kubelet, containerd and every task container get SIGKILL (checked: their
 processes are gone), the node-lifecycle controller turns it NotReady and the operator
 recreates the lost pods on the other nodes, where they restore their checkpoints and replay.
@@ -39,9 +39,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
-from backstop.cli import app
 from backstop.domain.constants import GROUP, VERSION
-from tests.support.kubetools import (
+from backstop_testkit.cli import app
+from backstop_testkit.support.kubetools import (
     create_namespace,
     install_crds,
     node_ready,
@@ -49,7 +49,7 @@ from tests.support.kubetools import (
     stop_operator,
     wait_for,
 )
-from tests.support.realnodes import (
+from backstop_testkit.support.realnodes import (
     build_runtime_image,
     containerd_socket,
     process_gone,
@@ -57,7 +57,7 @@ from tests.support.realnodes import (
     require_root,
     task_pids,
 )
-from tests.support.runtime_data import (
+from backstop_testkit.support.runtime_data import (
     WORDCOUNT,
     counts_of,
     expected_counts,

@@ -46,15 +46,14 @@ from kubernetes.client.exceptions import ApiException
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import expand, parse_topology
 from backstop.k8s.reoptjob import job_name
-from planners.evaluate import worst_node_failure
-from tests.support.kubetools import (
+from backstop_testkit.support.kubetools import (
     create_namespace,
     install_crds,
     start_operator,
     stop_operator,
     wait_for,
 )
-from tests.support.realnodes import (
+from backstop_testkit.support.realnodes import (
     CACHE,
     ROOT,
     build_runtime_image,
@@ -62,7 +61,8 @@ from tests.support.realnodes import (
     real_node_pool,
     require_root,
 )
-from tests.support.runtime_data import WORDCOUNT, write_input
+from backstop_testkit.support.runtime_data import WORDCOUNT, write_input
+from planners.evaluate import worst_node_failure
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark_image, pytest.mark.timeout(2700)]
 

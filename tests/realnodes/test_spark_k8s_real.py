@@ -34,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.k8s.reoptjob import job_name
+from backstop_testkit.support.kubetools import wait_for
 from tests.realnodes.test_spark_job_real import (
     IN_POD,
     JOB_RULES,
@@ -45,7 +46,6 @@ from tests.realnodes.test_spark_job_real import (
     _wordcount,
     spark_env,
 )
-from tests.support.kubetools import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark_image, pytest.mark.timeout(2700)]
 

@@ -499,10 +499,10 @@ def test_dag_is_within_ten_percent_on_the_seeds_dag_cases() -> None:
     """The seed's claim (lines 386 and 388): 3-10 % extra backups on Guru and Senti, on average.
 
     The cases are the benchmark's rebuilds of the seed's SignalGuru and Twitter
-    Sentiment topologies (``bench/topologies.py``) at the benchmark's bounds;
+    Sentiment topologies (:mod:`backstop_testkit.cases.backups`) at the benchmark's bounds;
     the optimum is CP-SAT's, proven on every case.
     """
-    from bench.bench_backups import cases
+    from backstop_testkit.cases.backups import cases
 
     gaps = []
     plain_gaps = []

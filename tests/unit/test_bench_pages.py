@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import docsection
+from backstop_testkit.support import docsection
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ROOT / "docs" / "benchmarks"

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.support.kubetools import ROOT
+from backstop_testkit.support.kubetools import ROOT
 
 HEAVY = ("ortools", "pandas", "numpy", "pyspark", "kubernetes", "kopf", "networkx")
 

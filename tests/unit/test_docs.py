@@ -19,7 +19,7 @@ import typer.main
 
 from backstop.cli import app
 from backstop.domain.spec import StreamTopologySpec
-from tests.support.kubetools import ROOT
+from backstop_testkit.support.kubetools import ROOT
 
 README = ROOT / "README.md"
 
@@ -32,7 +32,7 @@ def _gen_docs() -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("key", ["streamtopology", "cli", "layers"])
+@pytest.mark.parametrize("key", ["streamtopology", "cli", "testkit-cli", "layers"])
 def test_generated_reference_is_up_to_date(key: str) -> None:
     gen = _gen_docs()
     path = gen.OUTPUTS[key]

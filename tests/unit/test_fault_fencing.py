@@ -14,8 +14,8 @@ from backstop.domain.spec import expand, parse_spec
 from backstop.k8s.manifests import Owner, desired_pods, pod_name
 from backstop.k8s.sessionmap import build_session_configmap
 from backstop_runtime.fencing import published_epoch
-from tests.support.runtime_data import wordcount_spec, write_input
-from tests.support.runtime_harness import LocalTopology
+from backstop_testkit.support.runtime_data import wordcount_spec, write_input
+from backstop_testkit.support.runtime_harness import LocalTopology
 
 OWNER = Owner("wc", "ns", "uid")
 

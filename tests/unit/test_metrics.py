@@ -19,9 +19,9 @@ from backstop.controller.metrics import OperatorMetrics, error_kind, serve
 from backstop.domain.incidents import NodeInfo
 from backstop.domain.recovery import decide
 from backstop.domain.status_types import TopologyStatus, parse_status
+from backstop_testkit.support.kubetools import free_port
 from planners import Infeasible
 from planners.recovery import failed_queries
-from tests.support.kubetools import free_port
 from tests.unit.test_recovery_decide import FOUR, GRAPH, SPEC, ledger, node, recorded
 
 NS, NAME = "prod", "fan"

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from backstop.domain.planning import plan_topology
 from backstop.domain.spec import StreamTopologySpec, expand
+from backstop_testkit.support.strategies import task_dags
 from planners import Infeasible, TaskGraph
 from planners.evaluate import check_plan
 from planners.migration import current_still_valid, place_min_migration
 from planners.placement import Node, NodePool, place
-from tests.support.strategies import task_dags
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes import client
 
-from backstop.sim.nodesim import Simulator
+from backstop_testkit.sim.nodesim import Simulator
 
 
 class FakeCore:

@@ -15,7 +15,6 @@ the task runtime reads them from the ConfigMap, are what the failure-effect mode
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any
 
@@ -27,27 +26,30 @@ from backstop.domain import spec as spec_mod
 from backstop.domain import tasksets
 from backstop.domain.admission import admission_problem
 from backstop.domain.incidents import replay_sources
-from backstop.domain.spec import StreamTopologySpec, expand, parse_spec
+from backstop.domain.spec import expand
 from backstop.domain.status_types import (
-    PlanStatus,
-    RecoveryStatus,
-    RolloutStatus,
     StepRecord,
-    TopologyStatus,
     parse_status,
     status_patch,
     with_changes,
 )
-from backstop.k8s.manifests import Owner, build_recoveryplan
+from backstop.k8s.manifests import build_recoveryplan
 from backstop.k8s.sessionmap import build_session_configmap
 from backstop_runtime import fencing as runtime_fencing
 from backstop_runtime import session as runtime_session
 from backstop_runtime import tasksets as runtime_tasksets
+from backstop_testkit.cases.object_sizes import (
+    CONFIGMAP_DATA_MAX,
+    ETCD_REQUEST_MAX,
+    OWNER,
+    chains,
+    gke_node,
+    mid_recovery_status,
+    session,
+    shuffle,
+    stored_size,
+)
 from planners import InvalidTopology, TaskGraph
-
-CONFIGMAP_DATA_MAX = 1024 * 1024  # 1 MiB, kubernetes.io (above)
-ETCD_REQUEST_MAX = 1572864  # 1.5 MiB, etcd's --max-request-bytes default (above)
-OWNER = Owner("t", "ns", "uid")
 
 op_names = st.sampled_from(["a", "map", "stage-2", "x9"])
 task_ids = st.builds(lambda o, i: f"{o}-{i}", op_names, st.integers(0, 1200))
@@ -81,46 +83,6 @@ def test_a_name_that_is_no_task_id_has_no_compact_form() -> None:
         tasksets.decode_tasks("a:3-1")
 
 
-def _spec(operators: list[dict[str, Any]]) -> StreamTopologySpec:
-    return parse_spec({"image": "x", "recoveryLatencyBound": 100, "operators": operators})
-
-
-def shuffle(p: int, q: int) -> StreamTopologySpec:
-    return _spec(
-        [
-            {"name": "map", "parallelism": p, "reprocessingLatency": 0.5},
-            {"name": "reduce", "parallelism": q, "reprocessingLatency": 0.5,
-             "inputs": [{"operator": "map", "grouping": "shuffle"}]},
-        ]
-    )  # fmt: skip
-
-
-def chains(ops: int, par: int) -> StreamTopologySpec:
-    """``ops`` operators of ``par`` tasks, each reading the one before (forward)."""
-    out: list[dict[str, Any]] = [{"name": "op0", "parallelism": par, "reprocessingLatency": 1}]
-    for k in range(1, ops):
-        out.append(
-            {"name": f"op{k}", "parallelism": par, "reprocessingLatency": 1,
-             "inputs": [{"operator": f"op{k - 1}", "grouping": "forward"}]}
-        )  # fmt: skip
-    return _spec(out)
-
-
-def _session(
-    graph: TaskGraph, failed: list[str], recovered: list[str], pending: list[str]
-) -> dict[str, Any]:
-    return {
-        "session": "s1795646076",
-        "active": True,
-        "step": 3,
-        "startedAt": "2026-11-26T12:00:00Z",
-        "lost": {f"ip-10-0-{i}-1.eu-west-1.compute.internal": 1.0 for i in range(40)},
-        "sessionFailed": failed,
-        "recovered": recovered,
-        "failed": pending,
-    }
-
-
 def _check_runtime_reads(
     cm: dict[str, Any], graph: TaskGraph, backups: list[str], failed: list[str], tasks: list[str]
 ) -> None:
@@ -139,7 +101,7 @@ def test_the_session_configmap_of_a_300x300_shuffle_whose_every_task_failed_fits
     pending = [t for t in failed if t not in set(recovered)]
     epochs = {t: 1 + i % 3 for i, t in enumerate(failed)}
     cm = build_session_configmap(
-        OWNER, graph, [], _session(graph, failed, recovered, pending), epochs
+        OWNER, graph, [], session(graph, failed, recovered, pending), epochs
     )
     assert len(cm["data"]["session.json"]) < CONFIGMAP_DATA_MAX
     assert len(json.dumps(cm)) < ETCD_REQUEST_MAX
@@ -162,7 +124,7 @@ def test_the_session_configmap_of_10k_tasks_mid_recovery_fits() -> None:
     pending = failed[1::2]
     epochs = dict.fromkeys(failed, 1)
     cm = build_session_configmap(
-        OWNER, graph, backups, _session(graph, failed, recovered, pending), epochs
+        OWNER, graph, backups, session(graph, failed, recovered, pending), epochs
     )
     assert len(cm["data"]["session.json"]) < CONFIGMAP_DATA_MAX
     _check_runtime_reads(cm, graph, backups, failed, recovered[::7])
@@ -211,59 +173,6 @@ def test_the_largest_admitted_topologies_are_admitted() -> None:
 
 
 # ------------------------------------------------------------------ the topology's status
-
-
-def gke_node(i: int) -> str:
-    return f"gke-prod-cluster-default-pool-{i:08x}-x7k9"  # 43 characters, as GKE names them
-
-
-def managed_fields(obj: Any) -> Any:
-    """The ``fieldsV1`` the API server records for an object written by one manager: every
-    key of every map (``f:<key>``); a list (atomic in a schemaless status) is one entry."""
-    return {f"f:{k}": managed_fields(v) if isinstance(v, dict) else {} for k, v in obj.items()}
-
-
-def stored_size(status: dict[str, Any]) -> int:
-    return len(json.dumps(status, separators=(",", ":"))) + len(
-        json.dumps(managed_fields(status), separators=(",", ":"))
-    )
-
-
-@functools.cache  # frozen models: built once for the tests that read it
-def mid_recovery_status() -> TopologyStatus:
-    """10,000 tasks on 400 nodes, placed scattered (no run of tasks shares a node); half
-    the nodes lost (5,000 tasks), half of those recovered, the rest pending; an image
-    rollout was under way (every task's old node recorded)."""
-    spec = chains(10, 1000)
-    tasks = list(expand(spec).tasks)
-    nodes = 400
-    before = {t: gke_node((i * 7919) % nodes) for i, t in enumerate(tasks)}
-    lost = {gke_node(i) for i in range(0, nodes, 2)}
-    failed = [t for t in tasks if before[t] in lost]
-    recovered, pending = failed[::2], failed[1::2]
-    moved = {t: gke_node(1 + 2 * (i % (nodes // 2))) for i, t in enumerate(recovered)}
-    assignment = {t: moved.get(t, n) for t, n in before.items() if t not in set(pending)}
-    backups = [t for t in tasks if t.split("-")[0] in ("op1", "op4", "op7")]
-    return TopologyStatus(
-        plan=PlanStatus(
-            generation=3, algorithm="joint", tasks=len(tasks), backup_count=len(backups),
-            backups=backups, nodes_used=nodes, worst_recovery_latency=3.5, bound=4.0,
-            bound_satisfied=True, assignment=assignment,
-            worst_by_node={gke_node(i): 3.5 for i in range(nodes)},
-            epochs=dict.fromkeys(recovered, 1), spec=spec.model_dump(by_alias=True, mode="json"),
-        ),
-        recovery=RecoveryStatus(
-            session="s1795646076", started_at="2026-11-26T12:00:00Z", step=3, failed=pending,
-            session_failed=failed, recovered=recovered, lost=dict.fromkeys(sorted(lost), 1.0),
-            lost_history=dict.fromkeys(sorted(lost), 1.0), active=True,
-            seen_ready=[gke_node(i) for i in range(1, nodes, 2)],
-            last_step=StepRecord(step=3, trigger="NodeReady", recover=moved, pending=pending),
-        ),
-        rollout=RolloutStatus(
-            generation=3, active=True, pending=tasks[5000:], batch=tasks[4990:5000],
-            old_assignment=before, old_backups=backups,
-        ),
-    )  # fmt: skip
 
 
 def test_the_status_of_10k_tasks_mid_recovery_fits_and_reads_back() -> None:

@@ -24,12 +24,15 @@ PACKAGES = [
     ROOT / "planners",
     ROOT / "operator" / "backstop",
     ROOT / "runtime" / "backstop_runtime",
+    ROOT / "testkit" / "backstop_testkit",
 ]
-FIRST_PARTY = {"planners", "backstop", "backstop_runtime"}
+FIRST_PARTY = {"planners", "backstop", "backstop_runtime", "backstop_testkit"}
 SPARK_ONLY = ROOT / "operator" / "backstop" / "jobs"
 """The PySpark job: run only with the ``spark`` extra installed."""
 RUNTIME = ROOT / "runtime"
 """The task runtime ships in its own image, with runtime/requirements.txt (the examples')."""
+TESTKIT = ROOT / "testkit"
+"""The test kit (pytest harnesses, hypothesis strategies): run with the ``dev`` extra installed."""
 
 
 def _name(req: str) -> str:
@@ -77,6 +80,8 @@ def test_every_imported_distribution_is_declared_where_it_is_needed() -> None:
         for path in sorted(package.rglob("*.py")):
             used = third_party(imported(path))
             allowed = core | (extras["spark"] if SPARK_ONLY in path.parents else set())
+            if TESTKIT in path.parents:
+                allowed = core | extras["dev"]
             if RUNTIME in path.parents:
                 lines = (RUNTIME / "requirements.txt").read_text().splitlines()
                 allowed = {_name(x) for x in lines if x.strip() and not x.startswith("#")}

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from backstop_testkit.support.strategies import task_dags
 from planners import Infeasible, TaskGraph
 from planners.evaluate import check_plan, worst_task_failure
 from planners.migration import place_min_migration
@@ -26,7 +27,6 @@ from planners.placement import (
     plan_joint,
 )
 from planners.placement.orders import _rtap_groups, _wud_order
-from tests.support.strategies import task_dags
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TWO_SP = sorted(REPORTS_VIOLATIONS)
@@ -132,7 +132,7 @@ def test_literal_groups_follow_line_387(graph: TaskGraph, slack: float) -> None:
 
 @pytest.fixture(scope="module")
 def table4_at_r1() -> dict[str, dict[str, int]]:
-    from bench.bench_placement import table4
+    from backstop_testkit.cases.placement import table4
 
     pool = NodePool.uniform(1)
     out: dict[str, dict[str, int]] = {}

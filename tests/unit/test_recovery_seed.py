@@ -16,6 +16,7 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from backstop_testkit.support.strategies import task_dags
 from planners.evaluate import check_plan
 from planners.graph import TaskGraph
 from planners.recovery import (
@@ -28,7 +29,6 @@ from planners.recovery import (
     recover_exact,
     schedule_recovery,
 )
-from tests.support.strategies import task_dags
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

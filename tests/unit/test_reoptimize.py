@@ -46,9 +46,9 @@ from backstop.jobs.transforms import (
     transform_task_summary,
     transform_tradeoff,
 )
-from backstop.sim.metricsgen import GeneratorParams, write_metrics
+from backstop_testkit.sim.metricsgen import GeneratorParams, write_metrics
+from backstop_testkit.support.kubetools import ROOT
 from planners.placement import Node
-from tests.support.kubetools import ROOT
 
 EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.bench_replication import spare_for, spread, workload
+from backstop_testkit.cases.replication import spare_for, spread, workload
+from backstop_testkit.support.strategies import task_dags
 from planners.errors import UnknownAlgorithm
 from planners.evaluate import check_plan
 from planners.graph import TaskGraph
@@ -32,7 +33,6 @@ from planners.replication import (
     replicate_sort_fill,
     select_replicas,
 )
-from tests.support.strategies import task_dags
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from backstop_testkit.support.strategies import task_dags
 from planners import Infeasible, TaskGraph
 from planners.consolidate import plan_consolidation
 from planners.evaluate import check_plan, worst_node_failure
 from planners.migration import current_still_valid, place_min_migration
 from planners.placement import Node, NodePool
 from planners.restore import min_migration, move_schedule, plan_restore
-from tests.support.strategies import task_dags
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 

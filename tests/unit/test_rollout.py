@@ -11,10 +11,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from backstop_testkit.support.strategies import task_dags
 from planners import TaskGraph
 from planners.evaluate import node_failure_latency
 from planners.rollout import RolloutState, plan_rollout
-from tests.support.strategies import task_dags
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 

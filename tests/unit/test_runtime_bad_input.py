@@ -20,9 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kubetools import free_port
-from tests.support.runtime_data import counts_of, output_lines, wordcount_spec, write_input
-from tests.support.runtime_harness import LocalTopology
+from backstop_testkit.support.kubetools import free_port
+from backstop_testkit.support.runtime_data import (
+    counts_of,
+    output_lines,
+    wordcount_spec,
+    write_input,
+)
+from backstop_testkit.support.runtime_harness import LocalTopology
 
 pytestmark = pytest.mark.timeout(120)
 

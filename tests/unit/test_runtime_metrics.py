@@ -14,8 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.runtime_data import WORDCOUNT, output_lines, wordcount_spec, write_input
-from tests.support.runtime_harness import LocalTopology
+from backstop_testkit.support.runtime_data import (
+    WORDCOUNT,
+    output_lines,
+    wordcount_spec,
+    write_input,
+)
+from backstop_testkit.support.runtime_harness import LocalTopology
 
 pytestmark = pytest.mark.timeout(300)
 

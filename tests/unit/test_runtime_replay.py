@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 
 from backstop.domain.incidents import replay_sources
-from tests.support.runtime_data import (
+from backstop_testkit.support.runtime_data import (
     counts_of,
     expected_counts,
     output_lines,
     wordcount_spec,
     write_input,
 )
-from tests.support.runtime_harness import LocalTopology
+from backstop_testkit.support.runtime_harness import LocalTopology
 
 pytestmark = pytest.mark.timeout(120)
 

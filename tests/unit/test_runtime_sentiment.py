@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from backstop.domain.spec import StreamTopologySpec
-from tests.support.runtime_data import output_lines
-from tests.support.runtime_harness import ROOT, LocalTopology
+from backstop_testkit.support.runtime_data import output_lines
+from backstop_testkit.support.runtime_harness import ROOT, LocalTopology
 
 pytestmark = pytest.mark.timeout(240)
 EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.runtime_data import (
+from backstop_testkit.support.runtime_data import (
     counts_of,
     expected_counts,
     output_lines,
     wordcount_spec,
     write_input,
 )
-from tests.support.runtime_harness import LocalTopology
+from backstop_testkit.support.runtime_harness import LocalTopology
 
 pytestmark = pytest.mark.timeout(180)
 RATE, BATCH = 1500.0, 40

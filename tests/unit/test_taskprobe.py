@@ -19,7 +19,7 @@ from backstop.controller.memo import TopologyMemo
 from backstop.controller.tick import PROBE_EVERY, pod_states, unready_reasons
 from backstop.domain.status import derive_conditions
 from backstop_runtime import httpmetrics
-from tests.support.kubetools import free_port
+from backstop_testkit.support.kubetools import free_port
 
 SILENT = {"unanswered": {"source-0": "it has not registered in the store for 16s"}}
 

@@ -1,15 +1,17 @@
-"""The ``backstop`` command line: planning previews, the node simulator, the operator.
+"""The ``backstop`` command line: planning previews, recovery and re-optimization, the operator.
 
 Every command reads manifests through :mod:`backstop.domain.spec`, calls the pure
 planners, and checks their result with the failure-effect evaluator before
 printing it. Errors the user can fix (bad manifest, infeasible bound) are
 printed as one clear message with a non-zero exit, never a traceback
 (:mod:`backstop.cli._output`). Each command module adds itself with ``register(app)``.
+The development commands (the local cluster's nodes, synthetic metrics) are the test
+kit's (``python -m backstop_testkit``), not part of this command.
 
 Lazy imports: every command module is imported to build the app (its options and help),
 so at module level they import only typer, rich, the constants and the pure planners'
 registries (whose names the help lists). The manifest models (pydantic), the Kubernetes
-client, the simulators and the solvers (ortools, with pandas) take seconds to import, so
+client and the solvers (ortools, with pandas) take seconds to import, so
 they are imported inside the commands that use them and ``backstop --help`` stays quick.
 ``tests/unit/test_cli_imports.py`` checks that ``backstop --help`` imports none of them.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import typer
 
-from backstop.cli import backups, nodes, operator, place, recover, reoptimize, replicate
+from backstop.cli import backups, operator, place, recover, reoptimize, replicate
 from backstop.cli._output import EXIT_INFEASIBLE, EXIT_INVALID, fail, guarded, print_json
 
 __all__ = ["EXIT_INFEASIBLE", "EXIT_INVALID", "app", "fail", "guarded", "print_json"]
@@ -32,10 +34,10 @@ app = typer.Typer(
 )
 
 # one register() per command module; keep them alphabetical
-for _module in (backups, nodes, operator, place, recover, reoptimize, replicate):
+for _module in (backups, operator, place, recover, reoptimize, replicate):
     _module.register(app)
 
 
 @app.callback()
 def _main() -> None:
-    """Backstop: plan backups and placement, simulate nodes, run the operator."""
+    """Backstop: plan backups and placement, recover and re-optimize, run the operator."""

@@ -1,8 +1,8 @@
 """List, then watch from there: the one loop behind every cache of pods that Backstop keeps.
 
 Both the operator's capacity ledger (:mod:`backstop.k8s.podfeed`) and the node
-simulator's view of bound pods follow the same pattern, and it has traps enough to be
-written once:
+simulator's view of bound pods (:mod:`backstop_testkit.sim.podwatch`) follow the same
+pattern, and it has traps enough to be written once:
 
 * the objects stay JSON dicts (``deserialize=False`` and ``_preload_content=False``):
   ``V1Pod`` models cost several times the JSON's size;

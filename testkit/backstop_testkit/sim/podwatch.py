@@ -3,7 +3,7 @@
 The simulator used to list every bound pod once a second: at 10k pods a 33 MiB answer
 the API server encodes and the simulator parses each second, on the same two cores as
 the operator and the API server's own work (pod creations waited for it). A watch sends
-each change once. The view keeps only what :func:`backstop.sim.nodesim.pods_to_act`
+each change once. The view keeps only what :func:`backstop_testkit.sim.nodesim.pods_to_act`
 reads.
 """
 

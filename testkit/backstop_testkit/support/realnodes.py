@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "hack" / "real-node.sh"
 CACHE = Path(os.environ.get("BACKSTOP_CACHE", Path.home() / ".cache" / "backstop"))
 

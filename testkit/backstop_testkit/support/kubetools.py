@@ -24,9 +24,9 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from backstop.domain.constants import GROUP, VERSION
-from backstop.sim.nodesim import NodeShape, Simulator
+from backstop_testkit.sim.nodesim import NodeShape, Simulator
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 T = TypeVar("T")
 
 

@@ -2,8 +2,9 @@
 
 Why a shell script behind a Python facade: starting a real node means root-only plumbing
 (mount namespaces, containerd, CNI bridges, iptables) that is clearer as the few shell
-commands it is. ``backstop nodes kill|revive|add`` must still work the same on real and
-simulated nodes, so this module finds the script a cluster was started with and runs it.
+commands it is. ``python -m backstop_testkit nodes kill|revive|add`` must still work the
+same on real and simulated nodes, so this module finds the script a cluster was started
+with and runs it.
 
 The script installs itself (and its settings) next to the cluster's kubeconfig when the
 first real node starts, so the kubeconfig path alone tells where a cluster's real nodes
@@ -53,7 +54,7 @@ class RealNodes:
         script = Path(override) if override else run_dir / SCRIPT_NAME
         if not override and not script.is_file() and (run_dir / "pki").is_dir():
             # a local cluster without real nodes yet: the source tree's script starts the first
-            source = Path(__file__).resolve().parents[2] / "hack" / SCRIPT_NAME
+            source = Path(__file__).resolve().parents[3] / "hack" / SCRIPT_NAME
             script = source if source.is_file() else script
         if not script.is_file():
             raise RealNodeError(

@@ -13,8 +13,9 @@ scheduler. This module stands in for kubelets and nothing else:
   turns it NotReady/Unknown), and adds replacement nodes that become Ready after a delay.
 
 All simulator state lives on the Node objects (labels and annotations), so the
-``backstop nodes kill/add`` commands and the heartbeat loop (``backstop nodes run`` or
-``python -m backstop.sim.nodesim``) can run in different processes.
+``nodes kill/add`` commands of ``python -m backstop_testkit`` and the heartbeat loop
+(``python -m backstop_testkit nodes run`` or
+``python -m backstop_testkit.sim.nodesim``) can run in different processes.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from backstop.domain.conditions import now_rfc3339
 from backstop.domain.constants import NODE_KIND_LABEL, NODE_KIND_SIMULATED
 from backstop.k8s.cluster import ClusterUnavailable, api_client
 from backstop.k8s.nodes import node_is_ready
-from backstop.sim.podwatch import PodWatch
+from backstop_testkit.sim.podwatch import PodWatch
 
 log = logging.getLogger("backstop.nodesim")
 
@@ -371,7 +372,7 @@ class Simulator:
         self, live: set[str], now: datetime, items: list[dict[str, Any]] | None = None
     ) -> None:
         """Start the pods bound to ``live`` nodes and finish their deletions; ``items``:
-        the bound pods as a watch keeps them (:class:`~backstop.sim.podwatch.PodWatch`),
+        the bound pods as a watch keeps them (:class:`~backstop_testkit.sim.podwatch.PodWatch`),
         else listed now."""
         if items is None:
             # raw JSON, not the client's models: at 10k pods deserializing them took ~10 s
@@ -408,7 +409,7 @@ class Simulator:
         pod to start) can take longer than the node-lifecycle controller's grace period,
         and heartbeats waiting behind it let live nodes turn NotReady (at 10k pods the
         operator then "recovered" them). The pods come from a watch, not a LIST per round
-        (:mod:`backstop.sim.podwatch`).
+        (:mod:`backstop_testkit.sim.podwatch`).
         """
         stop = stop or Event()
         log.info("node simulator running (heartbeat every %.1fs)", interval)
@@ -443,9 +444,9 @@ class Simulator:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m backstop.sim.nodesim``: run the heartbeat loop."""
+    """``python -m backstop_testkit.sim.nodesim``: run the heartbeat loop."""
     parser = argparse.ArgumentParser(
-        prog="python -m backstop.sim.nodesim",
+        prog="python -m backstop_testkit.sim.nodesim",
         description="Keep simulated Nodes alive (heartbeats, Ready, pods Running).",
     )
     parser.add_argument("--kubeconfig", default=None)

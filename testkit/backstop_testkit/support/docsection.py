@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-PAGES = Path(__file__).resolve().parent.parent / "docs" / "benchmarks"
+PAGES = Path(__file__).resolve().parents[3] / "docs" / "benchmarks"
 """The directory of the generated pages (and of the hand-written index)."""
 INDEX = "index.md"
 """The hand-written page that links the generated ones; never written here."""

@@ -21,7 +21,7 @@ from typing import Any
 from backstop.domain.spec import StreamTopologySpec, expand
 from backstop.k8s.manifests import Owner, build_task_pod, task_roles
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class LocalTopology:

@@ -1,4 +1,4 @@
-"""``backstop nodes``: kill, revive and add nodes of the local cluster, real or simulated.
+"""``python -m backstop_testkit nodes``: kill, revive and add the local cluster's nodes.
 
 Tests and the demo use these commands on both kinds of node the local cluster has
 (label ``backstop.dev/node-kind``): simulated nodes (the node simulator: create
@@ -21,12 +21,12 @@ import typer
 from backstop.domain.constants import NODE_KIND_LABEL, NODE_KIND_REAL
 
 # The Kubernetes client and the simulators are imported by the commands that use them
-# (see backstop.cli): importing the client alone takes longer than `backstop --help` may.
+# (see backstop_testkit.cli): importing the client alone takes longer than `backstop --help` may.
 if TYPE_CHECKING:
     from kubernetes.client.exceptions import ApiException
 
-    from backstop.sim.nodesim import Simulator
-    from backstop.sim.realnodes import RealNodes
+    from backstop_testkit.sim.nodesim import Simulator
+    from backstop_testkit.sim.realnodes import RealNodes
 
 nodes_app = typer.Typer(
     help="Nodes of the local cluster: kill, revive and add real or simulated nodes; "
@@ -41,7 +41,7 @@ Kubeconfig = Annotated[
 
 def _sim(kubeconfig: str | None) -> Simulator:
     from backstop.k8s.cluster import ClusterUnavailable, api_client
-    from backstop.sim.nodesim import Simulator
+    from backstop_testkit.sim.nodesim import Simulator
 
     try:
         return Simulator(api_client(kubeconfig))
@@ -56,7 +56,7 @@ def _api_error(err: ApiException) -> typer.Exit:
 
 
 def _real(kubeconfig: str | None) -> RealNodes:
-    from backstop.sim.realnodes import RealNodeError, RealNodes
+    from backstop_testkit.sim.realnodes import RealNodeError, RealNodes
 
     try:
         return RealNodes.for_kubeconfig(kubeconfig)
@@ -82,7 +82,7 @@ def _kind_of(sim: Simulator, name: str) -> str | None:
 
 
 def _run_real(action: str, call: Callable[[], str]) -> None:
-    from backstop.sim.realnodes import RealNodeError
+    from backstop_testkit.sim.realnodes import RealNodeError
 
     try:
         out = call()
@@ -110,7 +110,7 @@ def create(
     """Create COUNT simulated nodes with allocatable CPU/memory and zone/rack labels."""
     from kubernetes.client.exceptions import ApiException
 
-    from backstop.sim.nodesim import NodeShape
+    from backstop_testkit.sim.nodesim import NodeShape
 
     sim = _sim(kubeconfig)
     zone_list: list[str | None] = [z for z in zones.split(",") if z] or [None]
@@ -148,7 +148,7 @@ def add(
     """Add a replacement node: simulated (Ready after a delay; needs `nodes run`) or --real."""
     from kubernetes.client.exceptions import ApiException
 
-    from backstop.sim.nodesim import NodeShape
+    from backstop_testkit.sim.nodesim import NodeShape
 
     if real:
         _run_real(f"adding real node {name}", lambda: _real(kubeconfig).add(name))
@@ -213,7 +213,7 @@ def list_nodes(kubeconfig: Kubeconfig = None) -> None:
     from kubernetes.client.exceptions import ApiException
 
     from backstop.k8s.nodes import node_is_ready, node_kind
-    from backstop.sim.nodesim import KILLED, SIM_LABEL
+    from backstop_testkit.sim.nodesim import KILLED, SIM_LABEL
 
     sim = _sim(kubeconfig)
     try:
@@ -244,5 +244,5 @@ def run(
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``nodes`` command group to the CLI."""
+    """Add the ``nodes`` command group to the test kit's CLI."""
     app.add_typer(nodes_app, name="nodes")

@@ -12,7 +12,7 @@ import yaml
 
 from backstop.domain.spec import StreamTopologySpec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WORDCOUNT = ROOT / "examples" / "wordcount.yaml"
 VOCAB = ["Alpha", "beta", "GAMMA", "délta", "x1y", "foo_bar", "it's", "naïve", "a-b", "42"]
 
