@@ -41,8 +41,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
-from backstop_testkit.support.kubetools import free_port, stop_operator, wait_for
 from backstop_testkit.support.docsection import write_section
+from backstop_testkit.support.kubetools import free_port, stop_operator, wait_for
 from bench.opharness import DEFAULT_KUBECONFIG, POOL_LABEL, Bench, bench, fmt_s, log
 
 HEADING = "## Operator failover"

@@ -51,8 +51,8 @@ import yaml
 from backstop.domain.estimates import millicores
 from backstop.domain.recommend import check_recommendation
 from backstop_testkit.sim.metricsgen import GeneratorParams, generate
-from bench.bench_reoptimize import fleet
 from backstop_testkit.support.docsection import emit
+from bench.bench_reoptimize import fleet
 from planners.placement import Node
 
 HEADING = "## Re-optimization over a fleet (Spark)"

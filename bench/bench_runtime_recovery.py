@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kubernetes.client.exceptions import ApiException
 
+from backstop_testkit.support.docsection import write_section
 from backstop_testkit.support.kubetools import (
     create_namespace,
     install_crds,
@@ -55,7 +56,6 @@ from backstop_testkit.support.kubetools import (
 from backstop_testkit.support.kubetools import stop_operator as _stop_operator
 from backstop_testkit.support.realnodes import CACHE, build_runtime_image, real_node_pool
 from bench import runtime_incremental as incremental
-from backstop_testkit.support.docsection import write_section
 from bench.runtime_bench import EXAMPLE, POOL, UNBOUNDED, Bench, Cycle, log
 
 HEADING = "## Runtime on real nodes: the bound measured"

@@ -48,8 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop_testkit.sim.nodesim import NodeShape
-from bench.bench_operator_recovery import NodeRecorder, PlanRecorder
 from backstop_testkit.support.docsection import emit
+from bench.bench_operator_recovery import NodeRecorder, PlanRecorder
 from bench.opharness import (
     POOL_LABEL,
     Bench,

@@ -258,8 +258,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--sets-only needs --base")
         print(compare_sets(args.base.resolve()))
         return 0
-    from bench.bench_cli import machine
     from backstop_testkit.support.docsection import write_section
+    from bench.bench_cli import machine
 
     trees = [("new", ROOT)] + ([("old", args.base.resolve())] if args.base else [])
     rows: list[list[str]] = []
