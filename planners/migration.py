@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 
 from planners.errors import Infeasible
 from planners.evaluate import check_plan, worst_correlated_failure, worst_node_failure
+from planners.fewest_moves import min_migration
 from planners.graph import TaskGraph
 from planners.placement import Node, NodePool, Placement, place, plan_joint, require_valid
 
@@ -124,7 +125,7 @@ def place_min_migration(
        every pod anyway.
     3. Otherwise the fewest moves that keep the bound with the fresh plan's
        backups on at most as many nodes as the fresh plan uses
-       (:func:`planners.restore.min_migration`, CP-SAT), starting from
+       (:func:`planners.fewest_moves.min_migration`, CP-SAT), starting from
        the fresh plan with its node groups renamed onto the nodes where most of
        their tasks run (:func:`relabel_nodes`; not with failure domains); that
        renamed plan is kept if the search finds nothing that moves fewer tasks.
@@ -183,8 +184,6 @@ def place_min_migration(
     same budget (minimal over all placements for the fresh plan's backups,
     when it finishes; see :mod:`planners.restore`).
     """
-    from planners.restore import min_migration  # restore builds on this module
-
     pool = pool.with_domains(domains)
     if choose_backups:
         fresh = plan_joint(graph, pool, bound=bound, algorithm=algorithm, time_limit=time_limit)

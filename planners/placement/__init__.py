@@ -19,7 +19,7 @@ Every algorithm shares one signature and is registered by name in
 - ``rtap-nf``, ``rtap-ff``, ``rtap-bf``: the seed's Algorithm 1 (weighted upstream
   degree order, grouping, then 1-D packing per group), and ``rtap-*-literal``
   with its grouping rule as written;
-- ``exact``: CP-SAT (ortools, :mod:`planners.placement_cpsat`) within a budget,
+- ``exact``: CP-SAT (ortools, :mod:`planners.placement.cpsat`) within a budget,
   starting from the best heuristic;
 - ``auto``: the best of several latency-aware greedy packings, improved by a local
   search that empties nodes, then CP-SAT when the instance is small.

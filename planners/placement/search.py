@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from planners.errors import Infeasible
 from planners.graph import TaskGraph
+from planners.placement.cpsat import _cp_sat
 from planners.placement.model import _EPS, Node, NodePool, Placement
 from planners.placement.orders import _height_order, _wud_order
 from planners.placement.state import (
@@ -21,7 +22,6 @@ from planners.placement.state import (
     _State,
     _state_from,
 )
-from planners.placement_cpsat import _cp_sat
 
 _EXACT_MAX_TASKS = 60  # "auto" calls CP-SAT only up to this many tasks
 _EXACT_MAX_VARS = 60_000  # ... and only if the model stays this small

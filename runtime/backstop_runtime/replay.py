@@ -15,27 +15,42 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from backstop_runtime import inputs
 from backstop_runtime.api import Context, Operator, Source
+from backstop_runtime.config import TaskConfig
 from backstop_runtime.engine import (
     INF,
     Batch,
+    BatchLog,
     Counters,
     DeadLetters,
     Processor,
     SourceProcessor,
     instantiate,
 )
-
-if TYPE_CHECKING:
-    from backstop_runtime.task import Task
+from backstop_runtime.metrics import Metrics
+from backstop_runtime.store import Store
 
 log = logging.getLogger("backstop_runtime.replay")
 
 
-async def regenerate(task: Task, consumer: str, lo: int, hi: int) -> AsyncIterator[Batch]:
+class Producer(Protocol):
+    """What a replay needs of the task that regenerates (:class:`backstop_runtime.task.Task`)."""
+
+    cfg: TaskConfig
+    store: Store
+    epoch: int
+    log: BatchLog
+    """The source's batch log (a source replays from it)."""
+    metrics: Metrics
+
+    async def logged(self, r: int) -> None:
+        """Wait until the (source) batch log holds round ``r``."""
+
+
+async def regenerate(task: Producer, consumer: str, lo: int, hi: int) -> AsyncIterator[Batch]:
     """Batches ``lo..hi`` of ``consumer``'s channel, recomputed (the last may end early
     with ``eos``). Counted in the task's replay metrics."""
     start = time.monotonic()

@@ -1,9 +1,9 @@
 """The exact placement model: CP-SAT over node choice, node use and per-group latencies.
 
-Split out of the :mod:`planners.placement` package (which calls it) to keep it readable;
-nothing here is public. The solver runs with deterministic settings
-(:func:`planners.budget.deterministic_cp_sat`), so the same model and budget give the
-same placement on any machine.
+The exact search (:mod:`planners.placement.search`) and the joint plan
+(:mod:`planners.placement.joint`) call it; nothing here is public. The solver runs with
+deterministic settings (:func:`planners.budget.deterministic_cp_sat`), so the same model
+and budget give the same placement on any machine.
 """
 
 from __future__ import annotations
@@ -11,13 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from planners.budget import deterministic_cp_sat
-
-if TYPE_CHECKING:
-    from planners.placement.model import Node
-    from planners.placement.state import _Problem, _State
+from planners.placement.model import Node
+from planners.placement.state import _canonical, _Problem, _State
 
 _SCALE = 1000  # CP-SAT works on integers: milli-seconds and milli-cores
 
@@ -171,10 +169,3 @@ def _cp_sat(
     where = {i: next(j for j in range(m_slots) if solver.value(x[i][j])) for i in range(n)}
     flags = [bool(solver.value(mvars[i])) for i in range(n)] if joint else list(prob.flags)
     return _ExactResult(where, flags, proven=status == cp_model.OPTIMAL and exact)
-
-
-def _canonical(state: _State, slots: Sequence[Node]) -> dict[int, int]:
-    """Relabel identical nodes so that node k's first task has index ≥ k."""
-    firsts = sorted({min(state.members[k]) for k in state.used})
-    rename = {state.where[f]: r for r, f in enumerate(firsts)}
-    return {i: rename[k] for i, k in state.where.items()}
