@@ -10,7 +10,7 @@ second. The solver runs with deterministic settings (:mod:`planners.budget`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from planners.errors import Infeasible
 from planners.evaluate import worst_node_failure
 from planners.graph import TaskGraph
 from planners.placement import Node
-from planners.placement.cpsat import _ceil_int, _floor_int
+from planners.placement.cpsat import _scale, _Scaled
 
 __all__ = ["Migration", "min_migration"]
 
@@ -35,38 +35,6 @@ class Migration:
     """Worst single-node failure of ``assignment`` (failure-effect model)."""
     proven: bool
     """Whether CP-SAT proved ``len(moved)`` minimal (exact integer scaling, status OPTIMAL)."""
-
-
-@dataclass(frozen=True)
-class _Scaled:
-    """The instance in integers: latencies and weights rounded up, capacities and bound down."""
-
-    t: list[int]
-    w: list[int]
-    cap: list[int]
-    r: int
-    exact: bool
-    """Whether every value scaled without rounding (needed to claim optimality)."""
-
-
-def _scale(graph: TaskGraph, slots: Sequence[Node], bound: float) -> _Scaled:
-    """Scale the instance to integers against feasibility."""
-    exact = True
-
-    def scaled(values: Iterable[float], rounding: Callable[[float], tuple[int, bool]]) -> list[int]:
-        nonlocal exact
-        out = []
-        for value in values:
-            v, ok = rounding(value)
-            out.append(v)
-            exact &= ok
-        return out
-
-    t_int = scaled(graph.latency, _ceil_int)
-    w_int = scaled(graph.weight, _ceil_int)
-    cap_int = scaled((s.cpu for s in slots), _floor_int)
-    (r_int,) = scaled([bound], _floor_int)
-    return _Scaled(t_int, w_int, cap_int, r_int, exact)
 
 
 def _group_columns(nodes: Sequence[Node]) -> list[list[int]]:

@@ -185,19 +185,7 @@ def place_min_migration(
     when it finishes; see :mod:`planners.restore`).
     """
     pool = pool.with_domains(domains)
-    if choose_backups:
-        fresh = plan_joint(graph, pool, bound=bound, algorithm=algorithm, time_limit=time_limit)
-    else:
-        fresh = require_valid(  # a *-2sp baseline's plan may break the bound
-            place(
-                graph,
-                pool,
-                bound=bound,
-                backups=backups,
-                algorithm=algorithm,
-                time_limit=time_limit,
-            )
-        )
+    fresh = _fresh_plan(graph, pool, bound, backups, choose_backups, algorithm, time_limit)
     if not current:
         return fresh
     kept_backups = None if backups is None else tuple(dict.fromkeys(backups))
@@ -217,6 +205,42 @@ def place_min_migration(
             )
     if pool.unbounded:
         return fresh
+    return _fewest_moves(graph, pool, current, fresh, bound, time_limit)
+
+
+def _fresh_plan(
+    graph: TaskGraph,
+    pool: NodePool,
+    bound: float,
+    backups: Iterable[str] | None,
+    choose_backups: bool,
+    algorithm: str,
+    time_limit: float,
+) -> Placement:
+    """The plan from scratch: the joint plan, or a placement for ``backups``."""
+    if choose_backups:
+        return plan_joint(graph, pool, bound=bound, algorithm=algorithm, time_limit=time_limit)
+    return require_valid(  # a *-2sp baseline's plan may break the bound
+        place(
+            graph,
+            pool,
+            bound=bound,
+            backups=backups,
+            algorithm=algorithm,
+            time_limit=time_limit,
+        )
+    )
+
+
+def _fewest_moves(
+    graph: TaskGraph,
+    pool: NodePool,
+    current: Mapping[str, str],
+    fresh: Placement,
+    bound: float,
+    time_limit: float,
+) -> Placement:
+    """Step 3 of :func:`place_min_migration`: the fresh plan's backups, moved the least."""
     start = fresh.assignment if pool.domains() else relabel_nodes(fresh, graph, pool.nodes, current)
     assignment, algorithm = start, fresh.algorithm
     try:  # the fewest moves for the fresh plan's backups, the renamed plan as the hint

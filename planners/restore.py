@@ -115,6 +115,105 @@ class _Worst:
             state[task] = node
 
 
+class _Schedule:
+    """A restore in progress: where tasks run, the nodes' loads, the moves still to make."""
+
+    def __init__(
+        self,
+        graph: TaskGraph,
+        current: Mapping[str, str],
+        target: Mapping[str, str],
+        backups: Iterable[str] | None,
+        capacity: Mapping[str, float],
+    ) -> None:
+        blist = None if backups is None else list(backups)
+        self.graph, self.target, self.capacity = graph, target, capacity
+        self.todo = [t for t in graph.tasks if current.get(t) != target[t]]
+        self.lost = {t for t in self.todo if current.get(t) not in capacity}
+        """Tasks not running on a usable node: they come back first, as soon as they fit."""
+        self.state = {t: n for t, n in current.items() if t in graph._index and t not in self.lost}
+        self.cache = _Worst(graph, blist, self.state)
+        self.load: dict[str, float] = {}
+        for t, node in self.state.items():
+            self.load[node] = self.load.get(node, 0.0) + graph.weight[graph.index(t)]
+
+    def fits(self, moves: Mapping[str, str]) -> bool:
+        """Whether every node ``moves`` adds tasks to stays within its capacity."""
+        new = dict(self.load)
+        for t, node in moves.items():
+            w = self.graph.weight[self.graph.index(t)]
+            if t in self.state:
+                new[self.state[t]] -= w
+            new[node] = new.get(node, 0.0) + w
+        grown = {node for node in moves.values()}  # a node that only loses tasks may stay over
+        return all(new[p] <= self.capacity.get(p, 0.0) + _EPS for p in grown)
+
+    def restored(self, bound: float) -> bool:
+        """Whether the state keeps the bound within capacity (the rest is not needed)."""
+        cap = self.capacity
+        fits_all = all(v <= cap.get(p, 0.0) + _EPS for p, v in self.load.items() if v > _EPS)
+        return not self.lost and fits_all and self.cache.worst() <= bound + _EPS
+
+    def _best_next(self, chosen: Mapping[str, str], limit: float) -> tuple[float, str] | None:
+        """The move to add to ``chosen``: a lost task that fits, else the lowest worst."""
+        target, state = self.target, self.state
+        back = [
+            t
+            for t in self.todo
+            if t in self.lost and t not in chosen and self.fits({**chosen, t: target[t]})
+        ]
+        if back:
+            return (self.cache.trial(state, {**chosen, back[0]: target[back[0]]}), back[0])
+        best: tuple[float, str] | None = None
+        for t in self.todo:
+            if t in chosen:
+                continue
+            trial = {**chosen, t: target[t]}
+            if not self.fits(trial):
+                continue
+            h = self.cache.trial(state, trial)
+            if h <= limit and (best is None or h < best[0] - _EPS):
+                best = (h, t)
+        return best
+
+    def _pair(self, limit: float) -> dict[str, str]:
+        """The first pair of moves that fits and keeps ``limit`` (empty: none does)."""
+        target, todo = self.target, self.todo
+        for k, a in enumerate(todo):
+            for b in todo[k + 1 :]:
+                trial = {a: target[a], b: target[b]}
+                if self.fits(trial) and self.cache.trial(self.state, trial) <= limit:
+                    return trial
+        return {}
+
+    def next_batch(self, batch: int, bound: float) -> dict[str, str]:
+        """The next step's moves (see :func:`move_schedule` for the rule)."""
+        chosen: dict[str, str] = {}
+        limit = max(self.cache.worst(), bound) + _EPS
+        while len(chosen) < batch:
+            best = self._best_next(chosen, limit)
+            if best is None:
+                break
+            chosen[best[1]] = self.target[best[1]]
+            limit = max(best[0], bound) + _EPS
+        if not chosen:
+            chosen = self._pair(limit)
+        if not chosen:
+            chosen = {t: self.target[t] for t in self.todo}
+        return chosen
+
+    def apply(self, chosen: Mapping[str, str]) -> None:
+        """Make the moves: loads, the worst recovery, and what is left to do."""
+        for t, node in chosen.items():
+            w = self.graph.weight[self.graph.index(t)]
+            if t in self.state:
+                self.load[self.state[t]] -= w
+            self.load[node] = self.load.get(node, 0.0) + w
+        self.cache.apply(self.state, chosen)
+        self.todo = [t for t in self.todo if t not in chosen]
+        self.lost -= set(chosen)
+
+
 def move_schedule(
     graph: TaskGraph,
     current: Mapping[str, str],
@@ -154,76 +253,13 @@ def move_schedule(
     -----
     O(k² · (V + E)) for k moves (each candidate re-evaluates the two nodes it touches).
     """
-    blist = None if backups is None else list(backups)
-    todo = [t for t in graph.tasks if current.get(t) != target[t]]
-    lost = {t for t in todo if current.get(t) not in capacity}
-    state = {t: n for t, n in current.items() if t in graph._index and t not in lost}
-    cache = _Worst(graph, blist, state)
+    sched = _Schedule(graph, current, target, backups, capacity)
+    broken = bool(sched.lost) or sched.cache.worst() > bound + _EPS
     steps: list[RestoreStep] = []
-    broken = bool(lost) or cache.worst() > bound + _EPS
-    load: dict[str, float] = {}
-    for t, node in state.items():
-        load[node] = load.get(node, 0.0) + graph.weight[graph.index(t)]
-
-    def fits(moves: Mapping[str, str]) -> bool:
-        new = dict(load)
-        for t, node in moves.items():
-            w = graph.weight[graph.index(t)]
-            if t in state:
-                new[state[t]] -= w
-            new[node] = new.get(node, 0.0) + w
-        grown = {node for node in moves.values()}  # a node that only loses tasks may stay over
-        return all(new[p] <= capacity.get(p, 0.0) + _EPS for p in grown)
-
-    def restored() -> bool:
-        """Whether the state already keeps the bound within capacity (the rest is not needed)."""
-        fits_all = all(v <= capacity.get(p, 0.0) + _EPS for p, v in load.items() if v > _EPS)
-        return stop_early and broken and not lost and fits_all and cache.worst() <= bound + _EPS
-
-    while todo and not restored():
-        chosen: dict[str, str] = {}
-        limit = max(cache.worst(), bound) + _EPS
-        while len(chosen) < batch:
-            best: tuple[float, str] | None = None
-            # tasks not running anywhere come back first, as soon as they fit
-            back = [
-                t for t in todo if t in lost and t not in chosen and fits({**chosen, t: target[t]})
-            ]
-            if back:
-                best = (cache.trial(state, {**chosen, back[0]: target[back[0]]}), back[0])
-            for t in [] if back else todo:
-                if t in chosen:
-                    continue
-                trial = {**chosen, t: target[t]}
-                if not fits(trial):
-                    continue
-                h = cache.trial(state, trial)
-                if h <= limit and (best is None or h < best[0] - _EPS):
-                    best = (h, t)
-            if best is None:
-                break
-            chosen[best[1]] = target[best[1]]
-            limit = max(best[0], bound) + _EPS
-        if not chosen:
-            for k, a in enumerate(todo):
-                for b in todo[k + 1 :]:
-                    trial = {a: target[a], b: target[b]}
-                    if fits(trial) and cache.trial(state, trial) <= limit:
-                        chosen = trial
-                        break
-                if chosen:
-                    break
-        if not chosen:
-            chosen = {t: target[t] for t in todo}
-        for t, node in chosen.items():
-            w = graph.weight[graph.index(t)]
-            if t in state:
-                load[state[t]] -= w
-            load[node] = load.get(node, 0.0) + w
-        cache.apply(state, chosen)
-        steps.append(RestoreStep(chosen, cache.worst()))
-        todo = [t for t in todo if t not in chosen]
-        lost -= set(chosen)
+    while sched.todo and not (stop_early and broken and sched.restored(bound)):
+        chosen = sched.next_batch(batch, bound)
+        sched.apply(chosen)
+        steps.append(RestoreStep(chosen, sched.cache.worst()))
     return steps
 
 

@@ -9,11 +9,12 @@ and budget give the same placement on any machine.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from planners.budget import deterministic_cp_sat
+from planners.graph import TaskGraph
 from planners.placement.model import Node
 from planners.placement.state import _canonical, _Problem, _State
 
@@ -32,11 +33,142 @@ def _floor_int(x: float) -> tuple[int, bool]:
     return (int(r), True) if abs(y - r) < 1e-6 else (math.floor(y), False)
 
 
+@dataclass(frozen=True)
+class _Scaled:
+    """The instance in integers: latencies and weights rounded up, capacities and bound down."""
+
+    t: list[int]
+    w: list[int]
+    cap: list[int]
+    r: int
+    exact: bool
+    """Whether every value scaled without rounding (needed to claim optimality)."""
+
+
+def _scale(graph: TaskGraph, slots: Sequence[Node], bound: float) -> _Scaled:
+    """Scale the instance to integers against feasibility (every model solution is valid)."""
+    exact = True
+
+    def scaled(values: Iterable[float], rounding: Callable[[float], tuple[int, bool]]) -> list[int]:
+        nonlocal exact
+        out = []
+        for value in values:
+            v, ok = rounding(value)
+            out.append(v)
+            exact &= ok
+        return out
+
+    t_int = scaled(graph.latency, _ceil_int)
+    w_int = scaled(graph.weight, _ceil_int)
+    cap_int = scaled((s.cpu for s in slots), _floor_int)
+    (r_int,) = scaled([bound], _floor_int)
+    return _Scaled(t_int, w_int, cap_int, r_int, exact)
+
+
 @dataclass
 class _ExactResult:
     where: dict[int, int]
     flags: list[bool]
     proven: bool
+
+
+def _add_nodes(model: Any, n: int, sc: _Scaled, uniform: bool) -> tuple[list[list[Any]], list[Any]]:
+    """``x[i][j]`` (task i on node j) and ``y[j]`` (node j used), within capacity.
+
+    On a ``uniform`` (on-demand) pool the nodes are interchangeable: they open in
+    order and task ``i`` goes to one of the first ``i + 1``, which breaks the symmetry.
+    """
+    m_slots = len(sc.cap)
+    x = [[model.new_bool_var(f"x{i}_{j}") for j in range(m_slots)] for i in range(n)]
+    y = [model.new_bool_var(f"y{j}") for j in range(m_slots)]
+    for i in range(n):
+        model.add_exactly_one(x[i])
+        for j in range(m_slots):
+            if sc.w[i] > sc.cap[j]:
+                model.add(x[i][j] == 0)
+            model.add_implication(x[i][j], y[j])
+    for j in range(m_slots):
+        model.add(sum(sc.w[i] * x[i][j] for i in range(n)) <= sc.cap[j] * y[j])
+    if uniform:
+        for j in range(m_slots - 1):
+            model.add_implication(y[j + 1], y[j])
+        for i in range(n):
+            for j in range(i + 1, m_slots):
+                model.add(x[i][j] == 0)
+    return x, y
+
+
+def _failure_columns(model: Any, x: list[list[Any]], slots: Sequence[Node]) -> list[list[Any]]:
+    """Per failure group (a node, or a whole domain), whether each task is in it."""
+    n = len(x)
+    keys: dict[str, list[int]] = {}
+    for j, s in enumerate(slots):
+        keys.setdefault(s.domain if s.domain is not None else f"\0{s.name}", []).append(j)
+    z: list[list[Any]] = []
+    for members in keys.values():
+        if len(members) == 1:
+            z.append([x[i][members[0]] for i in range(n)])
+        else:
+            col = []
+            for i in range(n):
+                b = model.new_bool_var("")
+                model.add(b == sum(x[i][j] for j in members))
+                col.append(b)
+            z.append(col)
+    return z
+
+
+def _add_latencies(
+    model: Any,
+    graph: TaskGraph,
+    z: list[list[Any]],
+    sc: _Scaled,
+    mvars: list[Any] | None,
+    fixed: Sequence[bool],
+) -> None:
+    """``L[g, v]`` per failure group and task, kept within the bound for failed tasks.
+
+    ``mvars`` are the backup variables of a joint model (``None``: the backups are
+    ``fixed``).
+    """
+    n = len(graph)
+    ub = sum(sc.t)
+    for col in z:
+        lvar = [model.new_int_var(sc.t[v], max(ub, sc.t[v]), "") for v in range(n)]
+        for v in range(n):
+            model.add(lvar[v] <= sc.r).only_enforce_if(col[v])
+            for u in graph.preds[v]:
+                ct = lvar[v] >= sc.t[v] + lvar[u]
+                if mvars is not None:
+                    model.add(ct).only_enforce_if(col[u])
+                    model.add(ct).only_enforce_if(mvars[u].negated())
+                elif fixed[u]:
+                    model.add(ct).only_enforce_if(col[u])
+                else:
+                    model.add(ct)
+
+
+def _add_hint(
+    model: Any,
+    x: list[list[Any]],
+    y: list[Any],
+    slots: Sequence[Node],
+    hint: _State,
+    uniform: bool,
+) -> None:
+    """Start the search from ``hint``'s placement."""
+    n, m_slots = len(x), len(slots)
+    if uniform:
+        canon = _canonical(hint, slots)
+    else:  # the hint's slots may be more than the model's (see search._exact_slots)
+        at = {s.name: j for j, s in enumerate(slots)}
+        canon = {i: at[hint.slots[k].name] for i, k in hint.where.items()}
+    used = set(canon.values())
+    for i in range(n):
+        for j in range(m_slots):
+            model.add_hint(x[i][j], int(canon.get(i) == j))
+    for j in range(m_slots):
+        model.add_hint(y[j], int(j in used))
 
 
 def _cp_sat(
@@ -62,99 +194,25 @@ def _cp_sat(
 
     graph = prob.graph
     n, m_slots = len(graph), len(slots)
-    t_int: list[int] = []
-    exact = True
-    for t in graph.latency:
-        v, ok = _ceil_int(t)
-        t_int.append(v)
-        exact &= ok
-    r_int, ok = _floor_int(prob.bound)
-    exact &= ok
-    w_int: list[int] = []
-    for w in graph.weight:
-        v, ok = _ceil_int(w)
-        w_int.append(v)
-        exact &= ok
-    cap_int: list[int] = []
-    for s in slots:
-        v, ok = _floor_int(s.cpu)
-        cap_int.append(v)
-        exact &= ok
-    ub = sum(t_int)
-
+    sc = _scale(graph, slots, prob.bound)
     model = cp_model.CpModel()
     uniform = prob.pool.unbounded
-    x = [[model.new_bool_var(f"x{i}_{j}") for j in range(m_slots)] for i in range(n)]
-    y = [model.new_bool_var(f"y{j}") for j in range(m_slots)]
-    for i in range(n):
-        model.add_exactly_one(x[i])
-        for j in range(m_slots):
-            if w_int[i] > cap_int[j]:
-                model.add(x[i][j] == 0)
-            model.add_implication(x[i][j], y[j])
-    for j in range(m_slots):
-        model.add(sum(w_int[i] * x[i][j] for i in range(n)) <= cap_int[j] * y[j])
-    if uniform:
-        for j in range(m_slots - 1):
-            model.add_implication(y[j + 1], y[j])
-        for i in range(n):
-            for j in range(i + 1, m_slots):
-                model.add(x[i][j] == 0)
-
-    # failure groups: a node, or a whole domain
-    keys: dict[str, list[int]] = {}
-    for j, s in enumerate(slots):
-        keys.setdefault(s.domain if s.domain is not None else f"\0{s.name}", []).append(j)
-    z: list[list[Any]] = []
-    for members in keys.values():
-        if len(members) == 1:
-            z.append([x[i][members[0]] for i in range(n)])
-        else:
-            col = []
-            for i in range(n):
-                b = model.new_bool_var("")
-                model.add(b == sum(x[i][j] for j in members))
-                col.append(b)
-            z.append(col)
-
+    x, y = _add_nodes(model, n, sc, uniform)
+    z = _failure_columns(model, x, slots)
     has_succ = [bool(s) for s in graph.succs]
     mvars: list[Any] = []
     if joint:
         for i in range(n):
             mvars.append(model.new_bool_var(f"m{i}") if has_succ[i] else model.new_constant(0))
-    fixed = list(prob.flags)
-    for col in z:
-        lvar = [model.new_int_var(t_int[v], max(ub, t_int[v]), "") for v in range(n)]
-        for v in range(n):
-            model.add(lvar[v] <= r_int).only_enforce_if(col[v])
-            for u in graph.preds[v]:
-                ct = lvar[v] >= t_int[v] + lvar[u]
-                if joint:
-                    model.add(ct).only_enforce_if(col[u])
-                    model.add(ct).only_enforce_if(mvars[u].negated())
-                elif fixed[u]:
-                    model.add(ct).only_enforce_if(col[u])
-                else:
-                    model.add(ct)
+    _add_latencies(model, graph, z, sc, mvars if joint else None, list(prob.flags))
 
     n_used = sum(y)
     if joint:
         model.minimize((n + 1) * n_used + sum(mvars))
     else:
         model.minimize(n_used)
-
     if hint is not None:
-        if uniform:
-            canon = _canonical(hint, slots)
-        else:  # the hint's slots may be more than the model's (see search._exact_slots)
-            at = {s.name: j for j, s in enumerate(slots)}
-            canon = {i: at[hint.slots[k].name] for i, k in hint.where.items()}
-        used = set(canon.values())
-        for i in range(n):
-            for j in range(m_slots):
-                model.add_hint(x[i][j], int(canon.get(i) == j))
-        for j in range(m_slots):
-            model.add_hint(y[j], int(j in used))
+        _add_hint(model, x, y, slots, hint, uniform)
         if joint and hint_flags is not None:
             for i in range(n):
                 if has_succ[i]:
@@ -168,4 +226,4 @@ def _cp_sat(
         return None
     where = {i: next(j for j in range(m_slots) if solver.value(x[i][j])) for i in range(n)}
     flags = [bool(solver.value(mvars[i])) for i in range(n)] if joint else list(prob.flags)
-    return _ExactResult(where, flags, proven=status == cp_model.OPTIMAL and exact)
+    return _ExactResult(where, flags, proven=status == cp_model.OPTIMAL and sc.exact)
