@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from dataclasses import dataclass
 from typing import Literal
 
 from planners.backups.common import EPS, BackupPlan, _finish, _forced, _require_feasible
@@ -39,6 +40,82 @@ def _bfs_levels(graph: TaskGraph) -> list[int]:
     return level
 
 
+@dataclass
+class _Region:
+    """GenerateCandidates: the tasks reachable from ``v`` through non-backups."""
+
+    dist: dict[int, float]
+    """``D(v, w)``: the longest such path (``v``'s own ``t`` only if it keeps no backup)."""
+    expanded: set[int]
+    """Tasks the paths go through (``v`` and the reached non-backups within the bound)."""
+    order: list[int]
+    """Reached tasks within the bound, in topological order."""
+    violators: list[int]
+    """Reached tasks beyond the bound."""
+
+
+def _region(graph: TaskGraph, limit: float, v: int, flags: list[bool]) -> _Region:
+    t, preds, succs = graph.latency, graph.preds, graph.succs
+    region = _Region({v: 0.0 if flags[v] else t[v]}, {v}, [], [])
+    dist, expanded = region.dist, region.expanded
+    heap = list(succs[v])
+    seen = set(heap)
+    while heap:
+        w = heapq.heappop(heap)  # topological order: all in-region inputs are done
+        d = t[w] + max(dist[p] for p in preds[w] if p in expanded)
+        dist[w] = d
+        if d > limit:
+            region.violators.append(w)
+            continue
+        region.order.append(w)
+        if flags[w]:
+            continue  # an existing backup ends the path
+        expanded.add(w)
+        for s in succs[w]:
+            if s not in seen:
+                seen.add(s)
+                heapq.heappush(heap, s)
+    return region
+
+
+def _best_candidate(
+    graph: TaskGraph, v: int, flags: list[bool], region: _Region, ranking: Ranking
+) -> int:
+    """The region's task to give a backup next (the ranking is in the module doc)."""
+    t, preds, succs = graph.latency, graph.preds, graph.succs
+    expanded, order, dist = region.expanded, region.order, region.dist
+    # F(v) (eq. 7) and B(v) (eq. 8) over the region, and g(w): the share of
+    # w's output that flows on (split equally, as in eq. 7) to a task beyond R.
+    f: dict[int, float] = {v: 1.0}
+    b: dict[int, float] = {v: t[v]}
+    for w in order:
+        fw = bw = 0.0
+        for p in preds[w]:
+            if p in expanded:
+                q = len(succs[p])
+                fw += f[p] / q
+                bw += (b[p] + t[p]) / q
+        f[w], b[w] = fw, bw
+    g = dict.fromkeys(region.violators, 1.0)
+    candidates: list[int] = []
+    for w in [*reversed(order), v]:
+        if w in expanded and succs[w]:
+            gw = sum(g.get(s, 0.0) for s in succs[w]) / len(succs[w])
+            if gw > 0:
+                g[w] = gw
+                if w != v or not flags[v]:
+                    candidates.append(w)
+    # Largest share of the source's stream it b-covers on the way beyond R
+    # (F restricted to the flow that needs a backup), then highest B, then
+    # longest distance, then earliest task.
+    if ranking == "workload":  # Algorithm 4 as written: highest B, then distance
+        return max(candidates, key=lambda w: (round(b[w], 9), dist[w], -w))
+    return max(
+        candidates,
+        key=lambda w: (round(f[w] * g[w], 9), round(b[w], 9), dist[w], -w),
+    )
+
+
 def _choose_backup_dag(
     graph: TaskGraph, bound: float, v: int, flags: list[bool], ranking: Ranking = "covered-share"
 ) -> list[int]:
@@ -47,68 +124,16 @@ def _choose_backup_dag(
     Returns the new backups; ``flags`` is updated in place (``v`` itself may
     become a backup if one of its consumers cannot wait for it).
     """
-    t, preds, succs = graph.latency, graph.preds, graph.succs
+    t, succs = graph.latency, graph.succs
     limit = bound + EPS
     if not flags[v] and any(t[v] + t[w] > limit for w in succs[v]):
         flags[v] = True
     picks: list[int] = []
     while True:
-        # GenerateCandidates: tasks reachable from v through non-backups, with the
-        # distance D(v, w) (longest such path, v's own t only if v keeps no backup).
-        dist: dict[int, float] = {v: 0.0 if flags[v] else t[v]}
-        expanded = {v}
-        order: list[int] = []
-        violators: list[int] = []
-        heap = list(succs[v])
-        seen = set(heap)
-        while heap:
-            w = heapq.heappop(heap)  # topological order: all in-region inputs are done
-            d = t[w] + max(dist[p] for p in preds[w] if p in expanded)
-            dist[w] = d
-            if d > limit:
-                violators.append(w)
-                continue
-            order.append(w)
-            if flags[w]:
-                continue  # an existing backup ends the path
-            expanded.add(w)
-            for s in succs[w]:
-                if s not in seen:
-                    seen.add(s)
-                    heapq.heappush(heap, s)
-        if not violators:
+        region = _region(graph, limit, v, flags)
+        if not region.violators:
             return picks  # Rule II: every path from v now meets a backup or a sink within R
-        # F(v) (eq. 7) and B(v) (eq. 8) over the region, and g(w): the share of
-        # w's output that flows on (split equally, as in eq. 7) to a task beyond R.
-        f: dict[int, float] = {v: 1.0}
-        b: dict[int, float] = {v: t[v]}
-        for w in order:
-            fw = bw = 0.0
-            for p in preds[w]:
-                if p in expanded:
-                    q = len(succs[p])
-                    fw += f[p] / q
-                    bw += (b[p] + t[p]) / q
-            f[w], b[w] = fw, bw
-        g = dict.fromkeys(violators, 1.0)
-        candidates: list[int] = []
-        for w in [*reversed(order), v]:
-            if w in expanded and succs[w]:
-                gw = sum(g.get(s, 0.0) for s in succs[w]) / len(succs[w])
-                if gw > 0:
-                    g[w] = gw
-                    if w != v or not flags[v]:
-                        candidates.append(w)
-        # Largest share of the source's stream it b-covers on the way beyond R
-        # (F restricted to the flow that needs a backup), then highest B, then
-        # longest distance, then earliest task.
-        if ranking == "workload":  # Algorithm 4 as written: highest B, then distance
-            best = max(candidates, key=lambda w: (round(b[w], 9), dist[w], -w))
-        else:
-            best = max(
-                candidates,
-                key=lambda w: (round(f[w] * g[w], 9), round(b[w], 9), dist[w], -w),
-            )
+        best = _best_candidate(graph, v, flags, region, ranking)
         flags[best] = True
         picks.append(best)
 
