@@ -286,6 +286,72 @@ def recover_best_density_strong(
     )
 
 
+def _density(prob: _Problem, plan: int, q: int, share: list[int]) -> tuple[float, float]:
+    """Query ``q``'s priority per shared CPU of the tasks ``plan`` lacks, and their CPU."""
+    new = prob.qmask[q] & ~plan
+    cost = 0.0
+    denom = 0.0
+    for p in prob.bits(new):
+        cost += prob.weight[p]
+        denom += prob.weight[p] / max(1, share[p])
+    pd = prob.qprio[q] / denom if denom > 0 else math.inf
+    return pd, cost
+
+
+def _extend(prob: _Problem, plan: int, placement: dict[int, str], rem: dict[str, float]) -> int:
+    """Add the densest query that fits until none does (``placement``, ``rem`` updated)."""
+    nq = prob.nq
+    blocked: set[int] = set()
+    while True:
+        open_q = [q for q in range(nq) if prob.qmask[q] & ~plan and q not in blocked]
+        if not open_q:
+            return plan
+        share = [0] * len(prob.failed)
+        for q in open_q:
+            for p in prob.bits(prob.qmask[q] & ~plan):
+                share[p] += 1
+        free = sum(rem.values())
+        best: tuple[float, float, float, int] | None = None
+        for q in open_q:
+            pd, cost = _density(prob, plan, q, share)
+            if cost > free + _EPS:
+                continue
+            key = (pd, prob.qprio[q], -cost, -q)
+            if best is None or key > best:
+                best = key
+        if best is None:
+            return plan
+        q = -best[3]
+        new = prob.qmask[q] & ~plan
+        got = _place({p: prob.weight[p] for p in prob.bits(new)}, rem)
+        if got is None:
+            blocked.add(q)
+            continue
+        placement.update(got)
+        plan |= new
+
+
+def _seeds(prob: _Problem, pair_pool_size: int | None, all_singles: bool) -> list[tuple[int, ...]]:
+    """The starts (lines 1-19): the densest single query that fits, then every pair."""
+    nq = prob.nq
+    share0 = [0] * len(prob.failed)
+    for m in prob.qmask:
+        for p in prob.bits(m):
+            share0[p] += 1
+    fits = [q for q in range(nq) if prob.cost(prob.qmask[q]) <= prob.total + _EPS]
+    by_density = sorted(fits, key=lambda q: (-_density(prob, 0, q, share0)[0], q))
+    pair_pool = sorted(by_density if pair_pool_size is None else by_density[:pair_pool_size])
+    seeds: list[tuple[int, ...]] = [()] if all_singles else []
+    seeds += [(q,) for q in (by_density if all_singles else by_density[:1])]
+    seeds += [
+        (a, b)
+        for i, a in enumerate(pair_pool)
+        for b in pair_pool[i + 1 :]
+        if prob.cost(prob.qmask[a] | prob.qmask[b]) <= prob.total + _EPS
+    ]
+    return seeds
+
+
 def _best_density(
     graph: TaskGraph,
     failed: Collection[str],
@@ -299,63 +365,7 @@ def _best_density(
     budget = WorkBudget(time_limit)
     prob = _Problem(graph, failed, capacity)
     nq = prob.nq
-
-    def density(plan: int, q: int, share: list[int]) -> tuple[float, float]:
-        new = prob.qmask[q] & ~plan
-        cost = 0.0
-        denom = 0.0
-        for p in prob.bits(new):
-            cost += prob.weight[p]
-            denom += prob.weight[p] / max(1, share[p])
-        pd = prob.qprio[q] / denom if denom > 0 else math.inf
-        return pd, cost
-
-    def extend(plan: int, placement: dict[int, str], rem: dict[str, float]) -> int:
-        blocked: set[int] = set()
-        while True:
-            open_q = [q for q in range(nq) if prob.qmask[q] & ~plan and q not in blocked]
-            if not open_q:
-                return plan
-            share = [0] * len(prob.failed)
-            for q in open_q:
-                for p in prob.bits(prob.qmask[q] & ~plan):
-                    share[p] += 1
-            free = sum(rem.values())
-            best: tuple[float, float, float, int] | None = None
-            for q in open_q:
-                pd, cost = density(plan, q, share)
-                if cost > free + _EPS:
-                    continue
-                key = (pd, prob.qprio[q], -cost, -q)
-                if best is None or key > best:
-                    best = key
-            if best is None:
-                return plan
-            q = -best[3]
-            new = prob.qmask[q] & ~plan
-            got = _place({p: prob.weight[p] for p in prob.bits(new)}, rem)
-            if got is None:
-                blocked.add(q)
-                continue
-            placement.update(got)
-            plan |= new
-
-    # Seeds (lines 1-19): the densest single query that fits, then every pair that fits
-    share0 = [0] * len(prob.failed)
-    for m in prob.qmask:
-        for p in prob.bits(m):
-            share0[p] += 1
-    fits = [q for q in range(nq) if prob.cost(prob.qmask[q]) <= prob.total + _EPS]
-    by_density = sorted(fits, key=lambda q: (-density(0, q, share0)[0], q))
-    pair_pool = sorted(by_density if pair_pool_size is None else by_density[:pair_pool_size])
-    seeds: list[tuple[int, ...]] = [()] if all_singles else []
-    seeds += [(q,) for q in (by_density if all_singles else by_density[:1])]
-    seeds += [
-        (a, b)
-        for i, a in enumerate(pair_pool)
-        for b in pair_pool[i + 1 :]
-        if prob.cost(prob.qmask[a] | prob.qmask[b]) <= prob.total + _EPS
-    ]
+    seeds = _seeds(prob, pair_pool_size, all_singles)
     best_plan: tuple[float, int, float] | None = None
     best_place: dict[int, str] = {}
     seen_start: set[int] = set()
@@ -373,7 +383,7 @@ def _best_density(
         placement = _place({p: prob.weight[p] for p in prob.bits(plan)}, rem)
         if placement is None:
             continue
-        plan = extend(plan, placement, rem)
+        plan = _extend(prob, plan, placement, rem)
         pr = prob.priority(plan)
         key = (pr, sum(1 for m in prob.qmask if m & ~plan == 0), -prob.cost(plan))
         if best_plan is None or key > best_plan:
