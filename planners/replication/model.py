@@ -258,9 +258,20 @@ def check_replication(
         problems.append(f"cpu {plan.cpu:g} != {total:g}")
     if set(plan.unplaced) & set(plan.replicas):
         problems.append("a task is both replicated and unplaced")
-    pool = frozenset(assignment.values()) | frozenset(spare)
     if problems:
         return problems
+    return _figure_problems(graph, assignment, spare, plan)
+
+
+def _figure_problems(
+    graph: TaskGraph,
+    assignment: Mapping[str, str],
+    spare: Mapping[str, float],
+    plan: ReplicationPlan,
+) -> list[str]:
+    """The availability figures of ``plan`` that differ from their recomputed values."""
+    problems: list[str] = []
+    pool = frozenset(assignment.values()) | frozenset(spare)
     want = availability(graph, assignment, plan.replicas, pool)
     if abs(want - plan.availability) > 1e-9:
         problems.append(f"availability {plan.availability} != {want}")

@@ -176,6 +176,44 @@ def replicate_sort_fill(
     return cl.plan(strategy, "sort-fill", imp, placed, missed)
 
 
+def _fill_levels(
+    graph: TaskGraph,
+    cl: _Cluster,
+    rest: list[int],
+    placed: dict[int, list[str]],
+    rem: dict[str, float],
+    net_left: dict[str, float],
+    level: int,
+) -> None:
+    """Spend the budget left on more replicas of ``rest``, in order, level by level.
+
+    Each replica goes to the fitting host with the most spare CPU left; ``placed``,
+    ``rem`` and ``net_left`` are updated.
+    """
+    used = sum(graph.weight[v] * len(hs) for v, hs in placed.items())
+    for lvl in range(1, level + 1):
+        for v in rest:
+            hs = placed.get(v, [])
+            w, x = graph.weight[v], cl.traffic[v]
+            if len(hs) >= lvl or used + w > cl.limit + _EPS:
+                continue
+            have = {cl.primary[v], *hs}
+            fits = [
+                h
+                for h in cl.hosts
+                if h not in have
+                and rem[h] + _EPS >= w
+                and (cl.netcap is None or net_left[h] + _EPS >= x)
+            ]
+            if fits:
+                h = max(fits, key=lambda y: (rem[y], y))
+                placed.setdefault(v, []).append(h)
+                rem[h] -= w
+                if cl.netcap is not None:
+                    net_left[h] -= x
+                used += w
+
+
 def replicate_knapsack(
     graph: TaskGraph,
     assignment: Mapping[str, str],
@@ -263,32 +301,11 @@ def replicate_knapsack(
     order = sorted(chosen, key=lambda v: (-imp[graph.tasks[v]], -graph.weight[v], v))
     placed, missed, rem, net_left = cl.place_colored(order, max_colors)
     # spend what is left of the budget, most important first, level by level
-    used = sum(graph.weight[v] * len(hs) for v, hs in placed.items())
     rest = sorted(
         (v for v in cands if v not in missed),
         key=lambda v: (-imp[graph.tasks[v]], graph.weight[v], v),
     )
-    for lvl in range(1, level + 1):
-        for v in rest:
-            hs = placed.get(v, [])
-            w, x = graph.weight[v], cl.traffic[v]
-            if len(hs) >= lvl or used + w > cl.limit + _EPS:
-                continue
-            have = {cl.primary[v], *hs}
-            fits = [
-                h
-                for h in cl.hosts
-                if h not in have
-                and rem[h] + _EPS >= w
-                and (cl.netcap is None or net_left[h] + _EPS >= x)
-            ]
-            if fits:
-                h = max(fits, key=lambda y: (rem[y], y))
-                placed.setdefault(v, []).append(h)
-                rem[h] -= w
-                if cl.netcap is not None:
-                    net_left[h] -= x
-                used += w
+    _fill_levels(graph, cl, rest, placed, rem, net_left, level)
     return cl.plan(strategy, "knapsack", imp, placed, missed)
 
 
