@@ -1,23 +1,23 @@
 """The seed's BestDensity (Algorithm 3), as written and pruned, and its Theorem 5.1 bound.
 
-Why a module of its own: BestDensity is the seed's main heuristic, and three
-readings of it are compared in ``bench/bench_recovery.py``: as the seed writes
-it (the densest single query plus every pair, lines 290–301), with the pairs
-pruned to the 48 densest queries (bounded time for hundreds of queries), and
-the strongest seeding (every single too) that ``auto`` uses. Theorem 5.1's
-ratio (:func:`approximation_bound`) is checked against the optimum on every
-benchmark instance.
+BestDensity is the main heuristic of *Incremental Recovery in Distributed Stream
+Processing Systems* (Section 5), and three readings of it are compared in
+``bench/bench_recovery.py``: as the paper writes it (the densest single query plus every
+pair, Algorithm 3, lines 1–19), with the pairs pruned to the 48 densest queries (bounded
+time for hundreds of queries), and the strongest seeding (every single too) that
+``auto`` uses. Theorem 5.1's ratio (:func:`approximation_bound`) is checked against the
+optimum on every benchmark instance.
 
-Deviations from the seed that remain, in all readings (``incremental-recovery.txt``):
+Deviations from the paper, in all readings:
 
-- line 295 (``Cost(CP_i) + C_m^i ≤ R``): a query fits only if its new tasks
-  also pack node by node (largest first, best fit, falling back to the seed's
-  most-free-node rule of line 339); the seed checks the pooled ``R`` and
+- Algorithm 3, line 25 (``Cost(CP_i) + C_m^i ≤ R``): a query fits only if its new tasks
+  also pack node by node (largest first, best fit, falling back to the paper's
+  most-free-node rule at the end of Section 5); the paper checks the pooled ``R`` and
   assigns afterwards. On one node (the seed's Fig. 16 setting) the two agree.
-- line 325 ("the failed query that has the largest profit density"): ties go
+- Section 5's extension step ("the failed query that has the largest profit density"): ties go
   to the higher priority, then the lower cost, then the first query; the seed
   keeps the last of equal densities (``PD ≥ maxDens``).
-- line 301 ("return the candidate plan with the highest sum of priorities"):
+- Algorithm 3, line 32 (the plan "where the sum of priorities … is the maximum"):
   ties go to more recovered queries, then the lower cost.
 - failed tasks that belong to no failed query are recovered where capacity is
   left (they earn nothing and cost no query anything); the seed has no such tasks.
@@ -87,17 +87,17 @@ def approximation_bound(graph: TaskGraph, failed: Collection[str]) -> float:
 
     Notes
     -----
-    The proof (Appendix D.2, lines 586–668) starts from "the first 2 queries in
+    The proof (Appendix D.2) starts from "the first 2 queries in
     RP*", so it assumes the optimum recovers at least two queries. When it
     recovers one, the seed's single candidate is the *densest* query, not the
     most valuable one, and the ratio can fall to nearly 0 (see
-    ``tests/test_recovery_seed.py``); ``best-density-strong`` seeds every single
+    ``tests/unit/test_recovery_seed.py``); ``best-density-strong`` seeds every single
     query and so recovers at least the best single one.
 
     References
     ----------
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
-    Theorem 5.1 (line 329); seed ``incremental-recovery.txt``.
+    Section 5, Theorem 5.1.
     """
     share: dict[str, int] = {}
     for tasks in failed_queries(graph, failed).values():
@@ -119,9 +119,9 @@ def recover_best_density(
     The profit density of a failed query ``Q_i`` given the tasks already in a
     candidate plan is ``prt_i / Σ c_k / f_k`` over its failed tasks ``p_k`` not
     yet in the plan, where ``c_k`` is the CPU of ``p_k`` and ``f_k`` the number
-    of still-unrecovered failed queries sharing it (Definition 3, line 267).
-    The candidate plans are the densest single query that fits (lines 9–10)
-    and every pair of queries that fits (lines 11–19); each is extended
+    of still-unrecovered failed queries sharing it (Definition 3, Section 5).
+    The candidate plans are the densest single query that fits (Algorithm 3,
+    lines 9–10) and every pair of queries that fits (lines 11–19); each is extended
     greedily with the densest query that still fits (lines 20–31); the plan
     with the highest recovered priority wins (line 32). A query "fits" only if
     its new tasks pack on the nodes (see the module's deviations).
@@ -161,8 +161,8 @@ def recover_best_density(
 
     Notes
     -----
-    With M failed queries there are up to ``M(M−1)/2 + 1`` candidates (line
-    325), each extended at most M times over M queries: O(M⁴·F) in this direct
+    With M failed queries there are up to ``M(M−1)/2 + 1`` candidates
+    (Section 5), each extended at most M times over M queries: O(M⁴·F) in this direct
     form (the seed states O(M³ log M) for its bookkeeping). The seed proves
     ``1 − e^(−1/d)`` of the pooled optimum (:func:`approximation_bound`), which
     needs an optimum of two or more queries.
@@ -170,7 +170,7 @@ def recover_best_density(
     References
     ----------
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
-    Section 5, Algorithm 3, Theorem 5.1; seed ``incremental-recovery.txt``, lines 259–339.
+    Section 5, Algorithm 3 and Theorem 5.1.
     """
     return _best_density(
         graph,
@@ -221,7 +221,8 @@ def recover_best_density_pruned(
 
     References
     ----------
-    ``incremental-recovery.txt`` lines 290–301 (the pairs); the pruning is Backstop's.
+    Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
+    Section 5, Algorithm 3, lines 11–19 (the pairs); the pruning is Backstop's.
     """
     return _best_density(
         graph,
@@ -273,7 +274,8 @@ def recover_best_density_strong(
 
     References
     ----------
-    ``incremental-recovery.txt`` Algorithm 3 (lines 290–301), with more seeds.
+    Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
+    Section 5, Algorithm 3 (lines 1–19), with more seeds.
     """
     return _best_density(
         graph,
@@ -332,7 +334,7 @@ def _extend(prob: _Problem, plan: int, placement: dict[int, str], rem: dict[str,
 
 
 def _seeds(prob: _Problem, pair_pool_size: int | None, all_singles: bool) -> list[tuple[int, ...]]:
-    """The starts (lines 1-19): the densest single query that fits, then every pair."""
+    """The candidate plans (Algorithm 3, lines 1–19): the densest fitting query, every pair."""
     nq = prob.nq
     share0 = [0] * len(prob.failed)
     for m in prob.qmask:

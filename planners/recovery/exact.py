@@ -138,7 +138,7 @@ def recover_exact(
     References
     ----------
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
-    Definition 2 and Appendix D.1 (the problem); seed ``incremental-recovery.txt``.
+    Definition 2 and Appendix D.1 (the problem).
     """
     from ortools.sat.python import cp_model
 
@@ -225,7 +225,7 @@ def recover_auto(
     References
     ----------
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
-    Section 5; seed ``incremental-recovery.txt``.
+    Section 5.
     """
     bd = recover_best_density_strong(graph, failed, capacity, time_limit=time_limit / 3)
     if bd.optimal:

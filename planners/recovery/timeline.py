@@ -175,7 +175,7 @@ def simulate_timeline(
     References
     ----------
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
-    Sections 2.2.3 and 7.2 (incremental vs. blocking); seed ``incremental-recovery.txt``.
+    Sections 2.2.3 and 7.2 (incremental vs. blocking).
     """
     _check_events(node_cpu, lost_at, arrivals)
     initial = {n: c for n, c in node_cpu.items() if n not in arrivals or n in lost_at}
@@ -268,7 +268,8 @@ def fill_leftover(
 
     References
     ----------
-    ``incremental-recovery.txt`` recovers whole query partitions; filling the
+    Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
+    Section 5 recovers whole query partitions; filling the
     remainder is Backstop's addition, measured in ``bench/bench_recovery.py``.
     """
     remaining = dict(capacity)
