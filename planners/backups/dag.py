@@ -300,36 +300,32 @@ def backups_dag(
     linear when ``R`` spans few tasks; the final step is O(M · (N + E)) in the
     worst case for ``M`` backups.
 
-    Deviations from the seed, each measured on its Guru and Senti cases
-    (``bench/bench_backups.py``, average gap to the proven optimum per row):
+    Deviations from the seed, each measured on its Guru and Senti cases by
+    ``bench/bench_backups.py`` (the average gap to the proven optimum per row):
 
-    - Ranking (Algorithm 4, lines 6-7, ``minimum-backups-ftc.txt`` line 324:
-      "choose tasks with highest ``B(v)``"): candidates are ranked first by
-      the share of ``v``'s stream they b-cover on its way beyond ``R`` (the
-      b-cover percentage ``F`` of eq. 7, restricted to the flow that needs a
-      backup), then by ``B`` (eq. 8), then by the longest distance. On lines
-      and trees every candidate covers the whole stream, so this is the
-      seed's order; on shuffle-heavy DAGs ranking by ``B`` first picks many
-      parallel tasks where one upstream task covers them all (on Twitter
-      Sentiment, ranking by ``B`` alone was up to 15x the optimum; with the
-      elimination step below it is still 149 % above the optimum on average,
-      122 % over the sweep, against 8.1 % and 5.8 % with our ranking). The
-      seed's ranking is kept as ``ranking="workload"``.
-    - Elimination (line 302, "Finally, we remove tasks that have been
+    - Ranking (Sec. IV-D, Algorithm 4, lines 6-7: "choose tasks with highest ``B(v)``"):
+      candidates are ranked first by the share of ``v``'s stream they b-cover on its way
+      beyond ``R`` (the b-cover percentage ``F`` of eq. 7, restricted to the flow that
+      needs a backup), then by ``B`` (eq. 8), then by the longest distance. On lines and
+      trees every candidate covers the whole stream, so this is the seed's order; on
+      shuffle-heavy DAGs ranking by ``B`` first picks many parallel tasks where one
+      upstream task covers them all (on Twitter Sentiment it stays far above the optimum
+      even with the elimination step below). The seed's ranking is kept as
+      ``ranking="workload"``.
+    - Elimination (Sec. IV-D, "Finally, we remove tasks that have been
       b-covered from the new backup task to eliminate redundant backups"):
       the seed does not say when a b-covered backup is redundant nor which
       ones it removes. We remove a backup when the bound still holds without
-      it. Restricted to the backups a round's new backup b-covers
-      (``elimination="b-covered"``), the gap is 12.9 % (10.6 % over the
-      Figs. 7/8 sweep of bounds); removing every redundant backup once at the
-      end (the default) gives 8.1 % (sweep 5.8 %), in line with the seed's
-      3-10 % (line 386, "an extra backup task of 3 % on average … and of
-      10 %"); without the step (``"none"``) 15.1 % (sweep 28.2 %).
+      it, either only among the backups a round's new backup b-covers
+      (``elimination="b-covered"``) or, the default, among every backup once
+      at the end, which comes closest to the optimum and to the seed's own
+      gap (Sec. V-B); ``"none"`` skips the step.
 
     References
     ----------
-    ``minimum-backups-ftc.txt``, Sec. IV-A and IV-D, Algorithms 1 and 4,
-    eqs. (7) and (8), Lemma 3, Theorem 1.
+    Li et al. *Minimum Backups for Stream Processing With Recovery Latency
+    Guarantees*, Sec. IV-A and IV-D, Algorithms 1 and 4, eqs. (7) and (8), Lemma 3,
+    Theorem 1.
     """
     _require_feasible(graph, bound)
     flags = _ftc_dag(graph, bound, elimination, ranking)
@@ -374,11 +370,12 @@ def backups_dag_no_elim(graph: TaskGraph, bound: float, *, time_limit: float = 1
 
     Notes
     -----
-    As :func:`backups_dag` with ``elimination="none"``: 15.1 % above the
-    optimum on average on the seed's Guru and Senti cases.
+    As :func:`backups_dag` with ``elimination="none"``, which is further from
+    the optimum on the seed's Guru and Senti cases (``bench/bench_backups.py``).
 
     References
     ----------
-    ``minimum-backups-ftc.txt``, Algorithms 1 and 4 (without line 302's step).
+    Li et al. *Minimum Backups for Stream Processing With Recovery Latency
+    Guarantees*, Sec. IV-D, Algorithms 1 and 4 (without the final elimination step).
     """
     return backups_dag(graph, bound, time_limit=time_limit, elimination="none")
