@@ -141,7 +141,7 @@ def plan_rollout(
     Notes
     -----
     Greedy (:func:`next_rollout_step`) on the state the previous steps leave; the
-    evaluator is the failure-effect model of ``DESIGN.md`` for ``F = K_p ∪ D_i``.
+    evaluator is the failure-effect model of :mod:`planners.evaluate` for ``F = K_p ∪ D_i``.
     """
     pending = set(changed)
     done: set[str] = set()

@@ -306,8 +306,9 @@ def plan_joint(
 
     References
     ----------
-    DESIGN.md ("Ours (joint)"); combines ``seeds/rtap-journal.txt`` (placement)
-    and ``seeds/minimum-backups-ftc.txt`` (backups).
+    Backstop's own; combines Li et al. *A Task Allocation Method for Stream Processing
+    with Recovery Latency Constraint* (placement) and Li et al. *Minimum Backups for
+    Stream Processing With Recovery Latency Guarantees* (backups).
     """
     fn = _algorithm(algorithm)
     pool = pool.with_domains(domains)

@@ -193,7 +193,8 @@ def place_exact(
 
     References
     ----------
-    Model (4)–(9) of ``seeds/rtap-journal.txt`` (solved there by exhaustive search).
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Model (4)–(9) (solved there by exhaustive search).
     """
     prob = _prepare(graph, pool, bound, backups, time_limit)
     try:
@@ -266,7 +267,8 @@ def place_auto(
 
     References
     ----------
-    Algorithm 1 and Section 4.2 of ``seeds/rtap-journal.txt``.
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Algorithm 1 and Section 4.2.
     """
     prob = _prepare(graph, pool, bound, backups, time_limit)
     deadline = prob.budget.mark()

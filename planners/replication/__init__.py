@@ -1,4 +1,7 @@
-"""Selective active replication on spare CPU (seed ``adaptive-selective-replication.txt``).
+"""Selective active replication on spare CPU.
+
+Seed: Grüneberger, Heinze, Felber. *Adaptive Selective Replication for Complex Event
+Processing Systems*.
 
 Why this package exists: upstream backups bound how long recovery takes, but a
 query still goes dark while its failed tasks restart. An active replica of a

@@ -126,8 +126,7 @@ def importance(graph: TaskGraph, strategy: str = "qod-lu", *, seed: int = 0) -> 
     References
     ----------
     Grüneberger, Heinze, Felber. *Adaptive Selective Replication for Complex
-    Event Processing Systems*, Sections 3.1 and 3.2.2; seed
-    ``adaptive-selective-replication.txt``.
+    Event Processing Systems*, Sections 3.1 and 3.2.2.
     """
     if strategy not in STRATEGIES:
         raise UnknownAlgorithm(

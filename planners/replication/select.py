@@ -1,14 +1,15 @@
 """Choosing which tasks get active replicas, and placing them.
 
-Seed: ``adaptive-selective-replication.txt``.
+Seed: Grüneberger, Heinze, Felber. *Adaptive Selective Replication for Complex Event
+Processing Systems*.
 
 Why several algorithms: the seed sorts operators by an importance heuristic and
 fills the spare resources in that order ("simple operator selection", Section
-3.2.1, line 136), proposing QOD·LU as a cheap stand-in for a 0-1 knapsack
-(Section 3.2.2, lines 146–152); its baseline is a random selection. We also
+3.2.1), proposing QOD·LU as a cheap stand-in for a 0-1 knapsack
+(Section 3.2.2); its baseline is a random selection. We also
 solve that knapsack exactly. Both are here under their own names
 (:data:`SELECTIONS`), share the placement step (first fit over hosts, the
-seed's colour bound and network constraint, lines 160–170) and answer to
+seed's colour bound and network constraint, Section 3.3) and answer to
 :func:`planners.replication.check_replication`; ``best`` runs them all and keeps
 the plan the availability model rates highest.
 """
@@ -78,7 +79,7 @@ def replicate_sort_fill(
     gives the seed's random selection, a uniformly random order) and selected
     while the next one fits in what is left of ``load_rem`` (``budget``); with
     ``level > 1`` the pass repeats, raising each selected operator's
-    replication level by one per pass (the seed's procedure 1, line 138).
+    replication level by one per pass (the seed's procedure 1, Section 3.2.1).
     The replicas are then placed, most important first, by colored bin packing
     with first fit over hosts in the seed's neighbouring-factor order.
 
@@ -140,15 +141,14 @@ def replicate_sort_fill(
     placing ``m`` replicas on ``n`` hosts. Deviations from the seed: an
     operator that does not fit the remaining budget is skipped and the fill
     goes on with the next (the seed says only "until all spare resources are
-    consumed", line 136); an operator that fits on no node but its primary's is
+    consumed", Section 3.2.1); an operator that fits on no node but its primary's is
     never selected; the selection is on the pooled budget, so a replica whose
     node-by-node placement fails is reported in ``unplaced``, not replaced.
 
     References
     ----------
     Grüneberger, Heinze, Felber. *Adaptive Selective Replication for Complex
-    Event Processing Systems*, Sections 3.2.1, 3.3.1 and 3.3.2; seed
-    ``adaptive-selective-replication.txt``, lines 136–138 and 158–170.
+    Event Processing Systems*, Sections 3.2.1, 3.3.1 and 3.3.2.
     """
     imp = importance(graph, strategy, seed=seed)
     cl = _Cluster(
@@ -232,7 +232,7 @@ def replicate_knapsack(
     """Backstop's selection: an exact 0-1 knapsack over importance, then fill what is left.
 
     The seed models selection as a 0-1 knapsack (value = importance, weight =
-    load, capacity = ``load_rem``; Section 3.2.2, line 146) but suggests the
+    load, capacity = ``load_rem``; Section 3.2.2) but suggests the
     QOD·LU sort as an approximation; here the knapsack is solved exactly
     (ortools). The replicas are placed by colored bin packing (hosts with the
     most spare CPU first by default); whatever budget is left is spent on
@@ -280,7 +280,7 @@ def replicate_knapsack(
     ----------
     Grüneberger, Heinze, Felber. *Adaptive Selective Replication for Complex
     Event Processing Systems*, Sections 3.2.2 (knapsack) and 3.3.2 (colored bin
-    packing, after Dawande et al.); seed ``adaptive-selective-replication.txt``.
+    packing, after Dawande et al.).
     """
     imp = importance(graph, strategy, seed=seed)
     cl = _Cluster(
@@ -363,7 +363,7 @@ def replicate_best(
 
     References
     ----------
-    The seed's replication optimizer (Section 4, lines 199–205) maximises
+    The seed's replication optimizer (Section 4) maximises
     ``A(plc)`` over placements within a cost limit; this searches its
     candidates among the seed's own heuristics.
     """
