@@ -1,11 +1,10 @@
 """Deterministic budgets: the same input and budget give the same plan on any machine.
 
-Why this module exists: a planner that stops when the wall clock runs out answers
-the same question differently on a busy laptop, an idle CI runner and the
-operator's pod, and even twice in a row on one machine. Then ``backstop plan``
-(the dry run) shows something the operator will not do, and a re-plan of an
-unchanged topology moves pods for nothing. So every planner measures its budget
-in *work*, never in seconds:
+A planner that stops when the wall clock runs out answers the same question
+differently on a busy laptop, an idle CI runner and the operator's pod, and even twice
+in a row on one machine. Then ``backstop plan`` (the dry run) shows something the
+operator will not do, and a re-plan of an unchanged topology moves pods for nothing. So
+every planner measures its budget in *work*, never in seconds:
 
 - the Python searches (greedy passes, local search, the recovery DP) count
   steps in a :class:`WorkBudget`; a ``time_limit`` of ``s`` seconds buys

@@ -121,9 +121,9 @@ def _failure_h(graph: TaskGraph, flags: list[bool], members: Collection[int]) ->
 
     ``ℓ(u)`` is read only for ``u`` in ``F`` or without a backup (otherwise
     ``a(u) = 0``), so ``F`` and, transitively, its upstream tasks without backups
-    are all that is needed. Why: checking every node of a 10k-task plan with a
-    whole-graph pass per node cost O(nodes · (V + E)), seconds per check; this is
-    about O(V + E) for all nodes together.
+    are all that is needed. A whole-graph pass per node would cost
+    O(nodes · (V + E)), seconds per check of a 10k-task plan; this is about
+    O(V + E) for all nodes together.
     """
     fail = set(members)
     need = set(fail)

@@ -1,13 +1,12 @@
 """Re-placement that moves as few running tasks as possible.
 
-Why this module exists: every pod that moves is a task restarted from its last
-checkpoint, so a re-plan must not move pods for nothing. When the placement in
-force still keeps the bound on the nodes there are now, a re-plan keeps it (zero
-pods move) unless a fresh plan needs fewer nodes. Otherwise the fresh plan's
-groups of tasks are put on the nodes where most of their tasks already run.
-The planners are deterministic (:mod:`planners.budget`), so an unchanged input
-gives the same fresh plan, and the dry run (``backstop plan --from-cluster``)
-shows exactly what the operator will do.
+Every pod that moves is a task restarted from its last checkpoint, so a re-plan
+must not move pods for nothing. When the placement in force still keeps the bound on the
+nodes there are now, a re-plan keeps it (zero pods move) unless a fresh plan needs fewer
+nodes. Otherwise the fresh plan's groups of tasks are put on the nodes where most of
+their tasks already run. The planners are deterministic (:mod:`planners.budget`), so an
+unchanged input gives the same fresh plan, and the dry run (``backstop plan
+--from-cluster``) shows exactly what the operator will do.
 
 :func:`place_min_migration` is the one entry point; the operator's re-plans
 (spec changes, a re-plan after a recovery that broke the bound) go through it.

@@ -1,18 +1,18 @@
 """Restoring the bound with the fewest moved tasks, in steps that never make things worse.
 
-Why this module exists: after a recovery onto too little capacity (or a drain, a
-spec change that could not be fully applied, nodes leaving) the tasks all run,
-but the placement breaks the recovery-latency bound. When capacity returns, a
-fresh plan would restore the bound but restart most pods; every moved pod is a
-task replaying from its last checkpoint. So the restore is two pure steps:
+After a recovery onto too little capacity (or a drain, a spec change that could not
+be fully applied, nodes leaving) the tasks all run, but the placement breaks the
+recovery-latency bound. When capacity returns, a fresh plan would restore the bound but
+restart most pods; every moved pod is a task replaying from its last checkpoint. So the
+restore is two pure steps:
 
-1. :func:`min_migration`: the valid placement (capacity, and the bound for every
-   single-node or failure-domain loss under the failure-effect model) that moves
-   the fewest tasks away from where they run now. It is a CP-SAT model (the
-   same latency encoding as the exact placement) whose objective counts moved
-   tasks first and used nodes second; the heuristic re-plan of
-   :func:`planners.migration.place_min_migration` is its starting hint, so a
-   valid answer exists whenever that re-plan finds one.
+1. :func:`~planners.fewest_moves.min_migration`: the valid placement (capacity, and the
+   bound for every single-node or failure-domain loss under the failure-effect model)
+   that moves the fewest tasks away from where they run now. It is a CP-SAT model (the
+   same latency encoding as the exact placement) whose objective counts moved tasks
+   first and used nodes second; the heuristic re-plan of
+   :func:`planners.migration.place_min_migration` is its starting hint, so a valid
+   answer exists whenever that re-plan finds one.
 2. :func:`move_schedule`: the moves in small batches, each batch chosen so that
    the worst single-node recovery after it is no worse than before it (and,
    once the bound holds, never broken again). A restore stops early as soon as

@@ -1,10 +1,10 @@
 """Minimum upstream backups that keep every single-task recovery within a bound.
 
-Why this module exists: keeping an upstream buffer on every task (``M ≡ 1``) makes
-recovery fastest but costs memory and CPU on every task; keeping none makes a failed
-task wait for its whole upstream to recompute. The FTC seed (*Minimum Backups for Stream
-Processing With Recovery Latency Guarantees*, Sec. III) asks for the fewest backup tasks
-such that every task ``v`` recovers within ``R`` when it fails alone::
+Keeping an upstream buffer on every task (``M ≡ 1``) makes recovery fastest but
+costs memory and CPU on every task; keeping none makes a failed task wait for its whole
+upstream to recompute. The FTC seed (*Minimum Backups for Stream Processing With
+Recovery Latency Guarantees*, Sec. III) asks for the fewest backup tasks such that every
+task ``v`` recovers within ``R`` when it fails alone::
 
     L(v) = t_v + max over upstream u with M(u) = 0 of L(u)     (eq. 3)
 

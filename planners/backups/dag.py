@@ -339,8 +339,8 @@ def backups_dag(
 def backups_dag_no_elim(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -> BackupPlan:
     """The seed's DAG heuristic without its final redundancy-elimination step.
 
-    What ``dag`` was before the step was added (``auto`` and ``exact`` start
-    from this plan and remove redundant backups in their own local search).
+    ``auto`` and ``exact`` start from this plan and remove redundant backups in
+    their own local search.
 
     Parameters
     ----------

@@ -1,11 +1,11 @@
 """Recovery-latency-aware placement: which node each task runs on (RTAP seeds).
 
-Why this module exists: tasks placed on one node fail together, and a task that
-fails together with its upstream must wait for it to recover before it can replay (the
-correlated failure effect model of *A Task Allocation Method for Stream Processing with
-Recovery Latency Constraint*, Section 3.3). So a placement is not plain bin packing:
-every node failure ``K_p`` (and, with failure domains, every zone or rack) must keep
-``H(K_p)`` within the recovery-latency bound, while using as few nodes as possible.
+Tasks placed on one node fail together, and a task that fails together with its
+upstream must wait for it to recover before it can replay (the correlated failure effect
+model of *A Task Allocation Method for Stream Processing with Recovery Latency
+Constraint*, Section 3.3). So a placement is not plain bin packing: every node failure
+``K_p`` (and, with failure domains, every zone or rack) must keep ``H(K_p)`` within the
+recovery-latency bound, while using as few nodes as possible.
 
 Every algorithm shares one signature and is registered by name in
 :data:`PLACEMENT_ALGORITHMS`; :func:`place` dispatches on it:

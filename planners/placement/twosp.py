@@ -1,13 +1,13 @@
 """The RTAP seed's 2SP-based baselines as it writes them: fit by the bin's level height.
 
-Why this module exists: the seed compares its Algorithm 1 against three greedy
-algorithms built on the level-oriented strip-packing heuristics NFDH, FFDH and BFDH (*A
-Task Allocation Method for Stream Processing with Recovery Latency Constraint*, Section
-4.2). Our ``nfdh``/``ffdh``/ ``bfdh`` test every fit with the exact failure-effect
-evaluator, which makes them far stronger than the seed's and hides the gap its Table 5
-reports. These are the seed's reading: a bin's *level height* is the height of its
-highest item (eq. 3, ``H(p) = max h_v``), and an item fits when its estimated recovery
-latency, stacked on that level, stays within the bound.
+The seed compares its Algorithm 1 against three greedy algorithms built on the
+level-oriented strip-packing heuristics NFDH, FFDH and BFDH (*A Task Allocation Method
+for Stream Processing with Recovery Latency Constraint*, Section 4.2). Our
+``nfdh``/``ffdh``/ ``bfdh`` test every fit with the exact failure-effect evaluator,
+which makes them far stronger than the seed's and hides the gap its Table 5 reports.
+These are the seed's reading: a bin's *level height* is the height of its highest item
+(eq. 3, ``H(p) = max h_v``), and an item fits when its estimated recovery latency,
+stacked on that level, stays within the bound.
 
 The plans are still checked by the failure-effect evaluator, and whatever it
 finds is reported in :attr:`planners.placement.Placement.violations`, never

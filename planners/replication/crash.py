@@ -1,13 +1,13 @@
 """The replication seed's availability model: every host crashes independently with probability p.
 
-Why this module exists: the seed judges a replication plan by "the percentage of
-remaining running queries after a time period of one day" when "each host has a
-probability p to fail with a crash stop failure", crashed hosts stay down for the day,
-and crashes are uncorrelated (*Adaptive Selective Replication for Complex Event
-Processing Systems*, Section 2.3). "A query is considered broken, iff for at least one
-of its operators neither a primary operator nor an operator replica is executed
-anymore." The single-node model of :func:`planners.replication.availability` answers a
-different question (one uniformly chosen node lost), so both exist.
+The seed judges a replication plan by "the percentage of remaining running queries
+after a time period of one day" when "each host has a probability p to fail with a crash
+stop failure", crashed hosts stay down for the day, and crashes are uncorrelated
+(*Adaptive Selective Replication for Complex Event Processing Systems*, Section 2.3). "A
+query is considered broken, iff for at least one of its operators neither a primary
+operator nor an operator replica is executed anymore." The single-node model of
+:func:`planners.replication.availability` answers a different question (one uniformly
+chosen node lost), so both exist.
 
 The expectation is computed per query, exactly where the hosts involved are
 few and by seeded Monte Carlo where they are many (see :func:`crash_availability`).

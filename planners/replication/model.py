@@ -1,12 +1,11 @@
 """Replication plans, the seed's importance heuristics, availability, and the validator.
 
-Why a module of its own: every selection algorithm (``planners.replication.select``)
-returns a :class:`ReplicationPlan` and answers to :func:`check_replication`, so
-the seed's sort-and-fill heuristics, its random selection and our knapsack are
-compared on equal terms. Two availability figures are kept: the single-node
-model (:func:`availability`, one node lost, uniform) and the seed's own model,
-every host crashing independently with probability ``p``
-(:func:`planners.replication.crash.crash_availability`).
+Every selection algorithm (``planners.replication.select``) returns a
+:class:`ReplicationPlan` and answers to :func:`check_replication`, so the seed's
+sort-and-fill heuristics, its random selection and our knapsack are compared on equal
+terms. Two availability figures are kept: the single-node model (:func:`availability`,
+one node lost, uniform) and the seed's own model, every host crashing independently with
+probability ``p`` (:func:`planners.replication.crash.crash_availability`).
 
 Placement always respects two rules: a replica is never on its primary's node,
 and no two copies of a task share a node. :func:`check_replication` verifies

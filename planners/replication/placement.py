@@ -1,10 +1,10 @@
 """The placement step every replica selection shares, and the exact 0-1 knapsack.
 
-Why a module of its own: the seed's selections differ in *which* operators get
-replicas; *where* they go is one procedure for all of them (first fit over
-hosts, most important replica first, the seed's network constraint (i), its
-rule that two copies never share a host (ii), and colored bin packing, Section 3.3
-of *Adaptive Selective Replication for Complex Event Processing Systems*).
+The seed's selections differ in *which* operators get replicas; *where* they go is
+one procedure for all of them (first fit over hosts, most important replica first, the
+seed's network constraint (i), its rule that two copies never share a host (ii), and
+colored bin packing, Section 3.3 of *Adaptive Selective Replication for Complex Event
+Processing Systems*).
 """
 
 from __future__ import annotations
