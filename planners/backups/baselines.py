@@ -66,7 +66,8 @@ def backups_share_based(graph: TaskGraph, bound: float, *, time_limit: float = 1
     References
     ----------
     Li et al. *Minimum Backups for Stream Processing With Recovery Latency
-    Guarantees*, Sec. V-A ("share-based"), Table I.
+    Guarantees*, Sec. V-A ("share-based"), Table I. Seed text:
+    ``minimum-backups-ftc.txt``.
     """
     _require_feasible(graph, bound)
     preds, succs, t = graph.preds, graph.succs, graph.latency
@@ -139,7 +140,7 @@ def backups_exhaustive(graph: TaskGraph, bound: float, *, time_limit: float = 10
     References
     ----------
     Li et al. *Minimum Backups for Stream Processing With Recovery Latency
-    Guarantees*, Sec. IV-E (Algorithm exhaust).
+    Guarantees*, Sec. IV-E (Algorithm exhaust). Seed text: ``minimum-backups-ftc.txt``.
     """
     if len(graph) > EXHAUSTIVE_MAX_TASKS:
         raise PlannerError(
