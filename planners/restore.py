@@ -129,8 +129,8 @@ class _Schedule:
         blist = None if backups is None else list(backups)
         self.graph, self.target, self.capacity = graph, target, capacity
         self.todo = [t for t in graph.tasks if current.get(t) != target[t]]
+        # tasks not running on a usable node: they come back first, as soon as they fit
         self.lost = {t for t in self.todo if current.get(t) not in capacity}
-        """Tasks not running on a usable node: they come back first, as soon as they fit."""
         self.state = {t: n for t, n in current.items() if t in graph._index and t not in self.lost}
         self.cache = _Worst(graph, blist, self.state)
         self.load: dict[str, float] = {}
