@@ -1,18 +1,17 @@
 """Deterministic budgets: the same input and budget give the same plan on any machine.
 
-Why this module exists: a planner that stops when the wall clock runs out answers
-the same question differently on a busy laptop, an idle CI runner and the
-operator's pod, and even twice in a row on one machine. Then ``backstop plan``
-(the dry run) shows something the operator will not do, and a re-plan of an
-unchanged topology moves pods for nothing. So every planner measures its budget
-in *work*, never in seconds:
+A planner that stops when the wall clock runs out answers the same question
+differently on a busy laptop, an idle CI runner and the operator's pod, and even twice
+in a row on one machine. Then ``backstop plan`` (the dry run) shows something the
+operator will not do, and a re-plan of an unchanged topology moves pods for nothing. So
+every planner measures its budget in *work*, never in seconds:
 
 - the Python searches (greedy passes, local search, the recovery DP) count
   steps in a :class:`WorkBudget`; a ``time_limit`` of ``s`` seconds buys
-  ``s * STEPS_PER_SECOND`` steps (measured 0.2-1.2 million steps a second on the
-  2-core CI machine, so a nominal second of search takes at most about one);
+  ``s * STEPS_PER_SECOND`` steps (the 2-core CI machine runs 0.2-1.2 million steps
+  a second, so a nominal second of search takes at most about one);
 - CP-SAT runs with a fixed seed, one worker (its sequential search is
-  deterministic; measured on 2 cores it was also the fastest to the same plans,
+  deterministic; on 2 cores it is also the fastest to the same plans,
   see ``docs/benchmarks.md``), and ``max_deterministic_time`` (CP-SAT's own work
   measure) instead of ``max_time_in_seconds`` (:func:`deterministic_cp_sat`).
 
@@ -43,11 +42,11 @@ or a state copy); the slowest rate measured on the 2-core CI machine."""
 CP_SAT_WORKERS = 1
 """CP-SAT's workers: a constant, never ``os.cpu_count()``, so the plan is the same on
 every machine. One worker searches sequentially, which is deterministic; several
-would need ``interleave_search``, which measured 1.5-2x slower here to the same plans."""
+would need ``interleave_search``, which is 1.5-2x slower on the CI machine to the same plans."""
 
 CP_SAT_WORK_PER_SECOND = 0.3
-"""CP-SAT deterministic time bought by one nominal second. Measured on the 2-core CI
-machine, CP-SAT's deterministic second took 3-6 wall seconds (presolve included)."""
+"""CP-SAT deterministic time bought by one nominal second. On the 2-core CI machine,
+CP-SAT's deterministic second takes 3-6 wall seconds (presolve included)."""
 
 CP_SAT_SEED = 20_240_518
 """CP-SAT's ``random_seed`` (any fixed value; fixed so it is stated, not a default)."""

@@ -1,12 +1,11 @@
 """Scale-down consolidation: fewer nodes, reached only through steps that keep the bound.
 
-Why this module exists: after a restore onto whatever capacity was there, or
-once a larger node joins, the tasks may run on more nodes than a plan needs.
-Freeing a node is worth some restarts, but never a moment in which one node
-failure would break the bound. So, like the restore (:mod:`planners.restore`),
-consolidation is a minimum-migration target (here: at most as many nodes as a
-fresh plan needs, the fewest moves for that) reached in small batches; because
-the current placement keeps the bound, the schedule's rule (never worse than
+After a restore onto whatever capacity was there, or once a larger node joins, the
+tasks may run on more nodes than a plan needs. Freeing a node is worth some restarts,
+but never a moment in which one node failure would break the bound. So, like the restore
+(:mod:`planners.restore`), consolidation is a minimum-migration target (here: at most as
+many nodes as a fresh plan needs, the fewest moves for that) reached in small batches;
+because the current placement keeps the bound, the schedule's rule (never worse than
 ``max(previous, bound)``) means every intermediate state keeps it too.
 """
 

@@ -1,4 +1,4 @@
-"""The one failure-effect model every planner is checked against (DESIGN.md).
+"""The one failure-effect model every planner is checked against.
 
 Given backup flags ``M``, a placement ``Φ`` and a set ``F`` of tasks that fail
 together::
@@ -89,8 +89,10 @@ def recovery_latencies(
 
     Notes
     -----
-    O(V + E). Model: DESIGN.md; equation (3) of ``minimum-backups-ftc.txt`` and
-    equation (2) of ``rtap-journal.txt`` are special cases.
+    O(V + E). Model: the module docstring; equation (3) of Li et al. *Minimum Backups
+    for Stream Processing With Recovery Latency Guarantees* (Sec. III-B) and
+    equation (2) of Li et al. *A Task Allocation Method for Stream Processing with
+    Recovery Latency Constraint* (Section 3.3) are special cases.
     """
     flags = backup_flags(graph, backups)
     in_f = [False] * len(graph)
@@ -119,9 +121,9 @@ def _failure_h(graph: TaskGraph, flags: list[bool], members: Collection[int]) ->
 
     ``ℓ(u)`` is read only for ``u`` in ``F`` or without a backup (otherwise
     ``a(u) = 0``), so ``F`` and, transitively, its upstream tasks without backups
-    are all that is needed. Why: checking every node of a 10k-task plan with a
-    whole-graph pass per node cost O(nodes · (V + E)), seconds per check; this is
-    about O(V + E) for all nodes together.
+    are all that is needed. A whole-graph pass per node would cost
+    O(nodes · (V + E)), seconds per check of a 10k-task plan; this is about
+    O(V + E) for all nodes together.
     """
     fail = set(members)
     need = set(fail)

@@ -19,6 +19,43 @@ if TYPE_CHECKING:
     import networkx as nx
 
 
+def _upstreams(
+    edges: Iterable[tuple[str, str]], position: Mapping[str, int]
+) -> tuple[list[set[int]], bool]:
+    """Each task's producers by position, and whether every edge goes forward.
+
+    Raises :class:`InvalidTopology` for an edge naming an unknown task or a self loop.
+    """
+    ups: list[set[int]] = [set() for _ in position]
+    ordered = True  # every edge goes from an earlier to a later task
+    for u, v in edges:
+        pu, pv = position.get(u), position.get(v)
+        if pu is None or pv is None:
+            end = u if pu is None else v
+            raise InvalidTopology(f"edge {u!r} -> {v!r} names unknown task {end!r}")
+        if pu == pv:
+            raise InvalidTopology(f"task {u!r} feeds itself (cycle {u} -> {u})")
+        if pu > pv:
+            ordered = False
+        ups[pv].add(pu)
+    return ups, ordered
+
+
+def _check_values(
+    order: Iterable[str], latency: Mapping[str, float], weight: Mapping[str, float] | None
+) -> None:
+    """Every task has a positive latency and no negative weight."""
+    for t in order:
+        if t not in latency:
+            raise InvalidTopology(f"task {t!r} has no reprocessing latency")
+        if not float(latency[t]) > 0:
+            raise InvalidTopology(
+                f"task {t!r} has reprocessing latency {latency[t]}; it must be > 0"
+            )
+        if weight is not None and float(weight.get(t, 1.0)) < 0:
+            raise InvalidTopology(f"task {t!r} has negative weight {weight[t]}")
+
+
 def _lexicographic_order(ids: Sequence[str], ups: Sequence[set[int]]) -> list[str]:
     """``ids`` in the topological order that keeps each task as early as its position
     allows; :class:`InvalidTopology` naming a cycle if there is one."""
@@ -125,33 +162,14 @@ class TaskGraph:
             if t in position:
                 raise InvalidTopology(f"duplicate task id {t!r}")
             position[t] = len(position)
-        ups: list[set[int]] = [set() for _ in ids]  # by position in ``ids``
-        ordered = True  # every edge goes from an earlier to a later task of ``ids``
-        for u, v in edges:
-            pu, pv = position.get(u), position.get(v)
-            if pu is None or pv is None:
-                end = u if pu is None else v
-                raise InvalidTopology(f"edge {u!r} -> {v!r} names unknown task {end!r}")
-            if pu == pv:
-                raise InvalidTopology(f"task {u!r} feeds itself (cycle {u} -> {u})")
-            if pu > pv:
-                ordered = False
-            ups[pv].add(pu)
+        ups, ordered = _upstreams(edges, position)
         # The order is the lexicographic topological order by position in ``ids``; when
         # ``ids`` already is topological (as expand writes it), that is ``ids`` itself and
         # no graph library is needed (networkx costs 0.1-0.3 s to import, and far more
         # time and memory than these sets on a million edges).
         order = ids if ordered else _lexicographic_order(ids, ups)
         index = position if ordered else {t: i for i, t in enumerate(order)}
-        for t in order:
-            if t not in latency:
-                raise InvalidTopology(f"task {t!r} has no reprocessing latency")
-            if not float(latency[t]) > 0:
-                raise InvalidTopology(
-                    f"task {t!r} has reprocessing latency {latency[t]}; it must be > 0"
-                )
-            if weight is not None and float(weight.get(t, 1.0)) < 0:
-                raise InvalidTopology(f"task {t!r} has negative weight {weight[t]}")
+        _check_values(order, latency, weight)
         pred_lists: list[list[int]] = (
             [sorted(us) for us in ups]
             if ordered

@@ -1,13 +1,12 @@
 """Re-placement that moves as few running tasks as possible.
 
-Why this module exists: every pod that moves is a task restarted from its last
-checkpoint, so a re-plan must not move pods for nothing. When the placement in
-force still keeps the bound on the nodes there are now, a re-plan keeps it (zero
-pods move) unless a fresh plan needs fewer nodes. Otherwise the fresh plan's
-groups of tasks are put on the nodes where most of their tasks already run.
-The planners are deterministic (:mod:`planners.budget`), so an unchanged input
-gives the same fresh plan, and the dry run (``backstop plan --from-cluster``)
-shows exactly what the operator will do.
+Every pod that moves is a task restarted from its last checkpoint, so a re-plan
+must not move pods for nothing. When the placement in force still keeps the bound on the
+nodes there are now, a re-plan keeps it (zero pods move) unless a fresh plan needs fewer
+nodes. Otherwise the fresh plan's groups of tasks are put on the nodes where most of
+their tasks already run. The planners are deterministic (:mod:`planners.budget`), so an
+unchanged input gives the same fresh plan, and the dry run (``backstop plan
+--from-cluster``) shows exactly what the operator will do.
 
 :func:`place_min_migration` is the one entry point; the operator's re-plans
 (spec changes, a re-plan after a recovery that broke the bound) go through it.
@@ -19,6 +18,7 @@ from collections.abc import Iterable, Mapping
 
 from planners.errors import Infeasible
 from planners.evaluate import check_plan, worst_correlated_failure, worst_node_failure
+from planners.fewest_moves import min_migration
 from planners.graph import TaskGraph
 from planners.placement import Node, NodePool, Placement, place, plan_joint, require_valid
 
@@ -124,7 +124,7 @@ def place_min_migration(
        every pod anyway.
     3. Otherwise the fewest moves that keep the bound with the fresh plan's
        backups on at most as many nodes as the fresh plan uses
-       (:func:`planners.restore.min_migration`, CP-SAT), starting from
+       (:func:`planners.fewest_moves.min_migration`, CP-SAT), starting from
        the fresh plan with its node groups renamed onto the nodes where most of
        their tasks run (:func:`relabel_nodes`; not with failure domains); that
        renamed plan is kept if the search finds nothing that moves fewer tasks.
@@ -183,22 +183,8 @@ def place_min_migration(
     same budget (minimal over all placements for the fresh plan's backups,
     when it finishes; see :mod:`planners.restore`).
     """
-    from planners.restore import min_migration  # restore builds on this module
-
     pool = pool.with_domains(domains)
-    if choose_backups:
-        fresh = plan_joint(graph, pool, bound=bound, algorithm=algorithm, time_limit=time_limit)
-    else:
-        fresh = require_valid(  # a *-2sp baseline's plan may break the bound
-            place(
-                graph,
-                pool,
-                bound=bound,
-                backups=backups,
-                algorithm=algorithm,
-                time_limit=time_limit,
-            )
-        )
+    fresh = _fresh_plan(graph, pool, bound, backups, choose_backups, algorithm, time_limit)
     if not current:
         return fresh
     kept_backups = None if backups is None else tuple(dict.fromkeys(backups))
@@ -218,6 +204,42 @@ def place_min_migration(
             )
     if pool.unbounded:
         return fresh
+    return _fewest_moves(graph, pool, current, fresh, bound, time_limit)
+
+
+def _fresh_plan(
+    graph: TaskGraph,
+    pool: NodePool,
+    bound: float,
+    backups: Iterable[str] | None,
+    choose_backups: bool,
+    algorithm: str,
+    time_limit: float,
+) -> Placement:
+    """The plan from scratch: the joint plan, or a placement for ``backups``."""
+    if choose_backups:
+        return plan_joint(graph, pool, bound=bound, algorithm=algorithm, time_limit=time_limit)
+    return require_valid(  # a *-2sp baseline's plan may break the bound
+        place(
+            graph,
+            pool,
+            bound=bound,
+            backups=backups,
+            algorithm=algorithm,
+            time_limit=time_limit,
+        )
+    )
+
+
+def _fewest_moves(
+    graph: TaskGraph,
+    pool: NodePool,
+    current: Mapping[str, str],
+    fresh: Placement,
+    bound: float,
+    time_limit: float,
+) -> Placement:
+    """Step 3 of :func:`place_min_migration`: the fresh plan's backups, moved the least."""
     start = fresh.assignment if pool.domains() else relabel_nodes(fresh, graph, pool.nodes, current)
     assignment, algorithm = start, fresh.algorithm
     try:  # the fewest moves for the fresh plan's backups, the renamed plan as the hint

@@ -1,18 +1,18 @@
 """Restoring the bound with the fewest moved tasks, in steps that never make things worse.
 
-Why this module exists: after a recovery onto too little capacity (or a drain, a
-spec change that could not be fully applied, nodes leaving) the tasks all run,
-but the placement breaks the recovery-latency bound. When capacity returns, a
-fresh plan would restore the bound but restart most pods; every moved pod is a
-task replaying from its last checkpoint. So the restore is two pure steps:
+After a recovery onto too little capacity (or a drain, a spec change that could not
+be fully applied, nodes leaving) the tasks all run, but the placement breaks the
+recovery-latency bound. When capacity returns, a fresh plan would restore the bound but
+restart most pods; every moved pod is a task replaying from its last checkpoint. So the
+restore is two pure steps:
 
-1. :func:`min_migration`: the valid placement (capacity, and the bound for every
-   single-node or failure-domain loss under the failure-effect model) that moves
-   the fewest tasks away from where they run now. It is a CP-SAT model (the
-   same latency encoding as the exact placement) whose objective counts moved
-   tasks first and used nodes second; the heuristic re-plan of
-   :func:`planners.migration.place_min_migration` is its starting hint, so a
-   valid answer exists whenever that re-plan finds one.
+1. :func:`~planners.fewest_moves.min_migration`: the valid placement (capacity, and the
+   bound for every single-node or failure-domain loss under the failure-effect model)
+   that moves the fewest tasks away from where they run now. It is a CP-SAT model (the
+   same latency encoding as the exact placement) whose objective counts moved tasks
+   first and used nodes second; the heuristic re-plan of
+   :func:`planners.migration.place_min_migration` is its starting hint, so a valid
+   answer exists whenever that re-plan finds one.
 2. :func:`move_schedule`: the moves in small batches, each batch chosen so that
    the worst single-node recovery after it is no worse than before it (and,
    once the bound holds, never broken again). A restore stops early as soon as
@@ -27,15 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from planners.budget import deterministic_cp_sat
 from planners.errors import Infeasible
 from planners.evaluate import node_failure_latency, worst_node_failure
+from planners.fewest_moves import Migration, min_migration
 from planners.graph import TaskGraph
 from planners.migration import relabel_nodes
 from planners.placement import Node, NodePool, place
-from planners.placement_cpsat import _ceil_int, _floor_int
 
 __all__ = [
     "Migration",
@@ -49,19 +47,6 @@ __all__ = [
 _EPS = 1e-9
 RESTORE_BATCH = 2
 """Default number of tasks moved per step of a restore: a few at a time, never all at once."""
-
-
-@dataclass(frozen=True)
-class Migration:
-    """A valid placement and the tasks it moves away from the current one."""
-
-    assignment: dict[str, str]
-    moved: tuple[str, ...]
-    """Tasks whose node differs from the current assignment, in task order."""
-    worst: float
-    """Worst single-node failure of ``assignment`` (failure-effect model)."""
-    proven: bool
-    """Whether CP-SAT proved ``len(moved)`` minimal (exact integer scaling, status OPTIMAL)."""
 
 
 @dataclass(frozen=True)
@@ -83,170 +68,6 @@ class RestorePlan:
     worst_before: float
     worst: float
     proven: bool
-
-
-def _group_columns(nodes: Sequence[Node]) -> list[list[int]]:
-    """Failure groups as lists of node indices: one per node, or one per domain."""
-    keys: dict[str, list[int]] = {}
-    for j, node in enumerate(nodes):
-        keys.setdefault(node.domain if node.domain is not None else f"\0{node.name}", []).append(j)
-    return list(keys.values())
-
-
-def min_migration(
-    graph: TaskGraph,
-    nodes: Iterable[Node],
-    current: Mapping[str, str],
-    *,
-    bound: float,
-    backups: Iterable[str] | None,
-    hint: Mapping[str, str] | None = None,
-    time_limit: float = 2.0,
-    max_nodes: int | None = None,
-) -> Migration:
-    """The valid placement that moves the fewest tasks away from ``current``.
-
-    Valid means: every task on one of ``nodes``, no node over its CPU, and every
-    single-node failure (every domain failure, when nodes carry domains) keeps
-    ``bound`` under ``backups`` (``None``: every task keeps one).
-
-    Parameters
-    ----------
-    graph:
-        The task DAG.
-    nodes:
-        The usable nodes, with the CPU available to this topology.
-    current:
-        ``{task: node}`` now; tasks on a node not in ``nodes`` (or missing) move anyway.
-    bound:
-        The recovery-latency bound ``R`` in seconds.
-    backups:
-        The backups in force (kept: changing a task's role restarts it too).
-    hint:
-        A valid placement to start from (e.g. the heuristic re-plan); optional.
-    time_limit:
-        Nominal seconds of CP-SAT work (deterministic).
-    max_nodes:
-        At most this many nodes used (consolidation); ``None``: no limit.
-
-    Returns
-    -------
-    Migration
-
-    Raises
-    ------
-    Infeasible
-        No valid placement was found within the budget.
-
-    Examples
-    --------
-    >>> g = TaskGraph.build(["a", "b", "c"], [("a", "b"), ("b", "c")],
-    ...                     latency={"a": 1, "b": 1, "c": 1})
-    >>> m = min_migration(g, [Node("n1", 3), Node("n2", 3)],
-    ...                   {"a": "n1", "b": "n1", "c": "n1"}, bound=2, backups=["a", "b"])
-    >>> len(m.moved), m.worst <= 2, m.proven
-    (1, True, True)
-
-    Notes
-    -----
-    ``x[i, j]`` task i on node j; ``L[g, v]`` the recovery latency of ``v`` when
-    failure group ``g`` fails, with ``L[g, v] ≥ t_v + L[g, u]`` for an edge
-    ``u → v`` whenever ``u`` fails with ``g`` or keeps no backup, and
-    ``L[g, v] ≤ R`` when ``v`` is in ``g``: the failure-effect model, scaled to
-    integers against feasibility (optimality is claimed only when the scaling
-    is exact). Size O(|groups| · (V + E) + V · nodes).
-    """
-    from ortools.sat.python import cp_model
-
-    slots = sorted(nodes, key=lambda n: n.name)
-    if not slots:
-        raise Infeasible("no usable node")
-    n, m = len(graph), len(slots)
-    flags = [True] * n if backups is None else [False] * n
-    for b in backups or ():
-        flags[graph.index(b)] = True
-    exact = True
-
-    def scaled(values: Iterable[float], rounding: Any) -> list[int]:
-        nonlocal exact
-        out = []
-        for value in values:
-            v, ok = rounding(value)
-            out.append(v)
-            exact &= ok
-        return out
-
-    t_int = scaled(graph.latency, _ceil_int)
-    w_int = scaled(graph.weight, _ceil_int)
-    cap_int = scaled((s.cpu for s in slots), _floor_int)
-    (r_int,) = scaled([bound], _floor_int)
-    ub = max(sum(t_int), 1)
-
-    model = cp_model.CpModel()
-    x = [[model.new_bool_var(f"x{i}_{j}") for j in range(m)] for i in range(n)]
-    y = [model.new_bool_var(f"y{j}") for j in range(m)]
-    for i in range(n):
-        model.add_exactly_one(x[i])
-        for j in range(m):
-            if w_int[i] > cap_int[j]:
-                model.add(x[i][j] == 0)
-            model.add_implication(x[i][j], y[j])
-    for j in range(m):
-        model.add(sum(w_int[i] * x[i][j] for i in range(n)) <= cap_int[j])
-    if max_nodes is not None:
-        model.add(sum(y) <= max_nodes)
-    for members in _group_columns(slots):
-        if len(members) == 1:
-            col = [x[i][members[0]] for i in range(n)]
-        else:
-            col = []
-            for i in range(n):
-                in_group = model.new_bool_var("")
-                model.add(in_group == sum(x[i][j] for j in members))
-                col.append(in_group)
-        lvar = [model.new_int_var(t_int[v], max(ub, t_int[v]), "") for v in range(n)]
-        for v in range(n):
-            model.add(lvar[v] <= r_int).only_enforce_if(col[v])
-            for u in graph.preds[v]:
-                ct = model.add(lvar[v] >= t_int[v] + lvar[u])
-                if flags[u]:
-                    ct.only_enforce_if(col[u])
-
-    where = {s.name: j for j, s in enumerate(slots)}
-    stay = [
-        x[i][where[current[task]]]
-        for i, task in enumerate(graph.tasks)
-        if current.get(task) in where
-    ]
-    moved_expr = n - sum(stay)
-    model.minimize((m + 1) * moved_expr + sum(y))
-    if hint:
-        for i, task in enumerate(graph.tasks):
-            for j, s in enumerate(slots):
-                model.add_hint(x[i][j], int(hint.get(task) == s.name))
-        for j, s in enumerate(slots):
-            model.add_hint(y[j], int(s.name in set(hint.values())))
-
-    solver = cp_model.CpSolver()
-    deterministic_cp_sat(solver.parameters, time_limit)
-    status = solver.solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise Infeasible(
-            f"no placement on {m} nodes keeps the bound {bound:g}s"
-            + (" (proven)" if status == cp_model.INFEASIBLE else " within the budget")
-        )
-    assignment = {
-        task: slots[next(j for j in range(m) if solver.value(x[i][j]))].name
-        for i, task in enumerate(graph.tasks)
-    }
-    moved = tuple(t for t in graph.tasks if current.get(t) != assignment[t])
-    blist = None if backups is None else list(backups)
-    return Migration(
-        assignment=assignment,
-        moved=moved,
-        worst=worst_node_failure(graph, blist, assignment)[0],
-        proven=status == cp_model.OPTIMAL and exact,
-    )
 
 
 class _Worst:
@@ -294,6 +115,105 @@ class _Worst:
             state[task] = node
 
 
+class _Schedule:
+    """A restore in progress: where tasks run, the nodes' loads, the moves still to make."""
+
+    def __init__(
+        self,
+        graph: TaskGraph,
+        current: Mapping[str, str],
+        target: Mapping[str, str],
+        backups: Iterable[str] | None,
+        capacity: Mapping[str, float],
+    ) -> None:
+        blist = None if backups is None else list(backups)
+        self.graph, self.target, self.capacity = graph, target, capacity
+        self.todo = [t for t in graph.tasks if current.get(t) != target[t]]
+        # tasks not running on a usable node: they come back first, as soon as they fit
+        self.lost = {t for t in self.todo if current.get(t) not in capacity}
+        self.state = {t: n for t, n in current.items() if t in graph._index and t not in self.lost}
+        self.cache = _Worst(graph, blist, self.state)
+        self.load: dict[str, float] = {}
+        for t, node in self.state.items():
+            self.load[node] = self.load.get(node, 0.0) + graph.weight[graph.index(t)]
+
+    def fits(self, moves: Mapping[str, str]) -> bool:
+        """Whether every node ``moves`` adds tasks to stays within its capacity."""
+        new = dict(self.load)
+        for t, node in moves.items():
+            w = self.graph.weight[self.graph.index(t)]
+            if t in self.state:
+                new[self.state[t]] -= w
+            new[node] = new.get(node, 0.0) + w
+        grown = {node for node in moves.values()}  # a node that only loses tasks may stay over
+        return all(new[p] <= self.capacity.get(p, 0.0) + _EPS for p in grown)
+
+    def restored(self, bound: float) -> bool:
+        """Whether the state keeps the bound within capacity (the rest is not needed)."""
+        cap = self.capacity
+        fits_all = all(v <= cap.get(p, 0.0) + _EPS for p, v in self.load.items() if v > _EPS)
+        return not self.lost and fits_all and self.cache.worst() <= bound + _EPS
+
+    def _best_next(self, chosen: Mapping[str, str], limit: float) -> tuple[float, str] | None:
+        """The move to add to ``chosen``: a lost task that fits, else the lowest worst."""
+        target, state = self.target, self.state
+        back = [
+            t
+            for t in self.todo
+            if t in self.lost and t not in chosen and self.fits({**chosen, t: target[t]})
+        ]
+        if back:
+            return (self.cache.trial(state, {**chosen, back[0]: target[back[0]]}), back[0])
+        best: tuple[float, str] | None = None
+        for t in self.todo:
+            if t in chosen:
+                continue
+            trial = {**chosen, t: target[t]}
+            if not self.fits(trial):
+                continue
+            h = self.cache.trial(state, trial)
+            if h <= limit and (best is None or h < best[0] - _EPS):
+                best = (h, t)
+        return best
+
+    def _pair(self, limit: float) -> dict[str, str]:
+        """The first pair of moves that fits and keeps ``limit`` (empty: none does)."""
+        target, todo = self.target, self.todo
+        for k, a in enumerate(todo):
+            for b in todo[k + 1 :]:
+                trial = {a: target[a], b: target[b]}
+                if self.fits(trial) and self.cache.trial(self.state, trial) <= limit:
+                    return trial
+        return {}
+
+    def next_batch(self, batch: int, bound: float) -> dict[str, str]:
+        """The next step's moves (see :func:`move_schedule` for the rule)."""
+        chosen: dict[str, str] = {}
+        limit = max(self.cache.worst(), bound) + _EPS
+        while len(chosen) < batch:
+            best = self._best_next(chosen, limit)
+            if best is None:
+                break
+            chosen[best[1]] = self.target[best[1]]
+            limit = max(best[0], bound) + _EPS
+        if not chosen:
+            chosen = self._pair(limit)
+        if not chosen:
+            chosen = {t: self.target[t] for t in self.todo}
+        return chosen
+
+    def apply(self, chosen: Mapping[str, str]) -> None:
+        """Make the moves: loads, the worst recovery, and what is left to do."""
+        for t, node in chosen.items():
+            w = self.graph.weight[self.graph.index(t)]
+            if t in self.state:
+                self.load[self.state[t]] -= w
+            self.load[node] = self.load.get(node, 0.0) + w
+        self.cache.apply(self.state, chosen)
+        self.todo = [t for t in self.todo if t not in chosen]
+        self.lost -= set(chosen)
+
+
 def move_schedule(
     graph: TaskGraph,
     current: Mapping[str, str],
@@ -333,76 +253,13 @@ def move_schedule(
     -----
     O(k² · (V + E)) for k moves (each candidate re-evaluates the two nodes it touches).
     """
-    blist = None if backups is None else list(backups)
-    todo = [t for t in graph.tasks if current.get(t) != target[t]]
-    lost = {t for t in todo if current.get(t) not in capacity}
-    state = {t: n for t, n in current.items() if t in graph._index and t not in lost}
-    cache = _Worst(graph, blist, state)
+    sched = _Schedule(graph, current, target, backups, capacity)
+    broken = bool(sched.lost) or sched.cache.worst() > bound + _EPS
     steps: list[RestoreStep] = []
-    broken = bool(lost) or cache.worst() > bound + _EPS
-    load: dict[str, float] = {}
-    for t, node in state.items():
-        load[node] = load.get(node, 0.0) + graph.weight[graph.index(t)]
-
-    def fits(moves: Mapping[str, str]) -> bool:
-        new = dict(load)
-        for t, node in moves.items():
-            w = graph.weight[graph.index(t)]
-            if t in state:
-                new[state[t]] -= w
-            new[node] = new.get(node, 0.0) + w
-        grown = {node for node in moves.values()}  # a node that only loses tasks may stay over
-        return all(new[p] <= capacity.get(p, 0.0) + _EPS for p in grown)
-
-    def restored() -> bool:
-        """Whether the state already keeps the bound within capacity (the rest is not needed)."""
-        fits_all = all(v <= capacity.get(p, 0.0) + _EPS for p, v in load.items() if v > _EPS)
-        return stop_early and broken and not lost and fits_all and cache.worst() <= bound + _EPS
-
-    while todo and not restored():
-        chosen: dict[str, str] = {}
-        limit = max(cache.worst(), bound) + _EPS
-        while len(chosen) < batch:
-            best: tuple[float, str] | None = None
-            # tasks not running anywhere come back first, as soon as they fit
-            back = [
-                t for t in todo if t in lost and t not in chosen and fits({**chosen, t: target[t]})
-            ]
-            if back:
-                best = (cache.trial(state, {**chosen, back[0]: target[back[0]]}), back[0])
-            for t in [] if back else todo:
-                if t in chosen:
-                    continue
-                trial = {**chosen, t: target[t]}
-                if not fits(trial):
-                    continue
-                h = cache.trial(state, trial)
-                if h <= limit and (best is None or h < best[0] - _EPS):
-                    best = (h, t)
-            if best is None:
-                break
-            chosen[best[1]] = target[best[1]]
-            limit = max(best[0], bound) + _EPS
-        if not chosen:
-            for k, a in enumerate(todo):
-                for b in todo[k + 1 :]:
-                    trial = {a: target[a], b: target[b]}
-                    if fits(trial) and cache.trial(state, trial) <= limit:
-                        chosen = trial
-                        break
-                if chosen:
-                    break
-        if not chosen:
-            chosen = {t: target[t] for t in todo}
-        for t, node in chosen.items():
-            w = graph.weight[graph.index(t)]
-            if t in state:
-                load[state[t]] -= w
-            load[node] = load.get(node, 0.0) + w
-        cache.apply(state, chosen)
-        steps.append(RestoreStep(chosen, cache.worst()))
-        todo = [t for t in todo if t not in chosen]
-        lost -= set(chosen)
+    while sched.todo and not (stop_early and broken and sched.restored(bound)):
+        chosen = sched.next_batch(batch, bound)
+        sched.apply(chosen)
+        steps.append(RestoreStep(chosen, sched.cache.worst()))
     return steps
 
 

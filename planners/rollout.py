@@ -1,17 +1,17 @@
 """Rollouts of a spec change in steps that keep the recovery bound.
 
-Why this module exists: replacing a task's pod (a new image, new resources, a new role)
-takes the task down for its restart, exactly like a failure: while it is down, its
-consumers wait for it and, if it kept upstream backups, its buffers are gone. If every
-changed pod were replaced at once, one node failure during the rollout would add its
-tasks to all the replaced ones, and that failure set ``K_p ∪ D`` may recover far slower
-than the bound. So a rollout replaces the changed tasks in steps ``D_1, D_2, …`` such
-that, in the state of each step (tasks replaced earlier run their new pod on their new
-node with their new backup flag, the others their old pod), every single-node failure
-``p`` keeps ``H(K_p ∪ D_i) ≤ R`` under the failure-effect model
+Replacing a task's pod (a new image, new resources, a new role) takes the task down
+for its restart, exactly like a failure: while it is down, its consumers wait for it
+and, if it kept upstream backups, its buffers are gone. If every changed pod were
+replaced at once, one node failure during the rollout would add its tasks to all the
+replaced ones, and that failure set ``K_p ∪ D`` may recover far slower than the bound.
+So a rollout replaces the changed tasks in steps ``D_1, D_2, …`` such that, in the state
+of each step (tasks replaced earlier run their new pod on their new node with their new
+backup flag, the others their old pod), every single-node failure ``p`` keeps ``H(K_p ∪
+D_i) ≤ R`` under the failure-effect model
 (:func:`planners.evaluate.node_failure_latency`). Each step is as large as keeps the
-bound (nothing left can be added to it) and holds at least one task, so a rollout
-always finishes; a step that cannot keep the bound even alone is reported.
+bound (nothing left can be added to it) and holds at least one task, so a rollout always
+finishes; a step that cannot keep the bound even alone is reported.
 
 This follows Flink's ``upgradeMode: savepoint`` (stop with a checkpoint, restart from
 it) combined with Kubernetes' ``maxUnavailable``, with the step size chosen by the
@@ -141,7 +141,7 @@ def plan_rollout(
     Notes
     -----
     Greedy (:func:`next_rollout_step`) on the state the previous steps leave; the
-    evaluator is the failure-effect model of ``DESIGN.md`` for ``F = K_p ∪ D_i``.
+    evaluator is the failure-effect model of :mod:`planners.evaluate` for ``F = K_p ∪ D_i``.
     """
     pending = set(changed)
     done: set[str] = set()

@@ -1,10 +1,10 @@
 """Minimum upstream backups that keep every single-task recovery within a bound.
 
-Why this module exists: keeping an upstream buffer on every task (``M ≡ 1``)
-makes recovery fastest but costs memory and CPU on every task; keeping none
-makes a failed task wait for its whole upstream to recompute. The FTC seed
-(``../shared/seeds/minimum-backups-ftc.txt``) asks for the fewest backup tasks
-such that every task ``v`` recovers within ``R`` when it fails alone::
+Keeping an upstream buffer on every task (``M ≡ 1``) makes recovery fastest but
+costs memory and CPU on every task; keeping none makes a failed task wait for its whole
+upstream to recompute. The FTC seed (*Minimum Backups for Stream Processing With
+Recovery Latency Guarantees*, Sec. III) asks for the fewest backup tasks such that every
+task ``v`` recovers within ``R`` when it fails alone::
 
     L(v) = t_v + max over upstream u with M(u) = 0 of L(u)     (eq. 3)
 
@@ -20,10 +20,9 @@ never as a silently broken bound.
 
 The seed's algorithms are the floor: ``line`` and ``tree`` are its exact O(N)
 algorithms, ``dag`` is its Algorithm FTC with ChooseBackup-DAG and its final
-redundancy-elimination step (8 % above optimal on average on the seed's DAG
-cases; ``dag-no-elim`` without that step, 15 %), ``share-based`` its baseline
-and ``exhaustive`` its reference. Each module lists where it deviates from
-the seed, with the seed's line.
+redundancy-elimination step (``dag-no-elim`` without that step), ``share-based``
+its baseline and ``exhaustive`` its reference. Each module lists where it
+deviates from the seed, with the seed's section.
 ``exact`` (CP-SAT) and ``auto`` (shape detection, exact within a time budget,
 then the DAG heuristic plus local search) are ours.
 """
@@ -125,7 +124,8 @@ def plan_backups(
 
     References
     ----------
-    ``minimum-backups-ftc.txt``.
+    Li et al. *Minimum Backups for Stream Processing With Recovery Latency
+    Guarantees*.
     """
     try:
         fn: Callable[..., BackupPlan] = BACKUP_ALGORITHMS[algorithm]

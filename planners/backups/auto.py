@@ -104,7 +104,9 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
 
     References
     ----------
-    ``minimum-backups-ftc.txt``, Sec. IV (Algorithms 1-4) and problem (5).
+    Li et al. *Minimum Backups for Stream Processing With Recovery Latency
+    Guarantees*, Sec. IV (Algorithms 1-4) and problem (5). Seed text:
+    ``minimum-backups-ftc.txt``.
     """
     _require_feasible(graph, bound)
     if topology_shape(graph) != "dag":

@@ -65,7 +65,9 @@ def backups_share_based(graph: TaskGraph, bound: float, *, time_limit: float = 1
 
     References
     ----------
-    ``minimum-backups-ftc.txt``, Sec. V-A ("share-based"), Table I.
+    Li et al. *Minimum Backups for Stream Processing With Recovery Latency
+    Guarantees*, Sec. V-A ("share-based"), Table I. Seed text:
+    ``minimum-backups-ftc.txt``.
     """
     _require_feasible(graph, bound)
     preds, succs, t = graph.preds, graph.succs, graph.latency
@@ -137,7 +139,8 @@ def backups_exhaustive(graph: TaskGraph, bound: float, *, time_limit: float = 10
 
     References
     ----------
-    ``minimum-backups-ftc.txt``, Sec. IV-E (Algorithm exhaust).
+    Li et al. *Minimum Backups for Stream Processing With Recovery Latency
+    Guarantees*, Sec. IV-E (Algorithm exhaust). Seed text: ``minimum-backups-ftc.txt``.
     """
     if len(graph) > EXHAUSTIVE_MAX_TASKS:
         raise PlannerError(

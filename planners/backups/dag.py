@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from dataclasses import dataclass
 from typing import Literal
 
 from planners.backups.common import EPS, BackupPlan, _finish, _forced, _require_feasible
@@ -39,6 +40,82 @@ def _bfs_levels(graph: TaskGraph) -> list[int]:
     return level
 
 
+@dataclass
+class _Region:
+    """GenerateCandidates: the tasks reachable from ``v`` through non-backups."""
+
+    dist: dict[int, float]
+    """``D(v, w)``: the longest such path (``v``'s own ``t`` only if it keeps no backup)."""
+    expanded: set[int]
+    """Tasks the paths go through (``v`` and the reached non-backups within the bound)."""
+    order: list[int]
+    """Reached tasks within the bound, in topological order."""
+    violators: list[int]
+    """Reached tasks beyond the bound."""
+
+
+def _region(graph: TaskGraph, limit: float, v: int, flags: list[bool]) -> _Region:
+    t, preds, succs = graph.latency, graph.preds, graph.succs
+    region = _Region({v: 0.0 if flags[v] else t[v]}, {v}, [], [])
+    dist, expanded = region.dist, region.expanded
+    heap = list(succs[v])
+    seen = set(heap)
+    while heap:
+        w = heapq.heappop(heap)  # topological order: all in-region inputs are done
+        d = t[w] + max(dist[p] for p in preds[w] if p in expanded)
+        dist[w] = d
+        if d > limit:
+            region.violators.append(w)
+            continue
+        region.order.append(w)
+        if flags[w]:
+            continue  # an existing backup ends the path
+        expanded.add(w)
+        for s in succs[w]:
+            if s not in seen:
+                seen.add(s)
+                heapq.heappush(heap, s)
+    return region
+
+
+def _best_candidate(
+    graph: TaskGraph, v: int, flags: list[bool], region: _Region, ranking: Ranking
+) -> int:
+    """The region's task to give a backup next (the ranking is in the module doc)."""
+    t, preds, succs = graph.latency, graph.preds, graph.succs
+    expanded, order, dist = region.expanded, region.order, region.dist
+    # F(v) (eq. 7) and B(v) (eq. 8) over the region, and g(w): the share of
+    # w's output that flows on (split equally, as in eq. 7) to a task beyond R.
+    f: dict[int, float] = {v: 1.0}
+    b: dict[int, float] = {v: t[v]}
+    for w in order:
+        fw = bw = 0.0
+        for p in preds[w]:
+            if p in expanded:
+                q = len(succs[p])
+                fw += f[p] / q
+                bw += (b[p] + t[p]) / q
+        f[w], b[w] = fw, bw
+    g = dict.fromkeys(region.violators, 1.0)
+    candidates: list[int] = []
+    for w in [*reversed(order), v]:
+        if w in expanded and succs[w]:
+            gw = sum(g.get(s, 0.0) for s in succs[w]) / len(succs[w])
+            if gw > 0:
+                g[w] = gw
+                if w != v or not flags[v]:
+                    candidates.append(w)
+    # Largest share of the source's stream it b-covers on the way beyond R
+    # (F restricted to the flow that needs a backup), then highest B, then
+    # longest distance, then earliest task.
+    if ranking == "workload":  # Algorithm 4 as written: highest B, then distance
+        return max(candidates, key=lambda w: (round(b[w], 9), dist[w], -w))
+    return max(
+        candidates,
+        key=lambda w: (round(f[w] * g[w], 9), round(b[w], 9), dist[w], -w),
+    )
+
+
 def _choose_backup_dag(
     graph: TaskGraph, bound: float, v: int, flags: list[bool], ranking: Ranking = "covered-share"
 ) -> list[int]:
@@ -47,68 +124,16 @@ def _choose_backup_dag(
     Returns the new backups; ``flags`` is updated in place (``v`` itself may
     become a backup if one of its consumers cannot wait for it).
     """
-    t, preds, succs = graph.latency, graph.preds, graph.succs
+    t, succs = graph.latency, graph.succs
     limit = bound + EPS
     if not flags[v] and any(t[v] + t[w] > limit for w in succs[v]):
         flags[v] = True
     picks: list[int] = []
     while True:
-        # GenerateCandidates: tasks reachable from v through non-backups, with the
-        # distance D(v, w) (longest such path, v's own t only if v keeps no backup).
-        dist: dict[int, float] = {v: 0.0 if flags[v] else t[v]}
-        expanded = {v}
-        order: list[int] = []
-        violators: list[int] = []
-        heap = list(succs[v])
-        seen = set(heap)
-        while heap:
-            w = heapq.heappop(heap)  # topological order: all in-region inputs are done
-            d = t[w] + max(dist[p] for p in preds[w] if p in expanded)
-            dist[w] = d
-            if d > limit:
-                violators.append(w)
-                continue
-            order.append(w)
-            if flags[w]:
-                continue  # an existing backup ends the path
-            expanded.add(w)
-            for s in succs[w]:
-                if s not in seen:
-                    seen.add(s)
-                    heapq.heappush(heap, s)
-        if not violators:
+        region = _region(graph, limit, v, flags)
+        if not region.violators:
             return picks  # Rule II: every path from v now meets a backup or a sink within R
-        # F(v) (eq. 7) and B(v) (eq. 8) over the region, and g(w): the share of
-        # w's output that flows on (split equally, as in eq. 7) to a task beyond R.
-        f: dict[int, float] = {v: 1.0}
-        b: dict[int, float] = {v: t[v]}
-        for w in order:
-            fw = bw = 0.0
-            for p in preds[w]:
-                if p in expanded:
-                    q = len(succs[p])
-                    fw += f[p] / q
-                    bw += (b[p] + t[p]) / q
-            f[w], b[w] = fw, bw
-        g = dict.fromkeys(violators, 1.0)
-        candidates: list[int] = []
-        for w in [*reversed(order), v]:
-            if w in expanded and succs[w]:
-                gw = sum(g.get(s, 0.0) for s in succs[w]) / len(succs[w])
-                if gw > 0:
-                    g[w] = gw
-                    if w != v or not flags[v]:
-                        candidates.append(w)
-        # Largest share of the source's stream it b-covers on the way beyond R
-        # (F restricted to the flow that needs a backup), then highest B, then
-        # longest distance, then earliest task.
-        if ranking == "workload":  # Algorithm 4 as written: highest B, then distance
-            best = max(candidates, key=lambda w: (round(b[w], 9), dist[w], -w))
-        else:
-            best = max(
-                candidates,
-                key=lambda w: (round(f[w] * g[w], 9), round(b[w], 9), dist[w], -w),
-            )
+        best = _best_candidate(graph, v, flags, region, ranking)
         flags[best] = True
         picks.append(best)
 
@@ -275,36 +300,32 @@ def backups_dag(
     linear when ``R`` spans few tasks; the final step is O(M · (N + E)) in the
     worst case for ``M`` backups.
 
-    Deviations from the seed, each measured on its Guru and Senti cases
-    (``bench/bench_backups.py``, average gap to the proven optimum per row):
+    Deviations from the seed, each measured on its Guru and Senti cases by
+    ``bench/bench_backups.py`` (the average gap to the proven optimum per row):
 
-    - Ranking (Algorithm 4, lines 6-7, ``minimum-backups-ftc.txt`` line 324:
-      "choose tasks with highest ``B(v)``"): candidates are ranked first by
-      the share of ``v``'s stream they b-cover on its way beyond ``R`` (the
-      b-cover percentage ``F`` of eq. 7, restricted to the flow that needs a
-      backup), then by ``B`` (eq. 8), then by the longest distance. On lines
-      and trees every candidate covers the whole stream, so this is the
-      seed's order; on shuffle-heavy DAGs ranking by ``B`` first picks many
-      parallel tasks where one upstream task covers them all (on Twitter
-      Sentiment, ranking by ``B`` alone was up to 15x the optimum; with the
-      elimination step below it is still 149 % above the optimum on average,
-      122 % over the sweep, against 8.1 % and 5.8 % with our ranking). The
-      seed's ranking is kept as ``ranking="workload"``.
-    - Elimination (line 302, "Finally, we remove tasks that have been
+    - Ranking (Sec. IV-D, Algorithm 4, lines 6-7: "choose tasks with highest ``B(v)``"):
+      candidates are ranked first by the share of ``v``'s stream they b-cover on its way
+      beyond ``R`` (the b-cover percentage ``F`` of eq. 7, restricted to the flow that
+      needs a backup), then by ``B`` (eq. 8), then by the longest distance. On lines and
+      trees every candidate covers the whole stream, so this is the seed's order; on
+      shuffle-heavy DAGs ranking by ``B`` first picks many parallel tasks where one
+      upstream task covers them all (on Twitter Sentiment it stays far above the optimum
+      even with the elimination step below). The seed's ranking is kept as
+      ``ranking="workload"``.
+    - Elimination (Sec. IV-D, "Finally, we remove tasks that have been
       b-covered from the new backup task to eliminate redundant backups"):
       the seed does not say when a b-covered backup is redundant nor which
       ones it removes. We remove a backup when the bound still holds without
-      it. Restricted to the backups a round's new backup b-covers
-      (``elimination="b-covered"``), the gap is 12.9 % (10.6 % over the
-      Figs. 7/8 sweep of bounds); removing every redundant backup once at the
-      end (the default) gives 8.1 % (sweep 5.8 %), in line with the seed's
-      3-10 % (line 386, "an extra backup task of 3 % on average … and of
-      10 %"); without the step (``"none"``) 15.1 % (sweep 28.2 %).
+      it, either only among the backups a round's new backup b-covers
+      (``elimination="b-covered"``) or, the default, among every backup once
+      at the end, which comes closest to the optimum and to the seed's own
+      gap (Sec. V-B); ``"none"`` skips the step.
 
     References
     ----------
-    ``minimum-backups-ftc.txt``, Sec. IV-A and IV-D, Algorithms 1 and 4,
-    eqs. (7) and (8), Lemma 3, Theorem 1.
+    Li et al. *Minimum Backups for Stream Processing With Recovery Latency
+    Guarantees*, Sec. IV-A and IV-D, Algorithms 1 and 4, eqs. (7) and (8), Lemma 3,
+    Theorem 1. Seed text: ``minimum-backups-ftc.txt``.
     """
     _require_feasible(graph, bound)
     flags = _ftc_dag(graph, bound, elimination, ranking)
@@ -318,8 +339,8 @@ def backups_dag(
 def backups_dag_no_elim(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -> BackupPlan:
     """The seed's DAG heuristic without its final redundancy-elimination step.
 
-    What ``dag`` was before the step was added (``auto`` and ``exact`` start
-    from this plan and remove redundant backups in their own local search).
+    ``auto`` and ``exact`` start from this plan and remove redundant backups in
+    their own local search.
 
     Parameters
     ----------
@@ -349,11 +370,13 @@ def backups_dag_no_elim(graph: TaskGraph, bound: float, *, time_limit: float = 1
 
     Notes
     -----
-    As :func:`backups_dag` with ``elimination="none"``: 15.1 % above the
-    optimum on average on the seed's Guru and Senti cases.
+    As :func:`backups_dag` with ``elimination="none"``, which is further from
+    the optimum on the seed's Guru and Senti cases (``bench/bench_backups.py``).
 
     References
     ----------
-    ``minimum-backups-ftc.txt``, Algorithms 1 and 4 (without line 302's step).
+    Li et al. *Minimum Backups for Stream Processing With Recovery Latency
+    Guarantees*, Sec. IV-D, Algorithms 1 and 4 (without the final elimination step).
+    Seed text: ``minimum-backups-ftc.txt``.
     """
     return backups_dag(graph, bound, time_limit=time_limit, elimination="none")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from planners.backups.common import EPS, BackupPlan, _finish, _forced, _require_feasible
@@ -102,20 +102,42 @@ def _solve_cpsat(
     flags = [bool(forced[u]) or values.get(u, False) for u in range(n)]
     lower = solver.best_objective_bound + n_forced
     if tie_break and proven and left > 0.05 and m:
-        # Second phase: same number of backups, smallest worst latency.
-        count = sum(1 for u in m if flags[u])
-        model.add(sum(m.values()) == count)
-        worst = model.new_int_var(0, r_int, "worst")
-        model.add_max_equality(worst, ell)
-        model.minimize(worst)
-        model.clear_hints()  # type: ignore[no-untyped-call]
-        for u, var in m.items():
-            model.add_hint(var, int(flags[u]))
-        deterministic_cp_sat(solver.parameters, min(left, 0.25 * time_limit))
-        if solver.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            flags = [bool(forced[u]) or (u in m and bool(solver.value(m[u]))) for u in range(n)]
+        flags = _smallest_worst(
+            solver, model, m, ell, forced, flags, r_int, min(left, 0.25 * time_limit)
+        )
         left -= solver.response_proto.deterministic_time / CP_SAT_WORK_PER_SECOND
     return flags, proven, lower, max(0.0, time_limit - left)
+
+
+def _smallest_worst(
+    solver: Any,
+    model: Any,
+    m: Mapping[int, Any],
+    ell: list[Any],
+    forced: list[bool],
+    flags: list[bool],
+    r_int: int,
+    time_limit: float,
+) -> list[bool]:
+    """Second phase: the same number of backups as ``flags``, smallest worst latency.
+
+    ``flags`` is kept if the search finds nothing within ``time_limit``.
+    """
+    from ortools.sat.python import cp_model
+
+    n = len(flags)
+    count = sum(1 for u in m if flags[u])
+    model.add(sum(m.values()) == count)
+    worst = model.new_int_var(0, r_int, "worst")
+    model.add_max_equality(worst, ell)
+    model.minimize(worst)
+    model.clear_hints()
+    for u, var in m.items():
+        model.add_hint(var, int(flags[u]))
+    deterministic_cp_sat(solver.parameters, time_limit)
+    if solver.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return [bool(forced[u]) or (u in m and bool(solver.value(m[u]))) for u in range(n)]
+    return flags
 
 
 def _solve_with_patience(
@@ -240,8 +262,9 @@ def backups_exact(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -
 
     References
     ----------
-    ``minimum-backups-ftc.txt``, Sec. III-C, problem (5); the seed's exact
-    reference is Algorithm exhaust (Sec. IV-E).
+    Li et al. *Minimum Backups for Stream Processing With Recovery Latency
+    Guarantees*, Sec. III-C, problem (5); the seed's exact reference is Algorithm
+    exhaust (Sec. IV-E). Seed text: ``minimum-backups-ftc.txt``.
     """
     _require_feasible(graph, bound)
     budget = WorkBudget(time_limit)

@@ -1,11 +1,11 @@
 """Recovery-latency-aware placement: which node each task runs on (RTAP seeds).
 
-Why this module exists: tasks placed on one node fail together, and a task that
-fails together with its upstream must wait for it to recover before it can replay
-(the correlated failure effect of ``rtap-journal.txt``). So a placement is not
-plain bin packing: every node failure ``K_p`` (and, with failure domains, every
-zone or rack) must keep ``H(K_p)`` within the recovery-latency bound, while using
-as few nodes as possible.
+Tasks placed on one node fail together, and a task that fails together with its
+upstream must wait for it to recover before it can replay (the correlated failure effect
+model of *A Task Allocation Method for Stream Processing with Recovery Latency
+Constraint*, Section 3.3). So a placement is not plain bin packing: every node failure
+``K_p`` (and, with failure domains, every zone or rack) must keep ``H(K_p)`` within the
+recovery-latency bound, while using as few nodes as possible.
 
 Every algorithm shares one signature and is registered by name in
 :data:`PLACEMENT_ALGORITHMS`; :func:`place` dispatches on it:
@@ -19,7 +19,7 @@ Every algorithm shares one signature and is registered by name in
 - ``rtap-nf``, ``rtap-ff``, ``rtap-bf``: the seed's Algorithm 1 (weighted upstream
   degree order, grouping, then 1-D packing per group), and ``rtap-*-literal``
   with its grouping rule as written;
-- ``exact``: CP-SAT (ortools, :mod:`planners.placement_cpsat`) within a budget,
+- ``exact``: CP-SAT (ortools, :mod:`planners.placement.cpsat`) within a budget,
   starting from the best heuristic;
 - ``auto``: the best of several latency-aware greedy packings, improved by a local
   search that empties nodes, then CP-SAT when the instance is small.

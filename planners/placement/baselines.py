@@ -64,15 +64,16 @@ def place_nfdh(
     Deviation from the seed: a fit is tested with the failure-effect model
     itself (``H(K_p ∪ {v}) ≤ R``, every task on the node re-evaluated), not
     by the node's level height plus the task's height as the seed's 2SP
-    greedy algorithms do (``rtap-journal.txt`` lines 217-219). That makes
+    greedy algorithms do (Section 4.2). That makes
     these baselines much stronger than the seed's (on its Table 4 instances
-    BFDH then beats RTAP-BF by 3 %, where the seed reports the opposite);
+    BFDH then beats RTAP-BF, where the seed reports the opposite);
     the seed's reading is :func:`planners.placement.place_nfdh_2sp` and its
     siblings. ``ffdh`` and ``bfdh`` deviate the same way.
 
     References
     ----------
-    Section 4.2 of ``seeds/rtap-journal.txt``.
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Section 4.2.
     """
     return _run_greedy("nfdh", graph, pool, bound, backups, "nf", grouped=False)
 
@@ -118,7 +119,8 @@ def place_ffdh(
 
     References
     ----------
-    Section 4.2 of ``seeds/rtap-journal.txt``.
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Section 4.2.
     """
     return _run_greedy("ffdh", graph, pool, bound, backups, "ff", grouped=False)
 
@@ -162,6 +164,7 @@ def place_bfdh(
 
     References
     ----------
-    Section 4.2 of ``seeds/rtap-journal.txt``.
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Section 4.2.
     """
     return _run_greedy("bfdh", graph, pool, bound, backups, "bf", grouped=False)

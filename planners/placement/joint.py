@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from planners.graph import TaskGraph
+from planners.placement.cpsat import _cp_sat
 from planners.placement.model import _EPS, NodePool, Placement
 from planners.placement.registry import _algorithm, require_valid
 from planners.placement.search import _best_fit_target, _exact_slots, _heuristic_states, _small
@@ -19,7 +20,6 @@ from planners.placement.state import (
     _State,
     _state_from,
 )
-from planners.placement_cpsat import _cp_sat
 
 # ------------------------------------------------------------------ joint plan
 
@@ -306,8 +306,9 @@ def plan_joint(
 
     References
     ----------
-    DESIGN.md ("Ours (joint)"); combines ``seeds/rtap-journal.txt`` (placement)
-    and ``seeds/minimum-backups-ftc.txt`` (backups).
+    Backstop's own; combines Li et al. *A Task Allocation Method for Stream Processing
+    with Recovery Latency Constraint* (placement) and Li et al. *Minimum Backups for
+    Stream Processing With Recovery Latency Guarantees* (backups).
     """
     fn = _algorithm(algorithm)
     pool = pool.with_domains(domains)

@@ -66,7 +66,7 @@ def _rtap_groups(
     ``h_u + t_v > R`` (upstream ``u``) or ``h_v + t_u > R`` (downstream ``u``),
     where ``h`` is the single-failure recovery latency: such a pair can never
     share a node, whatever else is there. The seed states the test over every
-    member of the group (``rtap-journal.txt`` line 387: "v_i can be put into
+    member of the group (Section 5.3.3: "v_i can be put into
     G'_g iff ∀v_j∈G'_g, h_j+t_i ≤ H̄"); by default we apply it to
     backup-dependent (adjacent) pairs only, since the seed itself notes that
     independent tasks may share a node. ``literal=True`` applies the seed's

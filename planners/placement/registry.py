@@ -136,7 +136,7 @@ def place(
 
     References
     ----------
-    ``seeds/rtap-journal.txt``.
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency Constraint*.
     """
     fn = _algorithm(algorithm)
     return fn(

@@ -52,23 +52,24 @@ def place_rtap_nf(
 
     Deviations from the seed (``rtap-ff`` and ``rtap-bf`` share them):
 
-    - Grouping (``rtap-journal.txt`` line 387, "v_i can be put into G'_g iff
+    - Grouping (Section 5.3.3, "v_i can be put into G'_g iff
       ∀v_j∈G'_g, h_j+t_i ≤ H̄"): the test is applied to adjacent
       (backup-dependent) pairs only, in both directions, since the seed
       itself notes that independent tasks may share a processor. As written
-      it separates any two tall tasks and costs up to 1.9× the nodes on the
+      it separates any two tall tasks and costs many more nodes on the
       seed's Table 4 instances (``docs/benchmarks.md``); that reading is
       :func:`place_rtap_nf_literal`.
     - Packing (Algorithm 1 line 4, "Apply 1SP algorithm … according to (1)
       and constraint (7)"): a task is placed only where the model's ``H`` of
       the node, every task on it re-evaluated, stays within ``R``, so the
-      seed's backtracking of tasks made unfit by a later one (Section 4.3,
-      line 267: "They will be picked out and put back into the item queue")
+      seed's backtracking of tasks made unfit by a later one (Section 4.3:
+      "They will be picked out and put back into the item queue")
       never arises.
 
     References
     ----------
-    Algorithm 1 and equation (10) of ``seeds/rtap-journal.txt``.
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Algorithm 1 and equation (10).
     """
     return _run_greedy("rtap-nf", graph, pool, bound, backups, "nf", grouped=True)
 
@@ -112,7 +113,8 @@ def place_rtap_ff(
 
     References
     ----------
-    Algorithm 1 of ``seeds/rtap-journal.txt``.
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Algorithm 1.
     """
     return _run_greedy("rtap-ff", graph, pool, bound, backups, "ff", grouped=True)
 
@@ -157,7 +159,8 @@ def place_rtap_bf(
 
     References
     ----------
-    Algorithm 1 of ``seeds/rtap-journal.txt``; Table 5 reports it best of six.
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Algorithm 1; Table 5 reports it best of six.
     """
     return _run_greedy("rtap-bf", graph, pool, bound, backups, "bf", grouped=True)
 
@@ -173,7 +176,7 @@ def place_rtap_nf_literal(
     backups: Iterable[str] | None = None,
     time_limit: float = 10.0,
 ) -> Placement:
-    """A^RTAP-NF with the seed's grouping rule as written (line 387).
+    """A^RTAP-NF with the seed's grouping rule as written (Section 5.3.3).
 
     As :func:`place_rtap_nf`, but task ``v`` joins the first group whose every
     member ``u`` has ``h_u + t_v ≤ R`` ("v_i can be put into G'_g iff
@@ -208,7 +211,8 @@ def place_rtap_nf_literal(
 
     References
     ----------
-    Algorithm 1 and Section 5.3.3 (line 387) of ``seeds/rtap-journal.txt``.
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Algorithm 1 and Section 5.3.3.
     """
     return _run_greedy("rtap-nf-literal", graph, pool, bound, backups, "nf", True, literal=True)
 
@@ -221,7 +225,7 @@ def place_rtap_ff_literal(
     backups: Iterable[str] | None = None,
     time_limit: float = 10.0,
 ) -> Placement:
-    """A^RTAP-FF with the seed's grouping rule as written (line 387).
+    """A^RTAP-FF with the seed's grouping rule as written (Section 5.3.3).
 
     As :func:`place_rtap_nf_literal`, packing each group with first fit.
 
@@ -251,7 +255,8 @@ def place_rtap_ff_literal(
 
     References
     ----------
-    Algorithm 1 and Section 5.3.3 (line 387) of ``seeds/rtap-journal.txt``.
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Algorithm 1 and Section 5.3.3.
     """
     return _run_greedy("rtap-ff-literal", graph, pool, bound, backups, "ff", True, literal=True)
 
@@ -264,7 +269,7 @@ def place_rtap_bf_literal(
     backups: Iterable[str] | None = None,
     time_limit: float = 10.0,
 ) -> Placement:
-    """A^RTAP-BF with the seed's grouping rule as written (line 387).
+    """A^RTAP-BF with the seed's grouping rule as written (Section 5.3.3).
 
     As :func:`place_rtap_nf_literal`, packing each group with best fit.
 
@@ -296,6 +301,7 @@ def place_rtap_bf_literal(
 
     References
     ----------
-    Algorithm 1 and Section 5.3.3 (line 387) of ``seeds/rtap-journal.txt``.
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Algorithm 1 and Section 5.3.3.
     """
     return _run_greedy("rtap-bf-literal", graph, pool, bound, backups, "bf", True, literal=True)

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from planners.errors import Infeasible
 from planners.graph import TaskGraph
+from planners.placement.cpsat import _cp_sat
 from planners.placement.model import _EPS, Node, NodePool, Placement
 from planners.placement.orders import _height_order, _wud_order
 from planners.placement.state import (
@@ -21,7 +22,6 @@ from planners.placement.state import (
     _State,
     _state_from,
 )
-from planners.placement_cpsat import _cp_sat
 
 _EXACT_MAX_TASKS = 60  # "auto" calls CP-SAT only up to this many tasks
 _EXACT_MAX_VARS = 60_000  # ... and only if the model stays this small
@@ -193,7 +193,8 @@ def place_exact(
 
     References
     ----------
-    Model (4)–(9) of ``seeds/rtap-journal.txt`` (solved there by exhaustive search).
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Model (4)–(9) (solved there by exhaustive search).
     """
     prob = _prepare(graph, pool, bound, backups, time_limit)
     try:
@@ -266,7 +267,8 @@ def place_auto(
 
     References
     ----------
-    Algorithm 1 and Section 4.2 of ``seeds/rtap-journal.txt``.
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Algorithm 1 and Section 4.2.
     """
     prob = _prepare(graph, pool, bound, backups, time_limit)
     deadline = prob.budget.mark()

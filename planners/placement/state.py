@@ -19,7 +19,6 @@ from planners.evaluate import (
 from planners.graph import TaskGraph
 from planners.placement.model import _EPS, Node, NodePool, Placement
 from planners.placement.orders import _height_order, _rtap_groups, _wud_order
-from planners.placement_cpsat import _canonical
 
 # ------------------------------------------------------------------ the evaluator
 
@@ -187,6 +186,13 @@ class _State:
 
 
 Strategy = Literal["nf", "ff", "bf"]
+
+
+def _canonical(state: _State, slots: Sequence[Node]) -> dict[int, int]:
+    """Relabel identical nodes so that node k's first task has index ≥ k."""
+    firsts = sorted({min(state.members[k]) for k in state.used})
+    rename = {state.where[f]: r for r, f in enumerate(firsts)}
+    return {i: rename[k] for i, k in state.where.items()}
 
 
 def _pack(state: _State, groups: Sequence[Sequence[int]], strategy: Strategy) -> _State:

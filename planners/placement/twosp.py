@@ -1,13 +1,13 @@
 """The RTAP seed's 2SP-based baselines as it writes them: fit by the bin's level height.
 
-Why this module exists: the seed compares its Algorithm 1 against three greedy
-algorithms built on the level-oriented strip-packing heuristics NFDH, FFDH and
-BFDH (``rtap-journal.txt`` Section 4.2, lines 215-221). Our ``nfdh``/``ffdh``/
-``bfdh`` test every fit with the exact failure-effect evaluator, which makes
-them far stronger than the seed's and hides the gap its Table 5 reports. These
-are the seed's reading: a bin's *level height* is the height of its highest
-item (eq. 3, ``H(p) = max h_v``), and an item fits when its estimated recovery
-latency, stacked on that level, stays within the bound.
+The seed compares its Algorithm 1 against three greedy algorithms built on the
+level-oriented strip-packing heuristics NFDH, FFDH and BFDH (*A Task Allocation Method
+for Stream Processing with Recovery Latency Constraint*, Section 4.2). Our
+``nfdh``/``ffdh``/ ``bfdh`` test every fit with the exact failure-effect evaluator,
+which makes them far stronger than the seed's and hides the gap its Table 5 reports.
+These are the seed's reading: a bin's *level height* is the height of its highest item
+(eq. 3, ``H(p) = max h_v``), and an item fits when its estimated recovery latency,
+stacked on that level, stays within the bound.
 
 The plans are still checked by the failure-effect evaluator, and whatever it
 finds is reported in :attr:`planners.placement.Placement.violations`, never
@@ -71,7 +71,7 @@ _DOC_NOTES = """
     -----
     O(n log n) to sort plus O(m) per item for m opened nodes.
 
-    The seed's words (lines 217-219): "before putting an item into a bin, a
+    The seed's words (Section 4.2): "before putting an item into a bin, a
     function is applied to update the current level height according to (3),
     which is the height of the highest item in the bin … Then, the estimated
     recovery latency of the current item is examined according to (7)". Our
@@ -80,10 +80,10 @@ _DOC_NOTES = """
     height (``r_i ≤ H(p)`` by eq. 3); the item fits when ``H(p) + t_i ≤ H̄``
     and the level becomes ``H(p) + t_i``. With every task a backup this
     estimate is never below the model's, so the seed's "these greedy
-    algorithms ensure recovery latency" (line 221) holds. The other reading,
+    algorithms ensure recovery latency" (Section 4.2) holds. The other reading,
     ``r_i`` from the item's upstream tasks already in the bin without
     re-estimating the tasks below it there, is weaker than the exact check
-    and breaks the bound (the "backtracking" of Section 4.3, line 267); it is
+    and breaks the bound (the "backtracking" of Section 4.3); it is
     not offered. With explicit ``backups``, the estimate ignores the
     recomputation of healthy tasks without a backup, so a plan can break the
     bound: :attr:`Placement.violations` then says where. Failure domains are
@@ -133,7 +133,8 @@ def place_nfdh_2sp(
     {notes}
     References
     ----------
-    Section 4.2 (lines 215-221) of ``seeds/rtap-journal.txt``; Lodi et al. (its [39]).
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Section 4.2; Lodi et al. (its [39]).
     """
     return _pack_levels(graph, pool, bound, backups, "nf")
 
@@ -175,7 +176,8 @@ def place_ffdh_2sp(
     {notes}
     References
     ----------
-    Section 4.2 (lines 215-221) of ``seeds/rtap-journal.txt``; Lodi et al. (its [39]).
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Section 4.2; Lodi et al. (its [39]).
     """
     return _pack_levels(graph, pool, bound, backups, "ff")
 
@@ -226,7 +228,8 @@ def place_bfdh_2sp(
     {notes}
     References
     ----------
-    Section 4.2 (lines 215-221) of ``seeds/rtap-journal.txt``; Lodi et al. (its [39]).
+    Li et al. *A Task Allocation Method for Stream Processing with Recovery Latency
+    Constraint*, Section 4.2; Lodi et al. (its [39]).
     """
     return _pack_levels(graph, pool, bound, backups, "bf")
 

@@ -1,14 +1,15 @@
-"""Query-centric recovery scheduling after node loss (seed ``incremental-recovery.txt``).
+"""Query-centric recovery scheduling after node loss.
 
-Why this module exists: when several nodes fail together, the surviving and
-replacement nodes rarely have room for every failed task at once, and
-replacements arrive one by one. Restarting tasks in topological order (the
-operator-centric way) spends that scarce capacity on tasks that complete no
-query. Here each trigger (failure detected, node Ready, node back) gets a plan
-that recovers the failed tasks which *fit now, node by node* and maximise the
-summed priority of the queries they fully recover. A query is an output task
-with its upstream closure (the seed's query partition); it counts as recovered
-only when every failed task in that closure is running again.
+Follows Su, Zhou, *Incremental Recovery in Distributed Stream Processing Systems*.
+
+When several nodes fail together, the surviving and replacement nodes rarely have room
+for every failed task at once, and replacements arrive one by one. Restarting tasks in
+topological order (the operator-centric way) spends that scarce capacity on tasks that
+complete no query. Here each trigger (failure detected, node Ready, node back) gets a
+plan that recovers the failed tasks which *fit now, node by node* and maximise the
+summed priority of the queries they fully recover. A query is an output task with its
+upstream closure (the seed's query partition); it counts as recovered only when every
+failed task in that closure is running again.
 
 Every algorithm shares one signature and one validator
 (:func:`check_recovery`), so the seed's heuristics (OC, BestDensity, DP) and

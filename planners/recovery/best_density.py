@@ -1,23 +1,23 @@
 """The seed's BestDensity (Algorithm 3), as written and pruned, and its Theorem 5.1 bound.
 
-Why a module of its own: BestDensity is the seed's main heuristic, and three
-readings of it are compared in ``bench/bench_recovery.py``: as the seed writes
-it (the densest single query plus every pair, lines 290–301), with the pairs
-pruned to the 48 densest queries (bounded time for hundreds of queries), and
-the strongest seeding (every single too) that ``auto`` uses. Theorem 5.1's
-ratio (:func:`approximation_bound`) is checked against the optimum on every
-benchmark instance.
+BestDensity is the main heuristic of *Incremental Recovery in Distributed Stream
+Processing Systems* (Section 5), and three readings of it are compared in
+``bench/bench_recovery.py``: as the paper writes it (the densest single query plus every
+pair, Algorithm 3, lines 1–19), with the pairs pruned to the 48 densest queries (bounded
+time for hundreds of queries), and the strongest seeding (every single too) that
+``auto`` uses. Theorem 5.1's ratio (:func:`approximation_bound`) is checked against the
+optimum on every benchmark instance.
 
-Deviations from the seed that remain, in all readings (``incremental-recovery.txt``):
+Deviations from the paper, in all readings:
 
-- line 295 (``Cost(CP_i) + C_m^i ≤ R``): a query fits only if its new tasks
-  also pack node by node (largest first, best fit, falling back to the seed's
-  most-free-node rule of line 339); the seed checks the pooled ``R`` and
+- Algorithm 3, line 25 (``Cost(CP_i) + C_m^i ≤ R``): a query fits only if its new tasks
+  also pack node by node (largest first, best fit, falling back to the paper's
+  most-free-node rule at the end of Section 5); the paper checks the pooled ``R`` and
   assigns afterwards. On one node (the seed's Fig. 16 setting) the two agree.
-- line 325 ("the failed query that has the largest profit density"): ties go
+- Section 5's extension step ("the failed query that has the largest profit density"): ties go
   to the higher priority, then the lower cost, then the first query; the seed
   keeps the last of equal densities (``PD ≥ maxDens``).
-- line 301 ("return the candidate plan with the highest sum of priorities"):
+- Algorithm 3, line 32 (the plan "where the sum of priorities … is the maximum"):
   ties go to more recovered queries, then the lower cost.
 - failed tasks that belong to no failed query are recovered where capacity is
   left (they earn nothing and cost no query anything); the seed has no such tasks.
@@ -87,17 +87,17 @@ def approximation_bound(graph: TaskGraph, failed: Collection[str]) -> float:
 
     Notes
     -----
-    The proof (Appendix D.2, lines 586–668) starts from "the first 2 queries in
+    The proof (Appendix D.2) starts from "the first 2 queries in
     RP*", so it assumes the optimum recovers at least two queries. When it
     recovers one, the seed's single candidate is the *densest* query, not the
     most valuable one, and the ratio can fall to nearly 0 (see
-    ``tests/test_recovery_seed.py``); ``best-density-strong`` seeds every single
+    ``tests/unit/test_recovery_seed.py``); ``best-density-strong`` seeds every single
     query and so recovers at least the best single one.
 
     References
     ----------
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
-    Theorem 5.1 (line 329); seed ``incremental-recovery.txt``.
+    Section 5, Theorem 5.1.
     """
     share: dict[str, int] = {}
     for tasks in failed_queries(graph, failed).values():
@@ -119,9 +119,9 @@ def recover_best_density(
     The profit density of a failed query ``Q_i`` given the tasks already in a
     candidate plan is ``prt_i / Σ c_k / f_k`` over its failed tasks ``p_k`` not
     yet in the plan, where ``c_k`` is the CPU of ``p_k`` and ``f_k`` the number
-    of still-unrecovered failed queries sharing it (Definition 3, line 267).
-    The candidate plans are the densest single query that fits (lines 9–10)
-    and every pair of queries that fits (lines 11–19); each is extended
+    of still-unrecovered failed queries sharing it (Definition 3, Section 5).
+    The candidate plans are the densest single query that fits (Algorithm 3,
+    lines 9–10) and every pair of queries that fits (lines 11–19); each is extended
     greedily with the densest query that still fits (lines 20–31); the plan
     with the highest recovered priority wins (line 32). A query "fits" only if
     its new tasks pack on the nodes (see the module's deviations).
@@ -161,8 +161,8 @@ def recover_best_density(
 
     Notes
     -----
-    With M failed queries there are up to ``M(M−1)/2 + 1`` candidates (line
-    325), each extended at most M times over M queries: O(M⁴·F) in this direct
+    With M failed queries there are up to ``M(M−1)/2 + 1`` candidates
+    (Section 5), each extended at most M times over M queries: O(M⁴·F) in this direct
     form (the seed states O(M³ log M) for its bookkeeping). The seed proves
     ``1 − e^(−1/d)`` of the pooled optimum (:func:`approximation_bound`), which
     needs an optimum of two or more queries.
@@ -170,7 +170,7 @@ def recover_best_density(
     References
     ----------
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
-    Section 5, Algorithm 3, Theorem 5.1; seed ``incremental-recovery.txt``, lines 259–339.
+    Section 5, Algorithm 3 and Theorem 5.1.
     """
     return _best_density(
         graph,
@@ -221,7 +221,8 @@ def recover_best_density_pruned(
 
     References
     ----------
-    ``incremental-recovery.txt`` lines 290–301 (the pairs); the pruning is Backstop's.
+    Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
+    Section 5, Algorithm 3, lines 11–19 (the pairs); the pruning is Backstop's.
     """
     return _best_density(
         graph,
@@ -273,7 +274,8 @@ def recover_best_density_strong(
 
     References
     ----------
-    ``incremental-recovery.txt`` Algorithm 3 (lines 290–301), with more seeds.
+    Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
+    Section 5, Algorithm 3 (lines 1–19), with more seeds.
     """
     return _best_density(
         graph,
@@ -284,6 +286,72 @@ def recover_best_density_strong(
         pair_pool_size=None,
         all_singles=True,
     )
+
+
+def _density(prob: _Problem, plan: int, q: int, share: list[int]) -> tuple[float, float]:
+    """Query ``q``'s priority per shared CPU of the tasks ``plan`` lacks, and their CPU."""
+    new = prob.qmask[q] & ~plan
+    cost = 0.0
+    denom = 0.0
+    for p in prob.bits(new):
+        cost += prob.weight[p]
+        denom += prob.weight[p] / max(1, share[p])
+    pd = prob.qprio[q] / denom if denom > 0 else math.inf
+    return pd, cost
+
+
+def _extend(prob: _Problem, plan: int, placement: dict[int, str], rem: dict[str, float]) -> int:
+    """Add the densest query that fits until none does (``placement``, ``rem`` updated)."""
+    nq = prob.nq
+    blocked: set[int] = set()
+    while True:
+        open_q = [q for q in range(nq) if prob.qmask[q] & ~plan and q not in blocked]
+        if not open_q:
+            return plan
+        share = [0] * len(prob.failed)
+        for q in open_q:
+            for p in prob.bits(prob.qmask[q] & ~plan):
+                share[p] += 1
+        free = sum(rem.values())
+        best: tuple[float, float, float, int] | None = None
+        for q in open_q:
+            pd, cost = _density(prob, plan, q, share)
+            if cost > free + _EPS:
+                continue
+            key = (pd, prob.qprio[q], -cost, -q)
+            if best is None or key > best:
+                best = key
+        if best is None:
+            return plan
+        q = -best[3]
+        new = prob.qmask[q] & ~plan
+        got = _place({p: prob.weight[p] for p in prob.bits(new)}, rem)
+        if got is None:
+            blocked.add(q)
+            continue
+        placement.update(got)
+        plan |= new
+
+
+def _seeds(prob: _Problem, pair_pool_size: int | None, all_singles: bool) -> list[tuple[int, ...]]:
+    """The candidate plans (Algorithm 3, lines 1–19): the densest fitting query, every pair."""
+    nq = prob.nq
+    share0 = [0] * len(prob.failed)
+    for m in prob.qmask:
+        for p in prob.bits(m):
+            share0[p] += 1
+    fits = [q for q in range(nq) if prob.cost(prob.qmask[q]) <= prob.total + _EPS]
+    by_density = sorted(fits, key=lambda q: (-_density(prob, 0, q, share0)[0], q))
+    pair_pool = sorted(by_density if pair_pool_size is None else by_density[:pair_pool_size])
+    seeds: list[tuple[int, ...]] = [()] if all_singles else []
+    seeds += [(q,) for q in (by_density if all_singles else by_density[:1])]
+    seeds += [
+        (a, b)
+        for i, a in enumerate(pair_pool)
+        for b in pair_pool[i + 1 :]
+        if prob.cost(prob.qmask[a] | prob.qmask[b]) <= prob.total + _EPS
+    ]
+    return seeds
 
 
 def _best_density(
@@ -299,63 +367,7 @@ def _best_density(
     budget = WorkBudget(time_limit)
     prob = _Problem(graph, failed, capacity)
     nq = prob.nq
-
-    def density(plan: int, q: int, share: list[int]) -> tuple[float, float]:
-        new = prob.qmask[q] & ~plan
-        cost = 0.0
-        denom = 0.0
-        for p in prob.bits(new):
-            cost += prob.weight[p]
-            denom += prob.weight[p] / max(1, share[p])
-        pd = prob.qprio[q] / denom if denom > 0 else math.inf
-        return pd, cost
-
-    def extend(plan: int, placement: dict[int, str], rem: dict[str, float]) -> int:
-        blocked: set[int] = set()
-        while True:
-            open_q = [q for q in range(nq) if prob.qmask[q] & ~plan and q not in blocked]
-            if not open_q:
-                return plan
-            share = [0] * len(prob.failed)
-            for q in open_q:
-                for p in prob.bits(prob.qmask[q] & ~plan):
-                    share[p] += 1
-            free = sum(rem.values())
-            best: tuple[float, float, float, int] | None = None
-            for q in open_q:
-                pd, cost = density(plan, q, share)
-                if cost > free + _EPS:
-                    continue
-                key = (pd, prob.qprio[q], -cost, -q)
-                if best is None or key > best:
-                    best = key
-            if best is None:
-                return plan
-            q = -best[3]
-            new = prob.qmask[q] & ~plan
-            got = _place({p: prob.weight[p] for p in prob.bits(new)}, rem)
-            if got is None:
-                blocked.add(q)
-                continue
-            placement.update(got)
-            plan |= new
-
-    # Seeds (lines 1-19): the densest single query that fits, then every pair that fits
-    share0 = [0] * len(prob.failed)
-    for m in prob.qmask:
-        for p in prob.bits(m):
-            share0[p] += 1
-    fits = [q for q in range(nq) if prob.cost(prob.qmask[q]) <= prob.total + _EPS]
-    by_density = sorted(fits, key=lambda q: (-density(0, q, share0)[0], q))
-    pair_pool = sorted(by_density if pair_pool_size is None else by_density[:pair_pool_size])
-    seeds: list[tuple[int, ...]] = [()] if all_singles else []
-    seeds += [(q,) for q in (by_density if all_singles else by_density[:1])]
-    seeds += [
-        (a, b)
-        for i, a in enumerate(pair_pool)
-        for b in pair_pool[i + 1 :]
-        if prob.cost(prob.qmask[a] | prob.qmask[b]) <= prob.total + _EPS
-    ]
+    seeds = _seeds(prob, pair_pool_size, all_singles)
     best_plan: tuple[float, int, float] | None = None
     best_place: dict[int, str] = {}
     seen_start: set[int] = set()
@@ -373,7 +385,7 @@ def _best_density(
         placement = _place({p: prob.weight[p] for p in prob.bits(plan)}, rem)
         if placement is None:
             continue
-        plan = extend(plan, placement, rem)
+        plan = _extend(prob, plan, placement, rem)
         pr = prob.priority(plan)
         key = (pr, sum(1 for m in prob.qmask if m & ~plan == 0), -prob.cost(plan))
         if best_plan is None or key > best_plan:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import replace
+from typing import Any
 
 from planners.budget import deterministic_cp_sat
 from planners.graph import TaskGraph
@@ -22,6 +23,57 @@ from planners.recovery.model import (
 )
 
 _AUTO_DP_QUERIES = 20  # auto runs the seed's DP for its pooled bound up to this many
+
+
+def _recovery_model(
+    model: Any, prob: _Problem, nodes: list[str], in_query: list[int]
+) -> tuple[dict[tuple[int, str], Any], list[Any]]:
+    """The variables and constraints of :func:`recover_exact`, and its objective."""
+    caps = {n: math.floor(prob.capacity[n] * _SCALE + 1e-6) for n in nodes}
+    wint = [math.ceil(w * _SCALE - 1e-6) for w in prob.weight]
+    x: dict[tuple[int, str], Any] = {}
+    for p in in_query:
+        for n in nodes:
+            if wint[p] <= caps[n]:
+                x[p, n] = model.new_bool_var(f"x{p}_{n}")
+    y = [model.new_bool_var(f"y{q}") for q in range(prob.nq)]
+    queries_of: dict[int, list[int]] = {p: [] for p in in_query}
+    for q, m in enumerate(prob.qmask):
+        for p in prob.bits(m):
+            queries_of[p].append(q)
+    placed = {p: [x[p, n] for n in nodes if (p, n) in x] for p in in_query}
+    for p in in_query:
+        model.add(sum(placed[p]) <= 1)
+        model.add(sum(placed[p]) <= sum(y[q] for q in queries_of[p]))
+    for q, m in enumerate(prob.qmask):
+        for p in prob.bits(m):
+            model.add(y[q] <= sum(placed[p]))
+    for n in nodes:
+        terms = [wint[p] * x[p, n] for p in in_query if (p, n) in x]
+        if terms:
+            model.add(sum(terms) <= caps[n])
+    # redundant pooled capacity: tightens the relaxation CP-SAT proves bounds with
+    model.add(sum(wint[p] * v for (p, _), v in x.items()) <= sum(caps.values()))
+    pint = [round(pr * _SCALE) for pr in prob.qprio]
+    model.maximize(sum(pi * yq for pi, yq in zip(pint, y, strict=True)))
+    return x, y
+
+
+def _add_recovery_hint(
+    model: Any,
+    graph: TaskGraph,
+    prob: _Problem,
+    x: dict[tuple[int, str], Any],
+    y: list[Any],
+    hint: RecoveryStep,
+) -> None:
+    """Start the search from ``hint``'s plan."""
+    for (p, n), var in x.items():
+        t = graph.tasks[prob.failed[p]]
+        model.add_hint(var, 1 if hint.recover.get(t) == n else 0)
+    done = set(hint.recovered_queries)
+    for q, out in enumerate(prob.qout):
+        model.add_hint(y[q], 1 if graph.tasks[out] in done else 0)
 
 
 def recover_exact(
@@ -86,50 +138,17 @@ def recover_exact(
     References
     ----------
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
-    Definition 2 and Appendix D.1 (the problem); seed ``incremental-recovery.txt``.
+    Definition 2 and Appendix D.1 (the problem).
     """
     from ortools.sat.python import cp_model
 
     prob = _Problem(graph, failed, capacity)
     nodes = sorted(prob.capacity)
-    caps = {n: math.floor(prob.capacity[n] * _SCALE + 1e-6) for n in nodes}
-    wint = [math.ceil(w * _SCALE - 1e-6) for w in prob.weight]
     in_query = [p for p in range(len(prob.failed)) if not (prob.orphans >> p) & 1]
     model = cp_model.CpModel()
-    x: dict[tuple[int, str], cp_model.IntVar] = {}
-    for p in in_query:
-        for n in nodes:
-            if wint[p] <= caps[n]:
-                x[p, n] = model.new_bool_var(f"x{p}_{n}")
-    y = [model.new_bool_var(f"y{q}") for q in range(prob.nq)]
-    queries_of: dict[int, list[int]] = {p: [] for p in in_query}
-    for q, m in enumerate(prob.qmask):
-        for p in prob.bits(m):
-            queries_of[p].append(q)
-    placed = {p: [x[p, n] for n in nodes if (p, n) in x] for p in in_query}
-    for p in in_query:
-        model.add(sum(placed[p]) <= 1)
-        model.add(sum(placed[p]) <= sum(y[q] for q in queries_of[p]))
-    for q, m in enumerate(prob.qmask):
-        for p in prob.bits(m):
-            model.add(y[q] <= sum(placed[p]))
-    for n in nodes:
-        terms = [wint[p] * x[p, n] for p in in_query if (p, n) in x]
-        if terms:
-            model.add(sum(terms) <= caps[n])
-    # redundant pooled capacity: tightens the relaxation CP-SAT proves bounds with
-    model.add(sum(wint[p] * v for (p, _), v in x.items()) <= sum(caps.values()))
-    pint = [round(pr * _SCALE) for pr in prob.qprio]
-    model.maximize(sum(pi * yq for pi, yq in zip(pint, y, strict=True)))
+    x, y = _recovery_model(model, prob, nodes, in_query)
     if hint is not None:
-        for p in in_query:
-            t = graph.tasks[prob.failed[p]]
-            for n in nodes:
-                if (p, n) in x:
-                    model.add_hint(x[p, n], 1 if hint.recover.get(t) == n else 0)
-        done = set(hint.recovered_queries)
-        for q, out in enumerate(prob.qout):
-            model.add_hint(y[q], 1 if graph.tasks[out] in done else 0)
+        _add_recovery_hint(model, graph, prob, x, y, hint)
     solver = cp_model.CpSolver()
     deterministic_cp_sat(solver.parameters, time_limit)
     status = solver.solve(model)
@@ -206,7 +225,7 @@ def recover_auto(
     References
     ----------
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
-    Section 5; seed ``incremental-recovery.txt``.
+    Section 5.
     """
     bd = recover_best_density_strong(graph, failed, capacity, time_limit=time_limit / 3)
     if bd.optimal:

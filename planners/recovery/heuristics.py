@@ -1,7 +1,8 @@
 """The seed's operator-centric baseline (OC) and its dynamic programme (DP).
 
-Why together: both follow ``incremental-recovery.txt`` as written (Section 7's OC,
-Appendix B's Algorithm 4); BestDensity, the seed's main heuristic, has its own module.
+Both follow *Incremental Recovery in Distributed Stream Processing Systems* as written
+(Section 7's OC, Appendix B's Algorithm 4); BestDensity, the paper's main heuristic, has
+its own module.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def recover_operator_centric(
     References
     ----------
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
-    Section 7 ("OC"); seed ``incremental-recovery.txt``.
+    Section 7 ("OC").
     """
     del time_limit
     prob = _Problem(graph, failed, capacity)
@@ -154,7 +155,7 @@ def recover_dp(
     References
     ----------
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
-    Appendix B, Algorithm 4; seed ``incremental-recovery.txt``.
+    Appendix B, Algorithm 4.
     """
     budget = WorkBudget(time_limit)
     prob = _Problem(graph, failed, capacity)

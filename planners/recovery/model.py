@@ -1,8 +1,8 @@
 """The recovery problem: results, capacity helpers, the failed-query bitmasks and the validator.
 
-Why a module of its own: every recovery algorithm (``heuristics``, ``best_density``,
-``exact``) builds on the same :class:`_Problem` and answers to the same
-:func:`check_recovery`, so they can be compared on equal terms.
+Every recovery algorithm (``heuristics``, ``best_density``, ``exact``) builds on
+the same :class:`_Problem` and answers to the same :func:`check_recovery`, so they can
+be compared on equal terms.
 """
 
 from __future__ import annotations

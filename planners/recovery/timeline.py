@@ -62,6 +62,57 @@ class Timeline:
         return self.finished_at is not None
 
 
+def _check_events(
+    node_cpu: Mapping[str, float], lost_at: Mapping[str, float], arrivals: Mapping[str, float]
+) -> None:
+    """Every lost node has a CPU, and none arrives back before it is lost."""
+    for n in lost_at:
+        if n not in node_cpu:
+            raise InvalidEvent(f"lost node {n!r} has no CPU in node_cpu")
+        if n in arrivals and arrivals[n] < lost_at[n]:
+            raise InvalidEvent(f"node {n!r} arrives at {arrivals[n]} before it is lost")
+
+
+def _events(
+    node_cpu: Mapping[str, float], lost_at: Mapping[str, float], arrivals: Mapping[str, float]
+) -> dict[float, list[Event]]:
+    """The session's events by time."""
+    events: dict[float, list[Event]] = {}
+    for n, t in lost_at.items():
+        events.setdefault(float(t), []).append(NodesLost((n,)))
+    for n, t in arrivals.items():
+        ev: Event = NodeBack(n) if n in lost_at else NodeReady(n, float(node_cpu[n]))
+        events.setdefault(float(t), []).append(ev)
+    return events
+
+
+class _Downtime:
+    """How long each output query is down, from the queries up after each event."""
+
+    def __init__(self, outputs: list[str]) -> None:
+        self.outputs = outputs
+        self.down_since: dict[str, float] = {}
+        self.downtime: dict[str, float] = {}
+        self.back_at: dict[str, float | None] = {}
+
+    def observe(self, t: float, up: Collection[str]) -> None:
+        """At time ``t`` exactly the queries ``up`` run."""
+        for q in self.outputs:
+            if q not in up and q not in self.down_since:
+                self.down_since[q] = t
+                self.downtime.setdefault(q, 0.0)
+                self.back_at[q] = None
+            elif q in up and q in self.down_since:
+                self.downtime[q] += t - self.down_since.pop(q)
+                self.back_at[q] = t
+
+    def close(self, end: float) -> dict[str, float]:
+        """The downtime per query, counting the still-down ones until ``end``."""
+        for q, since in self.down_since.items():
+            self.downtime[q] += max(0.0, end - since)
+        return self.downtime
+
+
 def simulate_timeline(
     graph: TaskGraph,
     assignment: Mapping[str, str],
@@ -124,13 +175,9 @@ def simulate_timeline(
     References
     ----------
     Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
-    Sections 2.2.3 and 7.2 (incremental vs. blocking); seed ``incremental-recovery.txt``.
+    Sections 2.2.3 and 7.2 (incremental vs. blocking).
     """
-    for n in lost_at:
-        if n not in node_cpu:
-            raise InvalidEvent(f"lost node {n!r} has no CPU in node_cpu")
-        if n in arrivals and arrivals[n] < lost_at[n]:
-            raise InvalidEvent(f"node {n!r} arrives at {arrivals[n]} before it is lost")
+    _check_events(node_cpu, lost_at, arrivals)
     initial = {n: c for n, c in node_cpu.items() if n not in arrivals or n in lost_at}
     session = RecoverySession.start(
         graph,
@@ -141,19 +188,12 @@ def simulate_timeline(
         utilization=utilization,
         time_limit=time_limit,
     )
-    events: dict[float, list[Event]] = {}
-    for n, t in lost_at.items():
-        events.setdefault(float(t), []).append(NodesLost((n,)))
-    for n, t in arrivals.items():
-        ev: Event = NodeBack(n) if n in lost_at else NodeReady(n, float(node_cpu[n]))
-        events.setdefault(float(t), []).append(ev)
+    events = _events(node_cpu, lost_at, arrivals)
     times = sorted(events)
     end = float(horizon) if horizon is not None else (times[-1] if times else 0.0)
     outputs = [graph.tasks[q] for q in sorted(graph.outputs)]
     prio = {q: graph.priority[graph.index(q)] for q in outputs}
-    down_since: dict[str, float] = {}
-    downtime: dict[str, float] = {}
-    back_at: dict[str, float | None] = {}
+    clock = _Downtime(outputs)
     steps: list[TimedStep] = []
     finished: float | None = 0.0 if session.done else None
     for t in times:
@@ -164,21 +204,12 @@ def simulate_timeline(
         session, step = session.plan()
         if step is not None:
             steps.append(TimedStep(t, step))
-        up = session.available_queries()
-        for q in outputs:
-            if q not in up and q not in down_since:
-                down_since[q] = t
-                downtime.setdefault(q, 0.0)
-                back_at[q] = None
-            elif q in up and q in down_since:
-                downtime[q] += t - down_since.pop(q)
-                back_at[q] = t
+        clock.observe(t, session.available_queries())
         if not session.done:
             finished = None
         elif finished is None:
             finished = t
-    for q, since in down_since.items():
-        downtime[q] += max(0.0, end - since)
+    downtime, back_at = clock.close(end), clock.back_at
     return Timeline(
         mode=mode,
         algorithm="operator-centric" if mode == "operator-centric" else algorithm,
@@ -237,7 +268,8 @@ def fill_leftover(
 
     References
     ----------
-    ``incremental-recovery.txt`` recovers whole query partitions; filling the
+    Su, Zhou. *Incremental Recovery in Distributed Stream Processing Systems*,
+    Section 5 recovers whole query partitions; filling the
     remainder is Backstop's addition, measured in ``bench/bench_recovery.py``.
     """
     remaining = dict(capacity)

@@ -1,13 +1,15 @@
-"""Selective active replication on spare CPU (seed ``adaptive-selective-replication.txt``).
+"""Selective active replication on spare CPU.
 
-Why this package exists: upstream backups bound how long recovery takes, but a
-query still goes dark while its failed tasks restart. An active replica of a
-task takes over at once, so where the cluster has spare CPU we can spend it on
-replicas, and the question is which tasks are worth it. The seed rates tasks by
-an importance heuristic (QOD: how many queries depend on the task; LU: how cheap
-it is; their product QOD·LU; or a random order as its baseline), selects them
-in that order until the spare resources are used up, and places the replicas by
-colored bin packing so that few replicas share a host.
+Seed: Grüneberger, Heinze, Felber. *Adaptive Selective Replication for Complex
+Event Processing Systems*.
+
+Upstream backups bound how long recovery takes, but a query still goes dark while its
+failed tasks restart. An active replica of a task takes over at once, so where the
+cluster has spare CPU we can spend it on replicas, and the question is which tasks are
+worth it. The seed rates tasks by an importance heuristic (QOD: how many queries depend
+on the task; LU: how cheap it is; their product QOD·LU; or a random order as its
+baseline), selects them in that order until the spare resources are used up, and places
+the replicas by colored bin packing so that few replicas share a host.
 
 Modules: ``model`` (plans, importance, the single-node availability and the
 validator), ``crash`` (the seed's availability model: independent host crashes

@@ -1,13 +1,13 @@
 """The replication seed's availability model: every host crashes independently with probability p.
 
-Why this module exists: the seed judges a replication plan by "the percentage of
-remaining running queries after a time period of one day" when "each host has a
-probability p to fail with a crash stop failure", crashed hosts stay down for the
-day, and crashes are uncorrelated (``adaptive-selective-replication.txt`` lines
-73–75, Section 2.3). "A query is considered broken, iff for at least one of its
-operators neither a primary operator nor an operator replica is executed
-anymore." The single-node model of :func:`planners.replication.availability`
-answers a different question (one uniformly chosen node lost), so both exist.
+The seed judges a replication plan by "the percentage of remaining running queries
+after a time period of one day" when "each host has a probability p to fail with a crash
+stop failure", crashed hosts stay down for the day, and crashes are uncorrelated
+(*Adaptive Selective Replication for Complex Event Processing Systems*, Section 2.3). "A
+query is considered broken, iff for at least one of its operators neither a primary
+operator nor an operator replica is executed anymore." The single-node model of
+:func:`planners.replication.availability` answers a different question (one uniformly
+chosen node lost), so both exist.
 
 The expectation is computed per query, exactly where the hosts involved are
 few and by seeded Monte Carlo where they are many (see :func:`crash_availability`).
@@ -191,7 +191,7 @@ def crash_availability(
         Task id → hosts of its active replicas.
     p:
         Probability that a host crashes (and stays down) within the period, in
-        ``[0, 1]``; the seed's ``p`` (line 73).
+        ``[0, 1]``; the seed's ``p`` (Section 2.3).
     exact_hosts, samples, seed:
         See :func:`query_survival`; Monte Carlo is seeded, so the result is the
         same in every run.
@@ -223,13 +223,12 @@ def crash_availability(
     query has at most ``exact_hosts`` hosts, which holds for queries of up to
     about eight replicated operators; results are cached per distinct set of
     copies, so queries sharing operators cost little. The seed averages 1000
-    simulated days instead (line 177); the expectation has no sampling noise.
+    simulated days instead (Section 3.4); the expectation has no sampling noise.
 
     References
     ----------
     Grüneberger, Heinze, Felber. *Adaptive Selective Replication for Complex
-    Event Processing Systems*, Sections 2.3 and 3.4; seed
-    ``adaptive-selective-replication.txt``, lines 73–75 and 177–179.
+    Event Processing Systems*, Sections 2.3 and 3.4.
     """
     if not 0 <= p <= 1:
         raise ValueError(f"host failure probability {p} must be in [0, 1]")

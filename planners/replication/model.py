@@ -1,12 +1,11 @@
 """Replication plans, the seed's importance heuristics, availability, and the validator.
 
-Why a module of its own: every selection algorithm (``planners.replication.select``)
-returns a :class:`ReplicationPlan` and answers to :func:`check_replication`, so
-the seed's sort-and-fill heuristics, its random selection and our knapsack are
-compared on equal terms. Two availability figures are kept: the single-node
-model (:func:`availability`, one node lost, uniform) and the seed's own model,
-every host crashing independently with probability ``p``
-(:func:`planners.replication.crash.crash_availability`).
+Every selection algorithm (``planners.replication.select``) returns a
+:class:`ReplicationPlan` and answers to :func:`check_replication`, so the seed's
+sort-and-fill heuristics, its random selection and our knapsack are compared on equal
+terms. Two availability figures are kept: the single-node model (:func:`availability`,
+one node lost, uniform) and the seed's own model, every host crashing independently with
+probability ``p`` (:func:`planners.replication.crash.crash_availability`).
 
 Placement always respects two rules: a replica is never on its primary's node,
 and no two copies of a task share a node. :func:`check_replication` verifies
@@ -126,8 +125,7 @@ def importance(graph: TaskGraph, strategy: str = "qod-lu", *, seed: int = 0) -> 
     References
     ----------
     Grüneberger, Heinze, Felber. *Adaptive Selective Replication for Complex
-    Event Processing Systems*, Sections 3.1 and 3.2.2; seed
-    ``adaptive-selective-replication.txt``.
+    Event Processing Systems*, Sections 3.1 and 3.2.2.
     """
     if strategy not in STRATEGIES:
         raise UnknownAlgorithm(
@@ -258,9 +256,20 @@ def check_replication(
         problems.append(f"cpu {plan.cpu:g} != {total:g}")
     if set(plan.unplaced) & set(plan.replicas):
         problems.append("a task is both replicated and unplaced")
-    pool = frozenset(assignment.values()) | frozenset(spare)
     if problems:
         return problems
+    return _figure_problems(graph, assignment, spare, plan)
+
+
+def _figure_problems(
+    graph: TaskGraph,
+    assignment: Mapping[str, str],
+    spare: Mapping[str, float],
+    plan: ReplicationPlan,
+) -> list[str]:
+    """The availability figures of ``plan`` that differ from their recomputed values."""
+    problems: list[str] = []
+    pool = frozenset(assignment.values()) | frozenset(spare)
     want = availability(graph, assignment, plan.replicas, pool)
     if abs(want - plan.availability) > 1e-9:
         problems.append(f"availability {plan.availability} != {want}")

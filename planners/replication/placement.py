@@ -1,10 +1,10 @@
 """The placement step every replica selection shares, and the exact 0-1 knapsack.
 
-Why a module of its own: the seed's selections differ in *which* operators get
-replicas; *where* they go is one procedure for all of them (first fit over
-hosts, most important replica first, the seed's network constraint (i), its
-rule that two copies never share a host (ii), and colored bin packing, lines
-158–170 of ``adaptive-selective-replication.txt``).
+The seed's selections differ in *which* operators get replicas; *where* they go is
+one procedure for all of them (first fit over hosts, most important replica first, the
+seed's network constraint (i), its rule that two copies never share a host (ii), and
+colored bin packing, Section 3.3 of *Adaptive Selective Replication for Complex Event
+Processing Systems*).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class _Cluster:
         """First-fit order for a replica of ``v``.
 
         ``neighbour``: hosts running more of ``v``'s predecessors and successors
-        first (the seed's neighbouring factor, line 160), ties by spare CPU.
+        first (the seed's neighbouring factor, Section 3.3.1), ties by spare CPU.
         """
         if self.host_order == "spare":
             return self.hosts
@@ -134,7 +134,7 @@ class _Cluster:
         """Colored bin packing: the smallest colour bound that places everything, else plain.
 
         Bounds tried: ``⌈m / hosts⌉`` and then doubling up to ``max_colors``
-        (the seed's ``C``), so O(m·n·log m); past it, plain first fit (line 170).
+        (the seed's ``C``), so O(m·n·log m); past it, plain first fit (Section 3.3.2).
         """
         if not order or not self.hosts:
             return self.place(order, None)

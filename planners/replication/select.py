@@ -1,14 +1,15 @@
 """Choosing which tasks get active replicas, and placing them.
 
-Seed: ``adaptive-selective-replication.txt``.
+Seed: Grüneberger, Heinze, Felber. *Adaptive Selective Replication for Complex Event
+Processing Systems*.
 
 Why several algorithms: the seed sorts operators by an importance heuristic and
 fills the spare resources in that order ("simple operator selection", Section
-3.2.1, line 136), proposing QOD·LU as a cheap stand-in for a 0-1 knapsack
-(Section 3.2.2, lines 146–152); its baseline is a random selection. We also
+3.2.1), proposing QOD·LU as a cheap stand-in for a 0-1 knapsack
+(Section 3.2.2); its baseline is a random selection. We also
 solve that knapsack exactly. Both are here under their own names
 (:data:`SELECTIONS`), share the placement step (first fit over hosts, the
-seed's colour bound and network constraint, lines 160–170) and answer to
+seed's colour bound and network constraint, Section 3.3) and answer to
 :func:`planners.replication.check_replication`; ``best`` runs them all and keeps
 the plan the availability model rates highest.
 """
@@ -78,7 +79,7 @@ def replicate_sort_fill(
     gives the seed's random selection, a uniformly random order) and selected
     while the next one fits in what is left of ``load_rem`` (``budget``); with
     ``level > 1`` the pass repeats, raising each selected operator's
-    replication level by one per pass (the seed's procedure 1, line 138).
+    replication level by one per pass (the seed's procedure 1, Section 3.2.1).
     The replicas are then placed, most important first, by colored bin packing
     with first fit over hosts in the seed's neighbouring-factor order.
 
@@ -140,15 +141,14 @@ def replicate_sort_fill(
     placing ``m`` replicas on ``n`` hosts. Deviations from the seed: an
     operator that does not fit the remaining budget is skipped and the fill
     goes on with the next (the seed says only "until all spare resources are
-    consumed", line 136); an operator that fits on no node but its primary's is
+    consumed", Section 3.2.1); an operator that fits on no node but its primary's is
     never selected; the selection is on the pooled budget, so a replica whose
     node-by-node placement fails is reported in ``unplaced``, not replaced.
 
     References
     ----------
     Grüneberger, Heinze, Felber. *Adaptive Selective Replication for Complex
-    Event Processing Systems*, Sections 3.2.1, 3.3.1 and 3.3.2; seed
-    ``adaptive-selective-replication.txt``, lines 136–138 and 158–170.
+    Event Processing Systems*, Sections 3.2.1, 3.3.1 and 3.3.2.
     """
     imp = importance(graph, strategy, seed=seed)
     cl = _Cluster(
@@ -176,6 +176,44 @@ def replicate_sort_fill(
     return cl.plan(strategy, "sort-fill", imp, placed, missed)
 
 
+def _fill_levels(
+    graph: TaskGraph,
+    cl: _Cluster,
+    rest: list[int],
+    placed: dict[int, list[str]],
+    rem: dict[str, float],
+    net_left: dict[str, float],
+    level: int,
+) -> None:
+    """Spend the budget left on more replicas of ``rest``, in order, level by level.
+
+    Each replica goes to the fitting host with the most spare CPU left; ``placed``,
+    ``rem`` and ``net_left`` are updated.
+    """
+    used = sum(graph.weight[v] * len(hs) for v, hs in placed.items())
+    for lvl in range(1, level + 1):
+        for v in rest:
+            hs = placed.get(v, [])
+            w, x = graph.weight[v], cl.traffic[v]
+            if len(hs) >= lvl or used + w > cl.limit + _EPS:
+                continue
+            have = {cl.primary[v], *hs}
+            fits = [
+                h
+                for h in cl.hosts
+                if h not in have
+                and rem[h] + _EPS >= w
+                and (cl.netcap is None or net_left[h] + _EPS >= x)
+            ]
+            if fits:
+                h = max(fits, key=lambda y: (rem[y], y))
+                placed.setdefault(v, []).append(h)
+                rem[h] -= w
+                if cl.netcap is not None:
+                    net_left[h] -= x
+                used += w
+
+
 def replicate_knapsack(
     graph: TaskGraph,
     assignment: Mapping[str, str],
@@ -194,7 +232,7 @@ def replicate_knapsack(
     """Backstop's selection: an exact 0-1 knapsack over importance, then fill what is left.
 
     The seed models selection as a 0-1 knapsack (value = importance, weight =
-    load, capacity = ``load_rem``; Section 3.2.2, line 146) but suggests the
+    load, capacity = ``load_rem``; Section 3.2.2) but suggests the
     QOD·LU sort as an approximation; here the knapsack is solved exactly
     (ortools). The replicas are placed by colored bin packing (hosts with the
     most spare CPU first by default); whatever budget is left is spent on
@@ -242,7 +280,7 @@ def replicate_knapsack(
     ----------
     Grüneberger, Heinze, Felber. *Adaptive Selective Replication for Complex
     Event Processing Systems*, Sections 3.2.2 (knapsack) and 3.3.2 (colored bin
-    packing, after Dawande et al.); seed ``adaptive-selective-replication.txt``.
+    packing, after Dawande et al.).
     """
     imp = importance(graph, strategy, seed=seed)
     cl = _Cluster(
@@ -263,32 +301,11 @@ def replicate_knapsack(
     order = sorted(chosen, key=lambda v: (-imp[graph.tasks[v]], -graph.weight[v], v))
     placed, missed, rem, net_left = cl.place_colored(order, max_colors)
     # spend what is left of the budget, most important first, level by level
-    used = sum(graph.weight[v] * len(hs) for v, hs in placed.items())
     rest = sorted(
         (v for v in cands if v not in missed),
         key=lambda v: (-imp[graph.tasks[v]], graph.weight[v], v),
     )
-    for lvl in range(1, level + 1):
-        for v in rest:
-            hs = placed.get(v, [])
-            w, x = graph.weight[v], cl.traffic[v]
-            if len(hs) >= lvl or used + w > cl.limit + _EPS:
-                continue
-            have = {cl.primary[v], *hs}
-            fits = [
-                h
-                for h in cl.hosts
-                if h not in have
-                and rem[h] + _EPS >= w
-                and (cl.netcap is None or net_left[h] + _EPS >= x)
-            ]
-            if fits:
-                h = max(fits, key=lambda y: (rem[y], y))
-                placed.setdefault(v, []).append(h)
-                rem[h] -= w
-                if cl.netcap is not None:
-                    net_left[h] -= x
-                used += w
+    _fill_levels(graph, cl, rest, placed, rem, net_left, level)
     return cl.plan(strategy, "knapsack", imp, placed, missed)
 
 
@@ -346,7 +363,7 @@ def replicate_best(
 
     References
     ----------
-    The seed's replication optimizer (Section 4, lines 199–205) maximises
+    The seed's replication optimizer (Section 4) maximises
     ``A(plc)`` over placements within a cost limit; this searches its
     candidates among the seed's own heuristics.
     """

@@ -1,11 +1,12 @@
 """The user API: sources, processing functions with keyed state, and sinks.
 
-A topology's operators name a class with ``config.function: "module:Class"``; the task
-instantiates it with the operator's ``config`` map. Processing is deterministic by
-construction (the runtime feeds every task its input in mini-batches, merged in a fixed
-order, as order-preserving processing in the incremental-recovery paper's Alg. 1 does), so
-a task that has no output buffer can *regenerate* its output by replaying its input. User
-code must keep that promise: no wall clock, no randomness without a seed kept in state.
+A topology's operators name a class with ``config.function: "module:Class"``; the
+task instantiates it with the operator's ``config`` map. Processing is
+deterministic by construction (the runtime feeds every task its input in mini-batches,
+merged in a fixed order, as order-preserving processing in *Incremental Recovery in
+Distributed Stream Processing Systems*, Section 4.3, Algorithm 1 does), so a task that
+has no output buffer can *regenerate* its output by replaying its input. User code must
+keep that promise: no wall clock, no randomness without a seed kept in state.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """The deterministic core: one mini-batch in, the outputs per consumer out.
 
-Both the live task and a replay (a task regenerating output it did not buffer) run this
-code, so a replayed batch is identical to the original, record for record and in order.
-That is what lets a consumer drop duplicates by batch number alone (order-preserving
-processing, Alg. 1 of the incremental-recovery paper): inputs of one batch are merged in
-a fixed round-robin order over the upstream tasks, and partitioning hashes with CRC-32,
+Both the live task and a replay (a task regenerating output it did not buffer) run
+this code, so a replayed batch is identical to the original, record for record
+and in order. That is what lets a consumer drop duplicates by batch number alone
+(order-preserving processing: Su, Zhou, *Incremental Recovery in Distributed Stream
+Processing Systems*, Section 4.3, Algorithm 1): inputs of one batch are merged in a
+fixed round-robin order over the upstream tasks, and partitioning hashes with CRC-32,
 never Python's per-process salted ``hash``.
 """
 

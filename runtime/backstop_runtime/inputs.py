@@ -14,8 +14,8 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any, NoReturn
 
 from backstop_runtime import wire
 from backstop_runtime.config import Fenced
@@ -67,6 +67,34 @@ async def _watch_registry(store: Store, task: str, epoch: int) -> None:
             return
 
 
+async def _connect(
+    producer: str, doc: dict[str, Any]
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """A connection to the producer's registered address (``None``: none, after a pause)."""
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(doc["host"], int(doc["port"])), CONNECT_TIMEOUT
+        )
+    except (OSError, TimeoutError) as err:
+        where = f"{doc['host']}:{doc['port']} (epoch {int(doc['epoch'])})"
+        _no_answer(producer, f"cannot connect to {where}: {err or 'timeout'}")
+        await asyncio.sleep(POLL)
+        return None
+    wire.tune(writer)
+    UNANSWERED.pop(producer, None)
+    _warned.pop(producer, None)
+    return reader, writer
+
+
+def _refused(producer: str, expected: int, msg: Mapping[str, Any]) -> NoReturn:
+    """Raise what the producer's error message means: fenced, or gone for now."""
+    if msg.get("fenced"):
+        raise Fenced(f"{producer}: {msg['msg']}")
+    why = msg["msg"]
+    log.warning("input %s refused batches from %d: %s", producer, expected, why)
+    raise PeerGone(msg["msg"])
+
+
 async def stream(
     store: Store,
     producer: str,
@@ -94,18 +122,10 @@ async def stream(
             await asyncio.sleep(POLL)
             continue
         peer_epoch = int(doc["epoch"])
-        try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(doc["host"], int(doc["port"])), CONNECT_TIMEOUT
-            )
-        except (OSError, TimeoutError) as err:
-            where = f"{doc['host']}:{doc['port']} (epoch {peer_epoch})"
-            _no_answer(producer, f"cannot connect to {where}: {err or 'timeout'}")
-            await asyncio.sleep(POLL)
+        conn = await _connect(producer, doc)
+        if conn is None:
             continue
-        wire.tune(writer)
-        UNANSWERED.pop(producer, None)
-        _warned.pop(producer, None)
+        reader, writer = conn
         replay_upto, replay_via = 0, (producer,)
         sub = {"t": "sub", "consumer": consumer, "epoch": epoch, "from": expected}
         writer.write(wire.encode({**sub, "to": end}))
@@ -114,11 +134,7 @@ async def stream(
             async for msg in _frames(reader, watch):
                 kind = msg["t"]
                 if kind == "err":
-                    if msg.get("fenced"):
-                        raise Fenced(f"{producer}: {msg['msg']}")
-                    why = msg["msg"]
-                    log.warning("input %s refused batches from %d: %s", producer, expected, why)
-                    raise PeerGone(msg["msg"])
+                    _refused(producer, expected, msg)
                 if kind == "end":
                     return
                 if kind == "replay":

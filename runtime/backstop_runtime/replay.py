@@ -12,30 +12,46 @@ makes every regenerated batch identical to the one the consumer would have got.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Protocol
 
 from backstop_runtime import inputs
 from backstop_runtime.api import Context, Operator, Source
+from backstop_runtime.config import TaskConfig
 from backstop_runtime.engine import (
     INF,
     Batch,
+    BatchLog,
     Counters,
     DeadLetters,
     Processor,
     SourceProcessor,
     instantiate,
 )
-
-if TYPE_CHECKING:
-    from backstop_runtime.task import Task
+from backstop_runtime.metrics import Metrics
+from backstop_runtime.store import Store
 
 log = logging.getLogger("backstop_runtime.replay")
 
 
-async def regenerate(task: Task, consumer: str, lo: int, hi: int) -> AsyncIterator[Batch]:
+class Producer(Protocol):
+    """What a replay needs of the task that regenerates (:class:`backstop_runtime.task.Task`)."""
+
+    cfg: TaskConfig
+    store: Store
+    epoch: int
+    log: BatchLog
+    """The source's batch log (a source replays from it)."""
+    metrics: Metrics
+
+    async def logged(self, r: int) -> None:
+        """Wait until the (source) batch log holds round ``r``."""
+
+
+async def regenerate(task: Producer, consumer: str, lo: int, hi: int) -> AsyncIterator[Batch]:
     """Batches ``lo..hi`` of ``consumer``'s channel, recomputed (the last may end early
     with ``eos``). Counted in the task's replay metrics."""
     start = time.monotonic()
@@ -44,59 +60,77 @@ async def regenerate(task: Task, consumer: str, lo: int, hi: int) -> AsyncIterat
     counters = Counters()
     try:
         if cfg.is_source:
-            source: Source = instantiate(cfg, Source)
-            ctx = Context(
-                cfg.task,
-                cfg.index,
-                cfg.parallelism,
-                lambda r: None,
-                DeadLetters(None, counters, cfg.task),
-            )
-            source.open(ctx)
-            proc = SourceProcessor(cfg, source, task.log, counters, only=consumer)
-            for r in range(lo, hi + 1):
-                if task.log.eos_round is not None and r > task.log.eos_round:
-                    yield Batch(r, [], INF, True)  # the stream ended before round r
-                    return
-                await task.logged(r)
-                batch = proc.step_replay(r)[consumer]
+            batches = _from_log(task, consumer, lo, hi, counters)
+        else:
+            batches = _recompute(task, consumer, lo, hi, counters)
+        async with contextlib.aclosing(batches):  # its streams close when the caller stops
+            async for batch in batches:
                 yield batch
-                if batch.eos:
-                    return
-            return
-        ckpt = task.store.load_checkpoint(at_most=lo - 1)
-        r0 = int(ckpt["round"]) if ckpt else 0
-        op: Operator = instantiate(cfg, Operator)
-        replayer = Processor(
-            cfg, op, counters, DeadLetters(None, counters, cfg.task), only=consumer
-        )
-        replayer.restore(ckpt)
-        if replayer.eos:  # the stream ended before round lo
-            yield Batch(lo, [], INF, True)
-            return
-        streams = [
-            inputs.stream(task.store, u, consumer=cfg.task, epoch=task.epoch, start=r0 + 1, end=hi)
-            for u in cfg.upstream
-        ]
-        ended: dict[int, bool] = {}
-        try:
-            for r in range(r0 + 1, hi + 1):
-                batches = []
-                for i, st in enumerate(streams):
-                    if ended.get(i):
-                        batches.append(Batch(r, [], INF, True))
-                        continue
-                    b = await anext(st)
-                    ended[i] = b.eos
-                    batches.append(b)
-                out = replayer.step(r, batches)[consumer]
-                if r >= lo:
-                    yield out
-                if out.eos:
-                    return
-        finally:
-            for st in streams:
-                await st.aclose()
     finally:
         task.metrics.replay_seconds += time.monotonic() - start
         task.metrics.replayed_batches += max(0, hi - lo + 1)
+
+
+async def _from_log(
+    task: Producer, consumer: str, lo: int, hi: int, counters: Counters
+) -> AsyncGenerator[Batch, None]:
+    """A source's batches ``lo..hi``, read again from its batch log."""
+    cfg = task.cfg
+    source: Source = instantiate(cfg, Source)
+    ctx = Context(
+        cfg.task,
+        cfg.index,
+        cfg.parallelism,
+        lambda r: None,
+        DeadLetters(None, counters, cfg.task),
+    )
+    source.open(ctx)
+    proc = SourceProcessor(cfg, source, task.log, counters, only=consumer)
+    for r in range(lo, hi + 1):
+        if task.log.eos_round is not None and r > task.log.eos_round:
+            yield Batch(r, [], INF, True)  # the stream ended before round r
+            return
+        await task.logged(r)
+        batch = proc.step_replay(r)[consumer]
+        yield batch
+        if batch.eos:
+            return
+
+
+async def _recompute(
+    task: Producer, consumer: str, lo: int, hi: int, counters: Counters
+) -> AsyncGenerator[Batch, None]:
+    """An operator's batches ``lo..hi``: a second instance from the checkpoint before ``lo``,
+    fed by replays from its own producers."""
+    cfg = task.cfg
+    ckpt = task.store.load_checkpoint(at_most=lo - 1)
+    r0 = int(ckpt["round"]) if ckpt else 0
+    op: Operator = instantiate(cfg, Operator)
+    replayer = Processor(cfg, op, counters, DeadLetters(None, counters, cfg.task), only=consumer)
+    replayer.restore(ckpt)
+    if replayer.eos:  # the stream ended before round lo
+        yield Batch(lo, [], INF, True)
+        return
+    streams = [
+        inputs.stream(task.store, u, consumer=cfg.task, epoch=task.epoch, start=r0 + 1, end=hi)
+        for u in cfg.upstream
+    ]
+    ended: dict[int, bool] = {}
+    try:
+        for r in range(r0 + 1, hi + 1):
+            batches = []
+            for i, st in enumerate(streams):
+                if ended.get(i):
+                    batches.append(Batch(r, [], INF, True))
+                    continue
+                b = await anext(st)
+                ended[i] = b.eos
+                batches.append(b)
+            out = replayer.step(r, batches)[consumer]
+            if r >= lo:
+                yield out
+            if out.eos:
+                return
+    finally:
+        for st in streams:
+            await st.aclose()

@@ -1,13 +1,14 @@
 """One running task: restore, listen, consume, process, publish, checkpoint, report.
 
-Start-up order matters for fencing: the copy claims a new epoch first, then restores its
-newest checkpoint (a sink truncates its output to the checkpointed length), then binds
-its port and publishes the address. Consumers and producers find it through the registry
-and re-subscribe; anything they already have is dropped by batch number, anything nobody
-holds is regenerated (``replay``). Checkpoints are taken after every batch whose number
-is a multiple of ``K = checkpoint interval / batch interval``: every task checkpoints the
-same rounds, so batch ``K·k`` is the checkpoint punctuation ``P_k`` of the paper's
-Sec. 4.1 and the checkpoints of one round form a consistent cut.
+Start-up order matters for fencing: the copy claims a new epoch first, then restores
+its newest checkpoint (a sink truncates its output to the checkpointed length),
+then binds its port and publishes the address. Consumers and producers find it through
+the registry and re-subscribe; anything they already have is dropped by batch number,
+anything nobody holds is regenerated (``replay``). Checkpoints are taken after every
+batch whose number is a multiple of ``K = checkpoint interval / batch interval``: every
+task checkpoints the same rounds, so batch ``K·k`` is the checkpoint punctuation ``P_k``
+of *Incremental Recovery in Distributed Stream Processing Systems*, Section 4.1, and the
+checkpoints of one round form a consistent cut.
 """
 
 from __future__ import annotations

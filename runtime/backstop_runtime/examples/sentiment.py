@@ -1,4 +1,7 @@
-"""Sentiment per hot topic (``examples/twitter-sentiment.yaml``, the FTC seed's Fig. 8(d)).
+"""Sentiment per hot topic (``examples/twitter-sentiment.yaml``).
+
+The topology is the Twitter Sentiment application of Li et al. *Minimum Backups for
+Stream Processing With Recovery Latency Guarantees*, Sec. V-B, Fig. 8(d).
 
 ``source -> hot-topics -> merge -> trending`` finds the most used hashtags per window;
 ``source + merge -> filter -> sentiment -> sink`` scores the tweets about the hot topics with
