@@ -12,7 +12,7 @@ every planner measures its budget in *work*, never in seconds:
   a second, so a nominal second of search takes at most about one);
 - CP-SAT runs with a fixed seed, one worker (its sequential search is
   deterministic; on 2 cores it is also the fastest to the same plans,
-  see ``docs/benchmarks.md``), and ``max_deterministic_time`` (CP-SAT's own work
+  see ``docs/benchmarks/index.md``), and ``max_deterministic_time`` (CP-SAT's own work
   measure) instead of ``max_time_in_seconds`` (:func:`deterministic_cp_sat`).
 
 On a slower machine a plan takes longer, but it is the same plan. Only a

@@ -105,8 +105,7 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     References
     ----------
     Li et al. *Minimum Backups for Stream Processing With Recovery Latency
-    Guarantees*, Sec. IV (Algorithms 1-4) and problem (5). Seed text:
-    ``minimum-backups-ftc.txt``.
+    Guarantees*, Sec. IV (Algorithms 1-4) and problem (5).
     """
     _require_feasible(graph, bound)
     if topology_shape(graph) != "dag":

@@ -66,8 +66,7 @@ def backups_share_based(graph: TaskGraph, bound: float, *, time_limit: float = 1
     References
     ----------
     Li et al. *Minimum Backups for Stream Processing With Recovery Latency
-    Guarantees*, Sec. V-A ("share-based"), Table I. Seed text:
-    ``minimum-backups-ftc.txt``.
+    Guarantees*, Sec. V-A ("share-based"), Table I.
     """
     _require_feasible(graph, bound)
     preds, succs, t = graph.preds, graph.succs, graph.latency
@@ -140,7 +139,7 @@ def backups_exhaustive(graph: TaskGraph, bound: float, *, time_limit: float = 10
     References
     ----------
     Li et al. *Minimum Backups for Stream Processing With Recovery Latency
-    Guarantees*, Sec. IV-E (Algorithm exhaust). Seed text: ``minimum-backups-ftc.txt``.
+    Guarantees*, Sec. IV-E (Algorithm exhaust).
     """
     if len(graph) > EXHAUSTIVE_MAX_TASKS:
         raise PlannerError(

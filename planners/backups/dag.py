@@ -325,7 +325,7 @@ def backups_dag(
     ----------
     Li et al. *Minimum Backups for Stream Processing With Recovery Latency
     Guarantees*, Sec. IV-A and IV-D, Algorithms 1 and 4, eqs. (7) and (8), Lemma 3,
-    Theorem 1. Seed text: ``minimum-backups-ftc.txt``.
+    Theorem 1.
     """
     _require_feasible(graph, bound)
     flags = _ftc_dag(graph, bound, elimination, ranking)
@@ -377,6 +377,5 @@ def backups_dag_no_elim(graph: TaskGraph, bound: float, *, time_limit: float = 1
     ----------
     Li et al. *Minimum Backups for Stream Processing With Recovery Latency
     Guarantees*, Sec. IV-D, Algorithms 1 and 4 (without the final elimination step).
-    Seed text: ``minimum-backups-ftc.txt``.
     """
     return backups_dag(graph, bound, time_limit=time_limit, elimination="none")

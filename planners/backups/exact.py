@@ -264,7 +264,7 @@ def backups_exact(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -
     ----------
     Li et al. *Minimum Backups for Stream Processing With Recovery Latency
     Guarantees*, Sec. III-C, problem (5); the seed's exact reference is Algorithm
-    exhaust (Sec. IV-E). Seed text: ``minimum-backups-ftc.txt``.
+    exhaust (Sec. IV-E).
     """
     _require_feasible(graph, bound)
     budget = WorkBudget(time_limit)

@@ -59,8 +59,7 @@ def backups_line(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     References
     ----------
     Li et al. *Minimum Backups for Stream Processing With Recovery Latency
-    Guarantees*, Sec. IV-B, Algorithm 2, Theorem 2. Seed text:
-    ``minimum-backups-ftc.txt``.
+    Guarantees*, Sec. IV-B, Algorithm 2, Theorem 2.
     """
     _require_feasible(graph, bound)
     shape = topology_shape(graph)
@@ -117,8 +116,7 @@ def backups_tree(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     References
     ----------
     Li et al. *Minimum Backups for Stream Processing With Recovery Latency
-    Guarantees*, Sec. IV-C, Algorithm 3, eq. (6), Theorem 2. Seed text:
-    ``minimum-backups-ftc.txt``.
+    Guarantees*, Sec. IV-C, Algorithm 3, eq. (6), Theorem 2.
     """
     _require_feasible(graph, bound)
     shape = topology_shape(graph)

@@ -57,7 +57,7 @@ def place_rtap_nf(
       (backup-dependent) pairs only, in both directions, since the seed
       itself notes that independent tasks may share a processor. As written
       it separates any two tall tasks and costs many more nodes on the
-      seed's Table 4 instances (``docs/benchmarks.md``); that reading is
+      seed's Table 4 instances (``docs/benchmarks/index.md``); that reading is
       :func:`place_rtap_nf_literal`.
     - Packing (Algorithm 1 line 4, "Apply 1SP algorithm … according to (1)
       and constraint (7)"): a task is placed only where the model's ``H`` of

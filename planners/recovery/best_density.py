@@ -196,7 +196,7 @@ def recover_best_density_pruned(
     only among the :data:`PRUNED_PAIR_POOL` densest queries that fit, which
     bounds the candidates at 1 + 48·47/2 whatever ``M`` is. Identical to the
     seed's for ``M ≤ 48``; the loss past that is measured in
-    ``bench/bench_recovery.py`` (docs/benchmarks.md).
+    ``bench/bench_recovery.py`` (docs/benchmarks/index.md).
 
     Parameters
     ----------

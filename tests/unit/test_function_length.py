@@ -17,17 +17,8 @@ FOLDERS = ["planners", "operator/backstop", "runtime/backstop_runtime"]
 LIMIT = 60
 
 ALLOWED = {
-    "operator/backstop/cli/backups.py::backups",
-    "operator/backstop/cli/operator.py::operator",
-    "operator/backstop/cli/place.py::plan_command",
-    "operator/backstop/cli/recover.py::recover_command",
-    "operator/backstop/cli/reoptimize.py::print_recommendation",
-    "operator/backstop/cli/replicate.py::replicate_command",
     "operator/backstop/domain/spec.py::expand",
     "operator/backstop/domain/status.py::_derive_conditions",
-    "operator/backstop/jobs/reoptimize.py::main",
-    "operator/backstop/k8s/crd.py::build_recoveryplan_crd",
-    "operator/backstop/k8s/reoptjob.py::build_reopt_job",
 }
 """The operator's functions over the limit while they are being split: each must still
 exist and still be over it (so the list only shrinks, and is emptied when they are done)."""

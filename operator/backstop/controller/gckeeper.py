@@ -5,7 +5,7 @@ the ledger's pod feed, the plan's manifests). CPython's cyclic collector travers
 of them in each full (generation 2) collection, which the allocations of an ordinary
 tick trigger: in-process at 10k tasks, the recovery round that writes the first
 RecoveryPlan took 0.78 CPU s, of which 0.43 s were such collections (0.35 s with them
-out of the way; ``bench/bench_scale.py`` and docs/benchmarks.md).
+out of the way; ``bench/bench_scale.py`` and docs/benchmarks/index.md).
 
 :func:`collect_and_freeze` runs one full collection and then moves every object that
 survived it into the permanent generation (:func:`gc.freeze`), which later collections
