@@ -28,7 +28,7 @@ from backstop.domain import tasksets
 from backstop.domain.admission import admission_problem
 from backstop.domain.incidents import replay_sources
 from backstop.domain.spec import StreamTopologySpec, expand, parse_spec
-from backstop.domain.status_types import (
+from backstop.domain.status import (
     PlanStatus,
     RecoveryStatus,
     RolloutStatus,

@@ -27,7 +27,7 @@ from backstop.domain.constants import GROUP, PLURAL, VERSION, EventReason
 from backstop.domain.incidents import for_topology
 from backstop.domain.recovery import last_good_generation, next_look
 from backstop.domain.spec import StreamTopologySpec, expand
-from backstop.domain.status_types import TopologyStatus, parse_status
+from backstop.domain.status import TopologyStatus, parse_status
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.manifests import Owner
 from planners import InvalidTopology, PlannerError, TaskGraph

@@ -9,7 +9,7 @@ from typing import Any
 
 from backstop.controller import faults
 from backstop.domain.fencing import bump_epochs
-from backstop.domain.statuswire import compact_value
+from backstop.domain.status import compact_value
 from backstop.domain.tasksets import task_map_of, tasks_of
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.manifests import Owner

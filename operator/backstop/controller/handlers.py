@@ -27,7 +27,6 @@ from backstop.controller.context import kube, node_snapshot, post_event
 from backstop.controller.fencing import publish_epochs
 from backstop.controller.lifecycle import pending_of, rollout_with_plan
 from backstop.domain.admission import unknown_fields
-from backstop.domain.boundtext import worst_vs_bound
 from backstop.domain.constants import (
     ANN_APPLIED,
     GROUP,
@@ -47,17 +46,20 @@ from backstop.domain.planning import (
     plan_topology,
 )
 from backstop.domain.spec import StreamTopologySpec, expand, spec_hash
-from backstop.domain.status import build_plan_status, conditions_patch, pod_state
-from backstop.domain.status_types import (
+from backstop.domain.status import (
     Condition,
     PlanStatus,
     Problem,
     RolloutStatus,
+    build_plan_status,
+    conditions_patch,
     parse_status,
+    plain_status,
+    pod_state,
     status_patch,
     with_changes,
+    worst_vs_bound,
 )
-from backstop.domain.statuswire import plain_status
 from backstop.k8s.kubeio import ClusterView, Kube
 from backstop.k8s.ledger import Booking, CapacityLedger, Overcommitted, Reading, manifest_holds
 from backstop.k8s.manifests import Owner, build_pdb, desired_pods, template_samples
@@ -423,7 +425,7 @@ def _record(
     **changes: Any,
 ) -> None:
     """Write facts to the status at once (not at the end of the handler), through the
-    one merge path (:func:`backstop.domain.status_types.status_patch`)."""
+    one merge path (:func:`backstop.domain.status.types.status_patch`)."""
     old = parse_status(status).status
     new = with_changes(old, **changes)
     conditions = conditions_patch(generation, new.dump(), [])

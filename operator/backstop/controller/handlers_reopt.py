@@ -32,7 +32,6 @@ from kubernetes.client.exceptions import ApiException
 from backstop.controller import approve, context, reoptrun
 from backstop.controller import settings as config
 from backstop.domain.approval import plan_fingerprint, recommendation_id
-from backstop.domain.conditions import now_rfc3339
 from backstop.domain.constants import ANN_APPROVE, GROUP, PLURAL, VERSION
 from backstop.domain.recommend import should_apply
 from backstop.domain.spec import (
@@ -40,7 +39,7 @@ from backstop.domain.spec import (
     ReoptimizationPolicy,
     StreamTopologySpec,
 )
-from backstop.domain.statuswire import plain_status
+from backstop.domain.status import now_rfc3339, plain_status
 from planners import InvalidTopology
 
 log = logging.getLogger("backstop.reoptimize")

@@ -24,9 +24,14 @@ from backstop.controller.tick import (
     write_status,
 )
 from backstop.domain import lifecycle
-from backstop.domain.boundtext import worst_vs_bound
 from backstop.domain.planning import current_assignment, diff_pods
-from backstop.domain.status_types import RolloutStatus, TopologyStatus, parse_status, with_changes
+from backstop.domain.status import (
+    RolloutStatus,
+    TopologyStatus,
+    parse_status,
+    with_changes,
+    worst_vs_bound,
+)
 
 
 def _write(t: Tick, new: TopologyStatus, indexed: list[Mapping[str, Any]]) -> bool:

@@ -35,16 +35,16 @@ from typing import Any
 from backstop.controller import faults
 from backstop.controller.capacity import plan_nodes, topology_view
 from backstop.controller.tick import Tick, planned_pods, pods_match, reserve_tasks, write_status
-from backstop.domain.boundtext import worst_vs_bound
 from backstop.domain.constants import EventReason
 from backstop.domain.incidents import epoch_rfc3339
 from backstop.domain.recovery import plan_with_worst
 from backstop.domain.spec import ApplyMode
-from backstop.domain.status_types import (
+from backstop.domain.status import (
     PlanStatus,
     RestoreStatus,
     RestoreStepRecord,
     with_changes,
+    worst_vs_bound,
 )
 from backstop.k8s.ledger import Booking
 from backstop.k8s.manifests import build_recoveryplan, recoveryplan_name

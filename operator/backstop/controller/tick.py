@@ -2,7 +2,7 @@
 
 Every writer of the supervisor (recovery, drain, restore, conditions) computes a new
 typed status from the one it read and calls :func:`write_status`: the merge patch
-(:func:`backstop.domain.status_types.status_patch`) goes out with the
+(:func:`backstop.domain.status.types.status_patch`) goes out with the
 ``resourceVersion`` the status was read at, so a write computed from a stale status
 fails with 409 instead of undoing someone else's write. On a conflict the tick
 re-reads the object and the caller decides again from what is there now.
@@ -20,17 +20,19 @@ from kubernetes.client.exceptions import ApiException
 from backstop.controller.capacity import reserve
 from backstop.controller.memo import TopologyMemo
 from backstop.controller.metrics import OperatorMetrics
-from backstop.domain.conditions import merge_conditions
 from backstop.domain.constants import ANN_HASH, EventReason
 from backstop.domain.incidents import NodeInfo
 from backstop.domain.podfaults import is_terminal
 from backstop.domain.spec import StreamTopologySpec
-from backstop.domain.status import PodState, derive_conditions, pod_failure
-from backstop.domain.status_types import (
+from backstop.domain.status import (
     Condition,
     PlanStatus,
+    PodState,
     TopologyStatus,
+    derive_conditions,
+    merge_conditions,
     parse_status,
+    pod_failure,
     status_patch,
     with_changes,
 )

@@ -11,133 +11,11 @@ pods, so whichever writer runs last writes the same answer.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from backstop.domain import lifecycle
-from backstop.domain.approval import approval_condition
-from backstop.domain.conditions import build_condition, merge_conditions
-from backstop.domain.planning import TopologyPlan
-from planners import TaskGraph
-
-
-@dataclass(frozen=True)
-class PodState:
-    """What the conditions need to know of one pod."""
-
-    name: str
-    task: str
-    role: str
-    phase: str | None
-    node: str | None
-    deleting: bool
-    failure: str | None = None  # why its task keeps failing (see :func:`pod_failure`)
-
-
-FAILING = {
-    "CrashLoopBackOff",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "ErrImageNeverPull",
-    "InvalidImageName",
-    "RunContainerError",
-}
-
-
-def pod_failure(status: Mapping[str, Any] | None) -> str | None:
-    """Why a pod's task fails, from its status (a dict, camelCase as the API sends it).
-
-    A task the runtime stops with an error (a config error, say) exits non-zero; the
-    kubelet restarts it and reports ``CrashLoopBackOff`` while the pod phase stays
-    ``Running``. The message is the container's termination message: with
-    ``terminationMessagePolicy: FallbackToLogsOnError`` the end of the task's log.
-
-    >>> pod_failure({"containerStatuses": [{"state": {"waiting": {
-    ...     "reason": "CrashLoopBackOff"}}, "lastState": {"terminated": {"exitCode": 2,
-    ...     "message": "error: config: count-0: missing field 'windowSeconds'"}}}]})
-    "CrashLoopBackOff (exit 2): error: config: count-0: missing field 'windowSeconds'"
-    >>> pod_failure({"containerStatuses": [{"state": {"running": {}}}]}) is None
-    True
-    """
-    for cs in (status or {}).get("containerStatuses") or []:
-        state = cs.get("state") or {}
-        waiting = state.get("waiting") or {}
-        ended = state.get("terminated") or {}
-        if waiting.get("reason") not in FAILING and not (ended and ended.get("exitCode")):
-            continue
-        last = ended or (cs.get("lastState") or {}).get("terminated") or {}
-        reason = waiting.get("reason") or last.get("reason") or "Error"
-        code = f" (exit {last['exitCode']})" if last.get("exitCode") is not None else ""
-        text = (last.get("message") or waiting.get("message") or "").strip()
-        tail = text.splitlines()[-1] if text else ""
-        return f"{reason}{code}" + (f": {tail[:300]}" if tail else "")
-    return None
-
-
-def pod_state(pod: Mapping[str, Any]) -> PodState:
-    """A :class:`PodState` from a pod dict (as the API sends it, or slimmed)."""
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    status = pod.get("status") or {}
-    return PodState(
-        name=meta["name"],
-        task=labels.get("streams.backstop.dev/task", ""),
-        role=labels.get("streams.backstop.dev/role", "primary"),
-        phase=status.get("phase"),
-        node=(pod.get("spec") or {}).get("nodeName"),
-        deleting=meta.get("deletionTimestamp") is not None,
-        failure=pod_failure(status),
-    )
-
-
-def build_plan_status(
-    generation: int,
-    graph: TaskGraph,
-    plan: TopologyPlan,
-    *,
-    replicas: Mapping[str, Iterable[str]] | None = None,
-    availability: float | None = None,
-) -> dict[str, Any]:
-    """``status.plan``: the summary users read and the write-ahead record of the plan."""
-    p = plan.placement
-    out: dict[str, Any] = {
-        "generation": generation,
-        "algorithm": p.algorithm,
-        "tasks": len(graph),
-        "backupCount": len(plan.backups),
-        "backups": sorted(plan.backups, key=graph.index),
-        "nodesUsed": p.nodes_used,
-        "worstRecoveryLatency": round(p.worst, 6),
-        "bound": p.bound,
-        "boundSatisfied": p.worst <= p.bound + 1e-9,
-        "optimal": p.optimal,
-        "assignment": dict(sorted(p.assignment.items(), key=lambda kv: graph.index(kv[0]))),
-        "worstByNode": {k: round(v, 6) for k, v in plan.worst_by_node.items()},
-        "moved": plan.moved,
-    }
-    if replicas is not None:
-        out["replicas"] = {t: list(ns) for t, ns in sorted(replicas.items())}
-        out["replicated"] = sorted(replicas)
-        out["availability"] = availability
-    return out
-
-
-def expected_pods(plan: Mapping[str, Any]) -> dict[str, str]:
-    """``{task-or-replica key: node}`` the recorded plan asks for."""
-    want = {f"primary/{t}": n for t, n in (plan.get("assignment") or {}).items()}
-    for t, nodes in (plan.get("replicas") or {}).items():
-        for k, n in enumerate(nodes):
-            want[f"replica-{k}/{t}"] = n
-    return want
-
-
-def _key(p: PodState) -> str:
-    """The :func:`expected_pods` key of a pod: ``primary/<task>`` or ``replica-<k>/<task>``."""
-    if p.role == "primary":
-        return f"primary/{p.task}"
-    return f"replica-{p.name.rsplit('-', 1)[1].removeprefix('r')}/{p.task}"  # <pod>--r<k>
+from backstop.domain.status.conditions import build_condition, merge_conditions
+from backstop.domain.status.plan import expected_pods
+from backstop.domain.status.pods import PodState, pod_key
 
 
 def derive_conditions(
@@ -147,7 +25,7 @@ def derive_conditions(
 ) -> list[dict[str, Any]]:
     """All conditions, from the recorded facts and the pods (see the module docstring)."""
     derived = _derive_conditions(generation, status, pods)
-    return lifecycle.lifecycle_conditions(generation, status, derived)
+    return lifecycle_conditions(generation, status, derived)
 
 
 def _worst_now(plan: Mapping[str, Any]) -> str:
@@ -267,7 +145,7 @@ def _derive_conditions(
     have: dict[str, PodState] = {}
     for p in pods:
         if not p.deleting:
-            have[_key(p)] = p
+            have[pod_key(p)] = p
     missing = [k for k in want if k not in have]
     misplaced = [k for k, n in want.items() if k in have and have[k].node not in (None, n)]
     unbound = [k for k in want if k in have and have[k].node is None]
@@ -342,3 +220,68 @@ def conditions_patch(
 ) -> list[dict[str, Any]]:
     """The merged condition list to write (transition times kept where unchanged)."""
     return merge_conditions(status.get("conditions"), derive_conditions(generation, status, pods))
+
+
+def lifecycle_conditions(
+    generation: int, status: Mapping[str, Any], derived: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``derived`` (the other conditions) with the ``Suspended`` and ``RollingOut`` ones;
+    while a suspend holds, its ``Placed`` and ``Ready`` replace the pods' view (no pod
+    is meant to run)."""
+    if "suspend" not in status:
+        rollout = status.get("rollout") or {}
+        if rollout.get("active"):  # not every pod runs this generation's spec yet
+            text = f"rolling out: {rollout.get('message') or ''}"
+            ready = build_condition("Ready", False, "RollingOut", text, generation)
+            derived = [c for c in derived if c["type"] != "Ready"] + [ready]
+        return derived + rollout_condition(generation, status)
+    mine = suspend_conditions(generation, status)
+    types = {c["type"] for c in mine}
+    kept = [c for c in derived if c["type"] not in types]
+    return kept + mine + rollout_condition(generation, status)
+
+
+def suspend_conditions(generation: int, status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``Suspended``, ``Placed`` and ``Ready`` conditions while a suspend holds."""
+    rec = status.get("suspend") or {}
+    phase = rec.get("phase")
+    message = rec.get("message") or phase or ""
+    if phase not in ("Suspending", "Suspended"):
+        resuming = phase == "Resuming"
+        reason = "Resuming" if resuming else "Running"
+        text = message if resuming else "not suspended"
+        return [build_condition("Suspended", False, reason, text, generation)]
+    reason = "CheckpointMissing" if rec.get("missing") else phase
+    return [
+        build_condition("Suspended", phase == "Suspended", reason, message, generation),
+        build_condition("Placed", False, "Suspended", f"suspend: {message}", generation),
+        build_condition("Ready", False, "Suspended", f"suspend: {message}", generation),
+    ]
+
+
+def rollout_condition(generation: int, status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``RollingOut`` condition, when a rollout was ever recorded."""
+    rec = status.get("rollout")
+    if not rec:
+        return []
+    active = bool(rec.get("active"))
+    reason = "RollingOut" if active else "RolloutComplete"
+    return [build_condition("RollingOut", active, reason, rec.get("message") or "", generation)]
+
+
+def approval_condition(approval: Mapping[str, Any], generation: int) -> dict[str, Any]:
+    """The ``RecommendationApproved`` condition of a decided approval
+    (``status.reoptimization.approval``): ``True`` applied, ``False`` refused, with why.
+
+    >>> c = approval_condition({"id": "r1", "result": "Refused", "reason": "SpecChanged",
+    ...                         "message": "the spec changed"}, 2)
+    >>> c["status"], c["reason"], c["message"]
+    ('False', 'SpecChanged', 'recommendation r1: the spec changed')
+    """
+    return build_condition(
+        "RecommendationApproved",
+        approval.get("result") == "Applied",
+        str(approval.get("reason", "")),
+        f"recommendation {approval.get('id')}: {approval.get('message', '')}",
+        generation,
+    )

@@ -10,7 +10,7 @@ few tens of kB (``docs/scale.md``).
 
 Small collections stay plain (at most :data:`COMPACT_ABOVE` entries), so a topology of
 a few dozen tasks reads as before in ``kubectl get st -o yaml``. The typed status
-(:mod:`backstop.domain.status_types`) never sees the compact form: :func:`plain_status`
+(:mod:`backstop.domain.status.types`) never sees the compact form: :func:`plain_status`
 decodes a raw status before it is parsed, :func:`compact_status` encodes the dump that is
 written (through the one merge path, ``status_patch``). Code that reads the raw status
 from the API (a Kopf handler's ``status``) goes through :func:`plain_status` too.
