@@ -28,7 +28,6 @@ from backstop.domain.planning import current_assignment, diff_pods
 from backstop.domain.status import (
     RolloutStatus,
     TopologyStatus,
-    parse_status,
     with_changes,
     worst_vs_bound,
 )
@@ -150,7 +149,7 @@ def rolling(t: Tick) -> bool:
 
 
 def rollout_with_plan(
-    status: Mapping[str, Any],
+    status: TopologyStatus,
     generation: int,
     desired: Mapping[str, Mapping[str, Any]],
     own_pods: list[Mapping[str, Any]],
@@ -165,8 +164,7 @@ def rollout_with_plan(
     (:func:`backstop.domain.lifecycle.hold_pending`). One write for both: a supervisor
     that saw the new plan without its rollout would replace every changed pod at once.
     """
-    typed = parse_status(status).status
-    rec = typed.rollout
+    rec = status.rollout
     diff = diff_pods(desired, own_pods, dead)
     replaced = lifecycle.replaced_tasks(desired, own_pods, diff.delete)
     if not replaced:
@@ -179,7 +177,7 @@ def rollout_with_plan(
         return rec
     running = [p for p in own_pods if (p.get("metadata") or {}).get("deletionTimestamp") is None]
     begun = lifecycle.begin_rollout(
-        typed,
+        status,
         generation,
         replaced.values(),
         current_assignment(running),

@@ -126,7 +126,7 @@ def status_wire(t: Tick) -> dict[str, Any]:
 
 def with_conditions(t: Tick, new: TopologyStatus, pods: Iterable[PodState]) -> TopologyStatus:
     """``new`` with every condition derived again from it and the pods."""
-    derived = derive_conditions(t.observed or t.generation, new.dump(), pods)
+    derived = derive_conditions(t.observed or t.generation, new, pods)
     merged = merge_conditions([c.dump() for c in new.conditions], derived)
     return with_changes(new, conditions=[Condition.model_validate(c) for c in merged])
 

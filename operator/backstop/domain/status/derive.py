@@ -1,11 +1,11 @@
-"""The StreamTopology status: what is recorded, and the conditions derived from it.
+"""The conditions of a StreamTopology, derived from its typed status and its pods.
 
-Two writers touch a topology's status: the reconcile handler (which records the
-plan or the problem *before* touching pods, so a restarted operator resumes
-instead of redoing work) and the readiness timer. To keep them from undoing each
-other, conditions are never edited piecemeal: :func:`derive_conditions` computes
-all of them from the recorded facts (``plan``, ``problem``, ``recovery``) and the
-pods, so whichever writer runs last writes the same answer.
+Two writers touch a topology's status: the reconcile (which records the plan or the
+problem *before* touching pods, so a restarted operator resumes instead of redoing
+work) and the supervise daemon. To keep them from undoing each other, conditions are
+never edited piecemeal: :func:`derive_conditions` computes all of them from the
+recorded facts (``plan``, ``problem``, ``recovery``, ``restore``, ``suspend``,
+``rollout``) and the pods, so whichever writer runs last writes the same answer.
 """
 
 from __future__ import annotations
@@ -16,222 +16,240 @@ from typing import Any
 from backstop.domain.status.conditions import build_condition, merge_conditions
 from backstop.domain.status.plan import expected_pods
 from backstop.domain.status.pods import PodState, pod_key
+from backstop.domain.status.types import (
+    PlanStatus,
+    RecoveryStatus,
+    RestoreStatus,
+    TopologyStatus,
+    parse_status,
+)
+
+Conditions = list[dict[str, Any]]
+"""Conditions as written (``metav1.Condition`` dicts, without their transition time)."""
+
+
+def typed(status: TopologyStatus | Mapping[str, Any]) -> TopologyStatus:
+    """``status`` as the typed model (a raw ``status`` dict is parsed here, at the edge)."""
+    return status if isinstance(status, TopologyStatus) else parse_status(status).status
 
 
 def derive_conditions(
     generation: int,
-    status: Mapping[str, Any],
+    status: TopologyStatus | Mapping[str, Any],
     pods: Iterable[PodState],
-) -> list[dict[str, Any]]:
+) -> Conditions:
     """All conditions, from the recorded facts and the pods (see the module docstring)."""
-    derived = _derive_conditions(generation, status, pods)
-    return lifecycle_conditions(generation, status, derived)
+    st = typed(status)
+    derived = _derive_conditions(generation, st, pods)
+    return lifecycle_conditions(generation, st, derived)
 
 
-def _worst_now(plan: Mapping[str, Any]) -> str:
+def conditions_patch(
+    generation: int, status: TopologyStatus | Mapping[str, Any], pods: Iterable[PodState]
+) -> Conditions:
+    """The merged condition list to write (transition times kept where unchanged)."""
+    st = typed(status)
+    current = [c.dump() for c in st.conditions]
+    return merge_conditions(current, derive_conditions(generation, st, pods))
+
+
+def _worst_now(plan: PlanStatus) -> str:
     """The plan's worst single-node failure as ``BoundSatisfied`` says it."""
-    worst, bound = plan.get("worstRecoveryLatency", 0.0), plan.get("bound", 0.0)
+    worst = plan.worst_recovery_latency if plan.worst_recovery_latency is not None else 0.0
+    bound = plan.bound if plan.bound is not None else 0.0
     return f"worst single-node failure recovers in {worst:g}s (bound {bound:g}s)"
 
 
-def _last_recovery(recovery: Mapping[str, Any], plan: Mapping[str, Any]) -> str:
+def _last_recovery(recovery: RecoveryStatus, plan: PlanStatus) -> str:
     """``Recovering=False``: the last session's message is history, and says so.
 
     That message gives the worst recovery the session left behind ("9.5s ... bound 9s");
-    after a restore brought the bound back, ``BoundSatisfied`` gave the restored value
-    and the same figure under ``Recovering`` read as a current violation. So it is
-    labelled as the last session's and followed by the current worst.
+    while ``BoundSatisfied`` gives the value of now (a restore may have brought the bound
+    back), so it is labelled as the last session's and followed by the current worst.
 
-    >>> _last_recovery({"message": "session s1 recovered 2 tasks in 1 steps; worst "
-    ...     "single-node recovery at its end 9.5s (bound 9s)", "completedAt": "T"},
-    ...     {"worstRecoveryLatency": 4, "bound": 4})
+    >>> _last_recovery(RecoveryStatus(message="session s1 recovered 2 tasks in 1 steps; "
+    ...     "worst single-node recovery at its end 9.5s (bound 9s)", completed_at="T"),
+    ...     PlanStatus(worst_recovery_latency=4, bound=4))
     'no recovery in progress; last session (completed T): session s1 recovered 2 tasks \
 in 1 steps; worst single-node recovery at its end 9.5s (bound 9s); now: worst single-node \
 failure recovers in 4s (bound 4s)'
     """
-    message = recovery.get("message")
+    message = recovery.message
     if not message:
         return "nothing to recover"
-    when = recovery.get("completedAt")
+    when = recovery.completed_at
     text = "no recovery in progress; last session" + (f" (completed {when})" if when else "")
     text += f": {message}"
-    return text + (f"; now: {_worst_now(plan)}" if "worstRecoveryLatency" in plan else "")
+    now = plan.worst_recovery_latency is not None
+    return text + (f"; now: {_worst_now(plan)}" if now else "")
 
 
 def _derive_conditions(
-    generation: int,
-    status: Mapping[str, Any],
-    pods: Iterable[PodState],
-) -> list[dict[str, Any]]:
-    plan = status.get("plan") or {}
-    problem = status.get("problem")
-    recovery = status.get("recovery") or {}
-    restore = status.get("restore") or {}
-    out: list[dict[str, Any]] = []
-    rejected = bool(problem and problem.get("generation") == generation)
-    if rejected and plan.get("assignment") is not None and plan.get("generation") != generation:
+    generation: int, status: TopologyStatus, pods: Iterable[PodState]
+) -> Conditions:
+    """The conditions but ``Suspended`` and ``RollingOut`` (:func:`lifecycle_conditions`)."""
+    plan, problem = status.plan, status.problem
+    rejected = problem is not None and problem.generation == generation
+    out: Conditions = []
+    earlier = plan is not None and plan.assignment is not None and plan.generation != generation
+    if rejected and earlier:
         # an edit is rejected; the pods keep following the last good plan (supervised)
-        assert problem is not None
+        assert problem is not None and plan is not None
         message = (
-            f"generation {generation} rejected ({problem['reason']}): {problem['message']}; "
-            f"still running generation {plan.get('generation')}'s plan"
+            f"generation {generation} rejected ({problem.reason}): {problem.message}; "
+            f"still running generation {plan.generation}'s plan"
         )
-        out.append(build_condition("Planned", False, problem["reason"], message, generation))
+        out.append(build_condition("Planned", False, problem.reason, message, generation))
     elif rejected:
         assert problem is not None
-        reason, message = problem["reason"], problem["message"]
-        out.append(build_condition("Planned", False, reason, message, generation))
-        out.append(
-            build_condition("Placed", False, reason, "nothing placed: " + message, generation)
-        )
-        out.append(build_condition("BoundSatisfied", None, reason, "no plan", generation))
-        out.append(build_condition("Ready", False, reason, message, generation))
-        return out
-    if not plan:
+        return _rejected(generation, problem.reason, problem.message)
+    if plan is None:
         out.append(build_condition("Planned", False, "Pending", "not planned yet", generation))
         out.append(build_condition("Ready", False, "Pending", "not planned yet", generation))
         return out
-    current = plan.get("generation") == generation
+    current = plan.generation == generation
     if not rejected:
         out.append(
             build_condition(
                 "Planned",
                 current,
                 "PlanComputed" if current else "Replanning",
-                f"{plan.get('tasks')} tasks, {plan.get('backupCount')} backups, "
-                f"{plan.get('nodesUsed')} nodes ({plan.get('algorithm')})",
+                f"{plan.tasks} tasks, {plan.backup_count} backups, "
+                f"{plan.nodes_used} nodes ({plan.algorithm})",
                 generation,
             )
         )
-    if recovery.get("active"):
-        out.append(
-            build_condition(
-                "BoundSatisfied",
-                None,
-                "Recovering",
-                "recovery in progress; the bound is re-checked after",
-                generation,
-            )
+    out.append(_bound_satisfied(generation, status, plan))
+    return out + _pod_conditions(generation, status, plan, current, pods)
+
+
+def _rejected(generation: int, reason: str, message: str) -> Conditions:
+    """The conditions of a generation rejected with no earlier plan to keep running."""
+    return [
+        build_condition("Planned", False, reason, message, generation),
+        build_condition("Placed", False, reason, "nothing placed: " + message, generation),
+        build_condition("BoundSatisfied", None, reason, "no plan", generation),
+        build_condition("Ready", False, reason, message, generation),
+    ]
+
+
+def _bound_satisfied(generation: int, status: TopologyStatus, plan: PlanStatus) -> dict[str, Any]:
+    """``BoundSatisfied``: unknown while recovering, false while a restore brings the bound
+    back, else whether the recorded plan keeps it."""
+    recovery, restore = status.recovery_or_empty, status.restore_or_empty
+    if recovery.active:
+        return build_condition(
+            "BoundSatisfied",
+            None,
+            "Recovering",
+            "recovery in progress; the bound is re-checked after",
+            generation,
         )
-    elif (
-        restore.get("active")
-        and restore.get("generation") == generation
-        and restore.get("purpose", "Restore") == "Restore"
-    ):
-        steps = len(restore.get("steps") or [])
-        out.append(
-            build_condition(
-                "BoundSatisfied",
-                False,
-                "Restoring",
-                f"{_worst_now(plan)}; restore step {restore.get('issued', 0)}/{steps}: "
-                f"{restore.get('message', '')}",
-                generation,
-            )
+    if _restoring(restore, generation):
+        return build_condition(
+            "BoundSatisfied",
+            False,
+            "Restoring",
+            f"{_worst_now(plan)}; restore step {restore.issued}/{len(restore.steps)}: "
+            f"{restore.message or ''}",
+            generation,
         )
-    else:
-        ok = bool(plan.get("boundSatisfied"))
-        waiting = restore.get("message") if restore.get("phase") == "Waiting" and not ok else ""
-        out.append(
-            build_condition(
-                "BoundSatisfied",
-                ok,
-                "WithinBound" if ok else "BoundViolated",
-                _worst_now(plan) + (f"; {waiting}" if waiting else ""),
-                generation,
-            )
-        )
+    ok = bool(plan.bound_satisfied)
+    waiting = restore.message if restore.phase == "Waiting" and not ok else ""
+    return build_condition(
+        "BoundSatisfied",
+        ok,
+        "WithinBound" if ok else "BoundViolated",
+        _worst_now(plan) + (f"; {waiting}" if waiting else ""),
+        generation,
+    )
+
+
+def _restoring(restore: RestoreStatus, generation: int) -> bool:
+    """Whether a restore (not a consolidation) of this generation is under way."""
+    return restore.active and restore.generation == generation and restore.purpose == "Restore"
+
+
+def _pod_conditions(
+    generation: int,
+    status: TopologyStatus,
+    plan: PlanStatus,
+    current: bool,
+    pods: Iterable[PodState],
+) -> Conditions:
+    """``Placed``, ``Recovering``, ``RecommendationApproved`` and ``Ready``: the pods
+    against the plan's, and the recovery and approval recorded."""
+    recovery = status.recovery_or_empty
     want = expected_pods(plan)
     have: dict[str, PodState] = {}
     for p in pods:
         if not p.deleting:
             have[pod_key(p)] = p
+    out = [_placed(generation, want, have)]
+    if recovery.active:
+        message = recovery.message if recovery.message is not None else "recovering"
+        out.append(build_condition("Recovering", True, "RecoveryInProgress", message, generation))
+    elif status.recovery is not None:
+        message = _last_recovery(recovery, plan)
+        out.append(build_condition("Recovering", False, "NoFailure", message, generation))
+    reopt = status.reoptimization
+    approval = (reopt.model_extra or {}).get("approval") if reopt is not None else None
+    if approval and approval.get("result"):
+        out.append(approval_condition(approval, generation))
+    out.append(_ready(generation, want, have, current and not recovery.active))
+    return out
+
+
+def _placed(
+    generation: int, want: Mapping[str, str], have: Mapping[str, PodState]
+) -> dict[str, Any]:
+    """``Placed``: every pod of the plan exists and is bound to its planned node."""
     missing = [k for k in want if k not in have]
     misplaced = [k for k, n in want.items() if k in have and have[k].node not in (None, n)]
     unbound = [k for k in want if k in have and have[k].node is None]
+    if missing or misplaced:
+        text = f"{len(missing)} pods missing, {len(misplaced)} misplaced"
+        return build_condition("Placed", False, "Placing", text, generation)
+    if unbound:
+        text = f"{len(unbound)} pods not bound yet"
+        return build_condition("Placed", False, "Scheduling", text, generation)
+    text = f"{len(want)} pods on their planned nodes"
+    return build_condition("Placed", True, "AllPodsBound", text, generation)
+
+
+def _ready(
+    generation: int, want: Mapping[str, str], have: Mapping[str, PodState], may_be: bool
+) -> dict[str, Any]:
+    """``Ready``: every pod of the plan runs on its node and no task fails (``may_be``:
+    the plan is this generation's and no recovery runs)."""
     running = [
         k for k in want if k in have and have[k].phase == "Running" and have[k].node == want[k]
     ]
-    if missing or misplaced:
-        out.append(
-            build_condition(
-                "Placed",
-                False,
-                "Placing",
-                f"{len(missing)} pods missing, {len(misplaced)} misplaced",
-                generation,
-            )
-        )
-    elif unbound:
-        out.append(
-            build_condition(
-                "Placed", False, "Scheduling", f"{len(unbound)} pods not bound yet", generation
-            )
-        )
-    else:
-        out.append(
-            build_condition(
-                "Placed",
-                True,
-                "AllPodsBound",
-                f"{len(want)} pods on their planned nodes",
-                generation,
-            )
-        )
-    if recovery.get("active"):
-        out.append(
-            build_condition(
-                "Recovering",
-                True,
-                "RecoveryInProgress",
-                recovery.get("message", "recovering"),
-                generation,
-            )
-        )
-    elif "recovery" in status:
-        out.append(
-            build_condition(
-                "Recovering", False, "NoFailure", _last_recovery(recovery, plan), generation
-            )
-        )
     failing = sorted(
         f"{have[k].name}: {have[k].failure}" for k in want if k in have and have[k].failure
     )
     running = [k for k in running if not have[k].failure]
-    approval = (status.get("reoptimization") or {}).get("approval")
-    if approval and approval.get("result"):
-        out.append(approval_condition(approval, generation))
-    ready = current and len(running) == len(want) and not recovery.get("active")
-    out.append(
-        build_condition(
-            "Ready",
-            ready,
-            "AllTasksRunning" if ready else ("TaskFailing" if failing else "TasksStarting"),
-            f"{len(running)}/{len(want)} pods running"
-            + (f"; {len(failing)} failing: " + "; ".join(failing) if failing else ""),
-            generation,
-        )
+    ready = may_be and len(running) == len(want)
+    return build_condition(
+        "Ready",
+        ready,
+        "AllTasksRunning" if ready else ("TaskFailing" if failing else "TasksStarting"),
+        f"{len(running)}/{len(want)} pods running"
+        + (f"; {len(failing)} failing: " + "; ".join(failing) if failing else ""),
+        generation,
     )
-    return out
-
-
-def conditions_patch(
-    generation: int, status: Mapping[str, Any], pods: Iterable[PodState]
-) -> list[dict[str, Any]]:
-    """The merged condition list to write (transition times kept where unchanged)."""
-    return merge_conditions(status.get("conditions"), derive_conditions(generation, status, pods))
 
 
 def lifecycle_conditions(
-    generation: int, status: Mapping[str, Any], derived: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+    generation: int, status: TopologyStatus, derived: Conditions
+) -> Conditions:
     """``derived`` (the other conditions) with the ``Suspended`` and ``RollingOut`` ones;
     while a suspend holds, its ``Placed`` and ``Ready`` replace the pods' view (no pod
     is meant to run)."""
-    if "suspend" not in status:
-        rollout = status.get("rollout") or {}
-        if rollout.get("active"):  # not every pod runs this generation's spec yet
-            text = f"rolling out: {rollout.get('message') or ''}"
+    if status.suspend is None:
+        rollout = status.rollout
+        if rollout is not None and rollout.active:  # not every pod runs this spec yet
+            text = f"rolling out: {rollout.message or ''}"
             ready = build_condition("Ready", False, "RollingOut", text, generation)
             derived = [c for c in derived if c["type"] != "Ready"] + [ready]
         return derived + rollout_condition(generation, status)
@@ -241,17 +259,17 @@ def lifecycle_conditions(
     return kept + mine + rollout_condition(generation, status)
 
 
-def suspend_conditions(generation: int, status: Mapping[str, Any]) -> list[dict[str, Any]]:
+def suspend_conditions(generation: int, status: TopologyStatus) -> Conditions:
     """The ``Suspended``, ``Placed`` and ``Ready`` conditions while a suspend holds."""
-    rec = status.get("suspend") or {}
-    phase = rec.get("phase")
-    message = rec.get("message") or phase or ""
-    if phase not in ("Suspending", "Suspended"):
+    rec = status.suspend
+    phase = rec.phase if rec is not None else None
+    message = (rec.message if rec is not None else None) or phase or ""
+    if rec is None or phase not in ("Suspending", "Suspended"):
         resuming = phase == "Resuming"
         reason = "Resuming" if resuming else "Running"
         text = message if resuming else "not suspended"
         return [build_condition("Suspended", False, reason, text, generation)]
-    reason = "CheckpointMissing" if rec.get("missing") else phase
+    reason = "CheckpointMissing" if rec.missing else rec.phase
     return [
         build_condition("Suspended", phase == "Suspended", reason, message, generation),
         build_condition("Placed", False, "Suspended", f"suspend: {message}", generation),
@@ -259,14 +277,14 @@ def suspend_conditions(generation: int, status: Mapping[str, Any]) -> list[dict[
     ]
 
 
-def rollout_condition(generation: int, status: Mapping[str, Any]) -> list[dict[str, Any]]:
+def rollout_condition(generation: int, status: TopologyStatus) -> Conditions:
     """The ``RollingOut`` condition, when a rollout was ever recorded."""
-    rec = status.get("rollout")
-    if not rec:
+    rec = status.rollout
+    if rec is None:
         return []
-    active = bool(rec.get("active"))
+    active = rec.active
     reason = "RollingOut" if active else "RolloutComplete"
-    return [build_condition("RollingOut", active, reason, rec.get("message") or "", generation)]
+    return [build_condition("RollingOut", active, reason, rec.message or "", generation)]
 
 
 def approval_condition(approval: Mapping[str, Any], generation: int) -> dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from backstop.domain.status.types import PlanStatus
+
 if TYPE_CHECKING:  # planning imports incidents, which imports this package
     from backstop.domain.planning import TopologyPlan
     from planners import TaskGraph
@@ -42,10 +44,10 @@ def build_plan_status(
     return out
 
 
-def expected_pods(plan: Mapping[str, Any]) -> dict[str, str]:
+def expected_pods(plan: PlanStatus) -> dict[str, str]:
     """``{task-or-replica key: node}`` the recorded plan asks for."""
-    want = {f"primary/{t}": n for t, n in (plan.get("assignment") or {}).items()}
-    for t, nodes in (plan.get("replicas") or {}).items():
+    want = {f"primary/{t}": n for t, n in (plan.assignment or {}).items()}
+    for t, nodes in (plan.replicas or {}).items():
         for k, n in enumerate(nodes):
             want[f"replica-{k}/{t}"] = n
     return want
