@@ -57,9 +57,9 @@ class ExecutorSizer:
         A ``ThreadPoolExecutor`` starts a thread only when work is submitted, so a
         larger limit alone starts none: the daemons queued behind the reconciles (a
         fleet's, spawned at once) would wait for some other submission. Each started
-        daemon therefore starts the thread it added (:func:`_start_thread`). Until the
-        pod and node indexes became ``async`` their events were those submissions;
-        without them 16 of a fleet's 100 daemons ran and 84 waited forever.
+        daemon therefore starts the thread it added (:func:`_start_thread`): the pod and
+        node indexes are ``async`` and submit nothing, so without it 16 of a fleet's 100
+        daemons would run and 84 wait forever.
         """
         with self._lock:
             self._daemons += delta

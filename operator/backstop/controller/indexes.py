@@ -23,8 +23,8 @@ def pod_entry(
     """The pod index's entry of a task pod, under its topology.
 
     Each pod is kept as :func:`~backstop.k8s.podrecord.slim_pod` makes it: only the
-    fields the operator reads (about 1/5 of the pod's JSON; with 10k pods the whole
-    pods were about 240 MB of the operator's memory).
+    fields the operator reads (about 1/5 of the pod's JSON; 10k whole pods take about
+    240 MB of the operator's memory).
 
     Every event is counted for the supervisor's steady rounds (:class:`~.memo.PodChanges`);
     runs on Kopf's event loop.

@@ -1,10 +1,8 @@
 """Restoring a broken bound when capacity returns: re-plan, then move a few pods at a time.
 
-Why this module exists: a recovery brings every task back as soon as it fits,
-even if the placement then breaks the bound (availability first). Before issue
-19 nothing happened afterwards: a replacement node could turn Ready and the
-guarantee stayed broken until someone edited the spec. Now, while a topology's
-``status.plan.boundSatisfied`` is false, the supervisor re-plans on every change
+A recovery brings every task back as soon as it fits, even if the placement then
+breaks the bound (availability first); a replacement node may turn Ready later. While a
+topology's ``status.plan.boundSatisfied`` is false, the supervisor re-plans on every change
 of usable capacity (a node Ready or schedulable, other pods leaving) with the
 minimum-migration planner (:func:`planners.restore.plan_restore`), and moves the
 tasks in small batches, each no worse than the one before, through the same

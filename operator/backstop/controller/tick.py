@@ -136,7 +136,7 @@ def planned_pods(t: Tick, plan: PlanStatus) -> dict[str, dict[str, Any]]:
     to it and for checking that a restore step has landed.
 
     Built once per (topology uid, generation, plan) and kept in the topology's memo:
-    every 1 s tick asks for them, and at 10k tasks building them took 1.8 s. A plan that
+    every 1 s tick asks for them, and at 10k tasks building them takes about 1.8 s. A plan that
     differs from the kept one only in some tasks' nodes or epochs (a recovery step, a
     fencing) rebuilds only those tasks' pods. The dict is a fresh copy each time; the
     manifests in it are shared and must not be changed.
@@ -233,7 +233,7 @@ def reserve_tasks(
 ) -> None:
     """Reserve the pods of ``tasks`` where ``assignment`` puts them (before the status write).
 
-    Only those tasks' pods are built: the whole plan's were 2 CPU s at 10k tasks, on the
+    Only those tasks' pods are built: the whole plan's take 2 CPU s at 10k tasks, on the
     path from a node's loss to its first RecoveryPlan (``bench/bench_recovery_round.py``).
     """
     wanted = set(tasks)

@@ -6,7 +6,7 @@ order: the new status first (the write-ahead log), then the step's RecoveryPlan,
 session ConfigMap, and the pods. Those last three are never "remembered" by the
 controller: :func:`wanted_recovery_plans` and the session ConfigMap are re-derived from
 the status on every tick, so an operator killed between any two writes converges when
-it comes back (issue 12, fault item 5).
+it comes back (:mod:`backstop.controller.faults` kills it there in the tests).
 
 The transitions themselves are :class:`planners.recovery.RecoverySession`'s: the
 recorded plan minus the failed tasks is the session's running assignment, lost nodes

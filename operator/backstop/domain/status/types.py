@@ -5,11 +5,11 @@ So it is read in one place (:func:`parse_status`) and written through one place
 (:func:`status_patch`, old and new typed status to the JSON merge patch), and every
 reader works on attributes, not on ``.get`` chains over raw dicts.
 
-Why the models are lenient: a status written by an older (or newer) operator must
+The models are lenient: a status written by an older (or newer) operator must
 never wedge this one. Unknown keys are kept as they are (``extra="allow"``), so a
 round trip loses nothing; a known key whose value no longer validates is dropped
 from the parsed model (and reported in :attr:`ParsedStatus.dropped`) instead of
-failing the tick. The keys on the wire stay camelCase, as before.
+failing the tick. The keys on the wire are camelCase.
 
 Large per-task lists and maps are compact on the wire (:mod:`backstop.domain.status.wire`,
 ``docs/scale.md``); the models hold them plain: :func:`parse_status` decodes,
