@@ -6,9 +6,9 @@
 1. **validate**: parse the spec into the pydantic model, expand its task graph and
    dry-run the pod templates; an invalid spec is a status problem plus a Warning Event
    and is not retried;
-2. **observe**: the recorded plan (the typed status, parsed once) and, from the node
-   index, the capacity ledger and the pod index, the topology's view of the cluster (no
-   LIST on the reconcile path);
+2. **observe**: from the node index, the capacity ledger and the pod index, the
+   topology's view of the cluster (no LIST on the reconcile path), next to the recorded
+   plan of the typed status the context parses once;
 3. **reconcile**: resume the recorded plan (the write-ahead log) or plan anew on the
    ledger's free capacity, record it before any pod is touched, then make the pods match.
 
