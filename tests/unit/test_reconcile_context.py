@@ -26,6 +26,7 @@ from backstop.domain.status import (
     derive_conditions,
     pod_state,
 )
+from backstop.k8s import manifests
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.ledger import CapacityLedger
 
@@ -79,7 +80,7 @@ def test_a_reconcile_builds_the_plans_pods_once(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(handlers, "kube", lambda: kube)
     monkeypatch.setattr(handlers, "post_event", lambda *a, **k: None)
     builds: list[int] = []
-    build = reconciling.desired_pods
+    build = manifests.desired_pods
 
     def counted(*args: Any, **kwargs: Any) -> dict[str, dict[str, Any]]:
         builds.append(1)
