@@ -178,7 +178,7 @@ def run_stages(args: argparse.Namespace, texts: list[str], traced: bool) -> Stag
     from backstop.domain.constants import LABEL_TOPOLOGY
     from backstop.domain.fencing import fenced_tasks
     from backstop.domain.planning import diff_pods
-    from backstop.domain.status_types import PlanStatus, TopologyStatus
+    from backstop.domain.status import PlanStatus, TopologyStatus
     from backstop.k8s import kubeio
     from backstop.k8s.ledger import CapacityLedger
     from backstop.k8s.podfeed import PodFeed

@@ -34,8 +34,13 @@ from backstop.controller.tick import Tick, planned_pods, pod_states, pods_match
 from backstop.domain import recovery
 from backstop.domain.incidents import NodeInfo
 from backstop.domain.spec import StreamTopologySpec, expand, parse_spec
-from backstop.domain.status import derive_conditions
-from backstop.domain.status_types import PlanStatus, TopologyStatus, parse_status, status_patch
+from backstop.domain.status import (
+    PlanStatus,
+    TopologyStatus,
+    derive_conditions,
+    parse_status,
+    status_patch,
+)
 from backstop.k8s.manifests import Owner, build_recoveryplan, desired_pods
 from backstop.k8s.sessionmap import build_session_configmap
 from backstop_testkit.support.docsection import emit

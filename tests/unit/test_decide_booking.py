@@ -17,7 +17,7 @@ from backstop.controller.tick import Tick, planned_pods
 from backstop.domain.constants import ANN_NODE
 from backstop.domain.incidents import NodeInfo
 from backstop.domain.spec import expand, parse_spec
-from backstop.domain.status_types import PlanStatus, TopologyStatus
+from backstop.domain.status import PlanStatus, TopologyStatus
 from backstop.k8s.ledger import CapacityLedger
 from backstop.k8s.manifests import Owner
 

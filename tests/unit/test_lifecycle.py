@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from backstop.domain import lifecycle
-from backstop.domain.status import derive_conditions
-from backstop.domain.status_types import TopologyStatus, parse_status
+from backstop.domain.status import TopologyStatus, derive_conditions, parse_status
 from planners import TaskGraph
 
 ASSIGNMENT = {"a-0": "n1", "b-0": "n2"}

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from backstop.domain.conditions import merge_patch
 from backstop.domain.constants import ANN_HASH
 from backstop.domain.incidents import NodeInfo, detect_lost, replay_sources, session_mode
 from backstop.domain.spec import RecoveryPolicy, StreamTopologySpec
+from backstop.domain.status import merge_patch
 from backstop.k8s.manifests import Owner, TaskRole, build_task_pod
 from planners import TaskGraph
 

@@ -18,7 +18,7 @@ from backstop.controller import settings as config
 from backstop.controller.metrics import OperatorMetrics, error_kind, serve
 from backstop.domain.incidents import NodeInfo
 from backstop.domain.recovery import decide
-from backstop.domain.status_types import TopologyStatus, parse_status
+from backstop.domain.status import TopologyStatus, parse_status
 from backstop_testkit.support.kubetools import free_port
 from planners import Infeasible
 from planners.recovery import failed_queries

@@ -27,7 +27,7 @@ from backstop.domain import tasksets
 from backstop.domain.admission import admission_problem
 from backstop.domain.incidents import replay_sources
 from backstop.domain.spec import expand
-from backstop.domain.status_types import (
+from backstop.domain.status import (
     StepRecord,
     parse_status,
     status_patch,

@@ -12,7 +12,7 @@ import pytest
 from backstop.controller import tick
 from backstop.controller.memo import TopologyMemo
 from backstop.domain.spec import StreamTopologySpec, expand
-from backstop.domain.status_types import PlanStatus, TopologyStatus
+from backstop.domain.status import PlanStatus, TopologyStatus
 from backstop.k8s import manifests
 from backstop.k8s.manifests import Owner
 

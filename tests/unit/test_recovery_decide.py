@@ -26,7 +26,7 @@ from backstop.domain.recovery import (
     wanted_recovery_plans,
 )
 from backstop.domain.spec import StreamTopologySpec, expand, parse_spec
-from backstop.domain.status_types import PlanStatus, TopologyStatus, parse_status
+from backstop.domain.status import PlanStatus, TopologyStatus, parse_status
 from planners import TaskGraph
 from planners.evaluate import worst_node_failure
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from backstop.controller.restore import apply_step, next_action, restore_record
-from backstop.domain.status import derive_conditions
-from backstop.domain.status_types import PlanStatus, RestoreStatus
+from backstop.domain.status import PlanStatus, RestoreStatus, derive_conditions
 from planners import TaskGraph
 from planners.evaluate import worst_node_failure
 from planners.placement import Node

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from backstop.domain.status_types import (
+from backstop.domain.status import (
     PlanStatus,
     Problem,
     RecoveryStatus,

@@ -21,10 +21,11 @@ from backstop.controller import handlers, supervisor
 from backstop.controller.daemon import round_inputs
 from backstop.controller.memo import PodChanges
 from backstop.controller.tick import Tick, planned_pods
-from backstop.domain import status_types, statuswire
 from backstop.domain.incidents import NodeInfo
 from backstop.domain.spec import expand, parse_spec
-from backstop.domain.status_types import PlanStatus, TopologyStatus
+from backstop.domain.status import PlanStatus, TopologyStatus
+from backstop.domain.status import types as status_types
+from backstop.domain.status import wire as statuswire
 from backstop.k8s.ledger import CapacityLedger
 from backstop.k8s.manifests import Owner
 

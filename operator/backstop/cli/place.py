@@ -154,7 +154,7 @@ def _recorded(kube: Any, namespace: str, name: str) -> tuple[dict[str, str], lis
     from kubernetes.client.exceptions import ApiException
 
     from backstop.domain.constants import GROUP, VERSION
-    from backstop.domain.statuswire import plain_status
+    from backstop.domain.status import plain_status
 
     try:
         obj = kube.custom.get_namespaced_custom_object(

@@ -27,11 +27,17 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from backstop.controller import context
-from backstop.domain.approval import approval_condition, decide_approval
-from backstop.domain.conditions import merge_conditions, merge_patch, now_rfc3339
+from backstop.domain.approval import decide_approval
 from backstop.domain.constants import ANN_APPLIED, GROUP, PLURAL, VERSION
 from backstop.domain.spec import spec_hash
-from backstop.domain.statuswire import compact_status, plain_status
+from backstop.domain.status import (
+    approval_condition,
+    compact_status,
+    merge_conditions,
+    merge_patch,
+    now_rfc3339,
+    plain_status,
+)
 
 __all__ = ["apply_plan", "approve_once", "record"]
 

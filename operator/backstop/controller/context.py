@@ -1,6 +1,6 @@
-"""What the controller's handler modules share: the one API gateway and Event posting.
+"""What the controller's modules share: the one API gateway and Event posting.
 
-:mod:`backstop.controller.handlers` and :mod:`backstop.controller.handlers_reopt` both
+The handlers (:mod:`backstop.controller.handlers`) and the modules doing their work
 import this module (and not each other's internals), so there is no import cycle.
 """
 

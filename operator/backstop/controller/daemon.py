@@ -1,9 +1,10 @@
 """The supervise daemon: one loop per topology, about once a second, applying the
 recovery state machine's decisions (:func:`backstop.controller.supervisor.supervise_once`).
 
-Apart from :mod:`backstop.controller.handlers` (the reconcile of spec changes) because
-the two run on different triggers: the reconcile on events of the object, this loop on
-time and on the node and pod indexes. Both take the topology's lock in its Kopf memo
+:mod:`backstop.controller.handlers` registers it; it is apart from the reconcile of spec
+changes (:mod:`backstop.controller.reconcile`) because the two run on different
+triggers: the reconcile on events of the object, this loop on time and on the node and
+pod indexes. Both take the topology's lock in its Kopf memo
 (:mod:`backstop.controller.memo`), so they never interleave.
 """
 
@@ -23,11 +24,11 @@ from backstop.controller import settings as config
 from backstop.controller.context import gone, kube, node_snapshot, post_event
 from backstop.controller.supervisor import supervise_once
 from backstop.controller.tick import Tick
-from backstop.domain.constants import GROUP, PLURAL, VERSION, EventReason
+from backstop.domain.constants import EventReason
 from backstop.domain.incidents import for_topology
 from backstop.domain.recovery import last_good_generation, next_look
 from backstop.domain.spec import StreamTopologySpec, expand
-from backstop.domain.status_types import TopologyStatus, parse_status
+from backstop.domain.status import TopologyStatus, parse_status
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.manifests import Owner
 from planners import InvalidTopology, PlannerError, TaskGraph
@@ -56,9 +57,9 @@ class ExecutorSizer:
         A ``ThreadPoolExecutor`` starts a thread only when work is submitted, so a
         larger limit alone starts none: the daemons queued behind the reconciles (a
         fleet's, spawned at once) would wait for some other submission. Each started
-        daemon therefore starts the thread it added (:func:`_start_thread`). Until the
-        pod and node indexes became ``async`` their events were those submissions;
-        without them 16 of a fleet's 100 daemons ran and 84 waited forever.
+        daemon therefore starts the thread it added (:func:`_start_thread`): the pod and
+        node indexes are ``async`` and submit nothing, so without it 16 of a fleet's 100
+        daemons would run and 84 wait forever.
         """
         with self._lock:
             self._daemons += delta
@@ -143,7 +144,6 @@ def _target(
     return None if parsed is None else (parsed[0], parsed[1], generation, False)
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=1.0, cancellation_timeout=5.0)
 def supervise(**kwargs: Any) -> None:
     """Supervise one topology (:func:`_supervise`) in a thread of Kopf's executor.
 

@@ -13,7 +13,7 @@ from backstop.domain.constants import LABEL_TASK
 from backstop.domain.planning import per_node_worst
 from backstop.domain.podfaults import DRAIN_HOLD_SECONDS
 from backstop.domain.recovery import ordered, plan_with_worst, usable_nodes
-from backstop.domain.status_types import DrainStatus, PlanStatus, with_changes
+from backstop.domain.status import DrainStatus, PlanStatus, with_changes
 from planners.recovery import fill_leftover, schedule_recovery
 
 DRAIN_BATCH = 3

@@ -1,6 +1,6 @@
 """Fault injection, a test tool: the operator dies at a named write point.
 
-Why: the status is a write-ahead log, and every supervision tick must re-derive
+The status is a write-ahead log, and every supervision tick must re-derive
 from it whatever should exist (the step's RecoveryPlan, the session ConfigMap, the
 re-plan, the pods). The only honest test of that claim is to kill the process
 between two writes and watch a fresh one converge

@@ -1,11 +1,10 @@
 """Full garbage collections on the operator's schedule, not in the middle of a recovery.
 
-Why: with 10k task pods the operator holds millions of Python objects (the pod index,
-the ledger's pod feed, the plan's manifests). CPython's cyclic collector traverses all
-of them in each full (generation 2) collection, which the allocations of an ordinary
-tick trigger: in-process at 10k tasks, the recovery round that writes the first
-RecoveryPlan took 0.78 CPU s, of which 0.43 s were such collections (0.35 s with them
-out of the way; ``bench/bench_scale.py`` and docs/benchmarks/index.md).
+With 10k task pods the operator holds millions of Python objects (the pod index, the
+ledger's pod feed, the plan's manifests). CPython's cyclic collector traverses all of
+them in each full (generation 2) collection, which the allocations of an ordinary tick
+trigger, so at 10k tasks such collections take about half of the recovery round that
+writes the first RecoveryPlan (``bench/bench_scale.py``, docs/benchmarks/index.md).
 
 :func:`collect_and_freeze` runs one full collection and then moves every object that
 survived it into the permanent generation (:func:`gc.freeze`), which later collections

@@ -1,6 +1,7 @@
-"""Kopf handlers for periodic re-optimization: run the Spark job, record, maybe apply.
+"""Periodic re-optimization: run the Spark job, record, maybe apply.
 
-Why one daemon per topology: Kopf never overlaps a daemon with itself, which gives
+:mod:`backstop.controller.handlers` registers :func:`reoptimizer` as a Kopf daemon. One
+daemon per topology: Kopf never overlaps a daemon with itself, which gives
 "one run at a time per topology" (a CronJob's ``concurrencyPolicy: Forbid``) for
 free, and an approval (:mod:`backstop.controller.approve`) is decided between runs,
 never during one. Where the job runs, a child process of the operator (``mode:
@@ -32,15 +33,14 @@ from kubernetes.client.exceptions import ApiException
 from backstop.controller import approve, context, reoptrun
 from backstop.controller import settings as config
 from backstop.domain.approval import plan_fingerprint, recommendation_id
-from backstop.domain.conditions import now_rfc3339
-from backstop.domain.constants import ANN_APPROVE, GROUP, PLURAL, VERSION
+from backstop.domain.constants import ANN_APPROVE, GROUP, VERSION
 from backstop.domain.recommend import should_apply
 from backstop.domain.spec import (
     ApplyMode,
     ReoptimizationPolicy,
     StreamTopologySpec,
 )
-from backstop.domain.statuswire import plain_status
+from backstop.domain.status import now_rfc3339, plain_status
 from planners import InvalidTopology
 
 log = logging.getLogger("backstop.reoptimize")
@@ -109,7 +109,6 @@ def summarize(rec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=2.0, cancellation_timeout=10.0)
 async def reoptimizer(
     body: kopf.Body,
     spec: kopf.Spec,

@@ -24,9 +24,13 @@ from backstop.controller.tick import (
     write_status,
 )
 from backstop.domain import lifecycle
-from backstop.domain.boundtext import worst_vs_bound
 from backstop.domain.planning import current_assignment, diff_pods
-from backstop.domain.status_types import RolloutStatus, TopologyStatus, parse_status, with_changes
+from backstop.domain.status import (
+    RolloutStatus,
+    TopologyStatus,
+    with_changes,
+    worst_vs_bound,
+)
 
 
 def _write(t: Tick, new: TopologyStatus, indexed: list[Mapping[str, Any]]) -> bool:
@@ -145,7 +149,7 @@ def rolling(t: Tick) -> bool:
 
 
 def rollout_with_plan(
-    status: Mapping[str, Any],
+    status: TopologyStatus,
     generation: int,
     desired: Mapping[str, Mapping[str, Any]],
     own_pods: list[Mapping[str, Any]],
@@ -160,8 +164,7 @@ def rollout_with_plan(
     (:func:`backstop.domain.lifecycle.hold_pending`). One write for both: a supervisor
     that saw the new plan without its rollout would replace every changed pod at once.
     """
-    typed = parse_status(status).status
-    rec = typed.rollout
+    rec = status.rollout
     diff = diff_pods(desired, own_pods, dead)
     replaced = lifecycle.replaced_tasks(desired, own_pods, diff.delete)
     if not replaced:
@@ -174,7 +177,7 @@ def rollout_with_plan(
         return rec
     running = [p for p in own_pods if (p.get("metadata") or {}).get("deletionTimestamp") is None]
     begun = lifecycle.begin_rollout(
-        typed,
+        status,
         generation,
         replaced.values(),
         current_assignment(running),

@@ -22,7 +22,7 @@ from backstop.controller.capacity import step_capacity
 from backstop.controller.tick import Tick, reserve_tasks, write_status
 from backstop.domain.podfaults import lost_tasks
 from backstop.domain.recovery import RECOVERY_TIME_LIMIT, plan_with_worst, usable_nodes
-from backstop.domain.status_types import with_changes
+from backstop.domain.status import with_changes
 from planners.recovery import fill_leftover, schedule_recovery
 
 

@@ -79,9 +79,9 @@ def of(memo: MutableMapping[str, Any]) -> TopologyMemo:
 class NodeWatch:
     """Wakes the supervise daemons when a node turns Ready or NotReady.
 
-    Why: a daemon looks about once a second and, between looks, only sleeps; a node's
-    NotReady then waited up to a second to be noticed, on top of its grace period (the
-    first RecoveryPlan is due within 1 s of detection). The node index (on Kopf's event
+    A daemon looks about once a second and, between looks, only sleeps; without a wake-up
+    a node's NotReady would wait up to a second to be noticed, on top of its grace period
+    (the first RecoveryPlan is due within 1 s of detection). The node index (on Kopf's event
     loop) reports every node here; only a change of readiness wakes the daemons, which
     then wait just until the grace period ends (:func:`backstop.domain.recovery.next_look`).
     One per operator process, in the operator-wide memo.
@@ -125,9 +125,9 @@ class PodChanges:
     """Counts the pod index's updates of each topology, so a round can tell that its pods
     did not change since the last one without looking at them.
 
-    Why: at 10k pods a round that matched the pods to the plan and derived pod states
-    and conditions cost about 0.4 CPU s even when nothing had changed, and a node's loss
-    waited behind it. Kopf's index keeps no version; the pod index handler reports every
+    At 10k pods, matching the pods to the plan and deriving pod states and conditions
+    costs a round about 0.4 CPU s, and a node's loss waits behind it; a round whose pods
+    did not change skips that. Kopf's index keeps no version; the pod index handler reports every
     ADDED/MODIFIED here. A DELETED event reaches no handler, but it shrinks the index, so
     a round compares this count *and* the number of indexed pods. The index handler runs
     just before Kopf stores its result, so it counts twice: at once, and again on the

@@ -19,7 +19,7 @@ dashboard (``charts/backstop/dashboards/backstop.json``) uses only these names
 
 Examples
 --------
->>> from backstop.domain.status_types import parse_status
+>>> from backstop.domain.status import parse_status
 >>> m = OperatorMetrics()
 >>> plan = {"generation": 1, "assignment": {"a": "n1"}, "worstRecoveryLatency": 3.5,
 ...         "bound": 8, "boundSatisfied": True, "backupCount": 2, "nodesUsed": 1, "tasks": 1}
@@ -48,7 +48,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from backstop.domain.incidents import NodeInfo
 from backstop.domain.recovery import Decision
-from backstop.domain.status_types import PlanStatus, TopologyStatus
+from backstop.domain.status import PlanStatus, TopologyStatus
 
 TOPOLOGY = ("namespace", "topology")
 """The labels of every per-topology series."""
@@ -312,7 +312,7 @@ def first_plan_delays(
 
     Examples
     --------
-    >>> from backstop.domain.status_types import StepRecord, parse_status
+    >>> from backstop.domain.status import StepRecord, parse_status
     >>> step = StepRecord(step=1, trigger="NodeLost", lost_nodes=["n1"])
     >>> after = parse_status({"recovery": {"lost": {"n1": 140.0}}}).status
     >>> d = Decision(status=after, trigger="NodeLost", issued=step)

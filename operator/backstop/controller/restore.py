@@ -1,10 +1,8 @@
 """Restoring a broken bound when capacity returns: re-plan, then move a few pods at a time.
 
-Why this module exists: a recovery brings every task back as soon as it fits,
-even if the placement then breaks the bound (availability first). Before issue
-19 nothing happened afterwards: a replacement node could turn Ready and the
-guarantee stayed broken until someone edited the spec. Now, while a topology's
-``status.plan.boundSatisfied`` is false, the supervisor re-plans on every change
+A recovery brings every task back as soon as it fits, even if the placement then
+breaks the bound (availability first); a replacement node may turn Ready later. While a
+topology's ``status.plan.boundSatisfied`` is false, the supervisor re-plans on every change
 of usable capacity (a node Ready or schedulable, other pods leaving) with the
 minimum-migration planner (:func:`planners.restore.plan_restore`), and moves the
 tasks in small batches, each no worse than the one before, through the same
@@ -35,16 +33,16 @@ from typing import Any
 from backstop.controller import faults
 from backstop.controller.capacity import plan_nodes, topology_view
 from backstop.controller.tick import Tick, planned_pods, pods_match, reserve_tasks, write_status
-from backstop.domain.boundtext import worst_vs_bound
 from backstop.domain.constants import EventReason
 from backstop.domain.incidents import epoch_rfc3339
 from backstop.domain.recovery import plan_with_worst
 from backstop.domain.spec import ApplyMode
-from backstop.domain.status_types import (
+from backstop.domain.status import (
     PlanStatus,
     RestoreStatus,
     RestoreStepRecord,
     with_changes,
+    worst_vs_bound,
 )
 from backstop.k8s.ledger import Booking
 from backstop.k8s.manifests import build_recoveryplan, recoveryplan_name

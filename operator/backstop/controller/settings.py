@@ -103,7 +103,7 @@ class Settings(BaseModel):
     reopt_tick_seconds: float = 5.0
     """Seconds between the re-optimization daemon's checks."""
     fault_point: FaultPoint | None = None
-    """Test tool: the write point at which the operator kills itself (issue 12)."""
+    """Test tool: the write point at which the operator kills itself (:mod:`.faults`)."""
     fault_after: int = Field(1, ge=1)
     """... at the N-th time it reaches that point."""
     recoveryplan_history: int = Field(20, ge=2)

@@ -44,13 +44,17 @@ from backstop.controller.tick import (
     write_status,
 )
 from backstop.domain import lifecycle, recovery
-from backstop.domain.conditions import conditions_changed
 from backstop.domain.constants import LABEL_TASK
 from backstop.domain.fencing import bump_epochs, fenced_tasks
 from backstop.domain.planning import diff_pods
 from backstop.domain.podfaults import drain_held
-from backstop.domain.status import PodState
-from backstop.domain.status_types import PlanStatus, StepRecord, with_changes
+from backstop.domain.status import (
+    PlanStatus,
+    PodState,
+    StepRecord,
+    conditions_changed,
+    with_changes,
+)
 from backstop.k8s.ledger import manifest_holds
 from backstop.k8s.manifests import build_recoveryplan
 from backstop.k8s.sessionmap import build_session_configmap

@@ -2,7 +2,7 @@
 
 Every writer of the supervisor (recovery, drain, restore, conditions) computes a new
 typed status from the one it read and calls :func:`write_status`: the merge patch
-(:func:`backstop.domain.status_types.status_patch`) goes out with the
+(:func:`backstop.domain.status.types.status_patch`) goes out with the
 ``resourceVersion`` the status was read at, so a write computed from a stale status
 fails with 409 instead of undoing someone else's write. On a conflict the tick
 re-reads the object and the caller decides again from what is there now.
@@ -20,17 +20,19 @@ from kubernetes.client.exceptions import ApiException
 from backstop.controller.capacity import reserve
 from backstop.controller.memo import TopologyMemo
 from backstop.controller.metrics import OperatorMetrics
-from backstop.domain.conditions import merge_conditions
 from backstop.domain.constants import ANN_HASH, EventReason
 from backstop.domain.incidents import NodeInfo
 from backstop.domain.podfaults import is_terminal
 from backstop.domain.spec import StreamTopologySpec
-from backstop.domain.status import PodState, derive_conditions, pod_failure
-from backstop.domain.status_types import (
+from backstop.domain.status import (
     Condition,
     PlanStatus,
+    PodState,
     TopologyStatus,
+    derive_conditions,
+    merge_conditions,
     parse_status,
+    pod_failure,
     status_patch,
     with_changes,
 )
@@ -124,7 +126,7 @@ def status_wire(t: Tick) -> dict[str, Any]:
 
 def with_conditions(t: Tick, new: TopologyStatus, pods: Iterable[PodState]) -> TopologyStatus:
     """``new`` with every condition derived again from it and the pods."""
-    derived = derive_conditions(t.observed or t.generation, new.dump(), pods)
+    derived = derive_conditions(t.observed or t.generation, new, pods)
     merged = merge_conditions([c.dump() for c in new.conditions], derived)
     return with_changes(new, conditions=[Condition.model_validate(c) for c in merged])
 
@@ -134,7 +136,7 @@ def planned_pods(t: Tick, plan: PlanStatus) -> dict[str, dict[str, Any]]:
     to it and for checking that a restore step has landed.
 
     Built once per (topology uid, generation, plan) and kept in the topology's memo:
-    every 1 s tick asks for them, and at 10k tasks building them took 1.8 s. A plan that
+    every 1 s tick asks for them, and at 10k tasks building them takes about 1.8 s. A plan that
     differs from the kept one only in some tasks' nodes or epochs (a recovery step, a
     fencing) rebuilds only those tasks' pods. The dict is a fresh copy each time; the
     manifests in it are shared and must not be changed.
@@ -231,7 +233,7 @@ def reserve_tasks(
 ) -> None:
     """Reserve the pods of ``tasks`` where ``assignment`` puts them (before the status write).
 
-    Only those tasks' pods are built: the whole plan's were 2 CPU s at 10k tasks, on the
+    Only those tasks' pods are built: the whole plan's take 2 CPU s at 10k tasks, on the
     path from a node's loss to its first RecoveryPlan (``bench/bench_recovery_round.py``).
     """
     wanted = set(tasks)

@@ -19,11 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from backstop.domain.conditions import build_condition
-
 __all__ = [
     "ApprovalDecision",
-    "approval_condition",
     "decide_approval",
     "plan_fingerprint",
     "recommendation_id",
@@ -162,21 +159,3 @@ def decide_approval(
             f"the recommended plan uses node(s) that are not Ready now: {', '.join(gone)}",
         )
     return ApprovalDecision("apply", "Approved", f"applied recommendation {approved} as approved")
-
-
-def approval_condition(approval: Mapping[str, Any], generation: int) -> dict[str, Any]:
-    """The ``RecommendationApproved`` condition of a decided approval
-    (``status.reoptimization.approval``): ``True`` applied, ``False`` refused, with why.
-
-    >>> c = approval_condition({"id": "r1", "result": "Refused", "reason": "SpecChanged",
-    ...                         "message": "the spec changed"}, 2)
-    >>> c["status"], c["reason"], c["message"]
-    ('False', 'SpecChanged', 'recommendation r1: the spec changed')
-    """
-    return build_condition(
-        "RecommendationApproved",
-        approval.get("result") == "Applied",
-        str(approval.get("reason", "")),
-        f"recommendation {approval.get('id')}: {approval.get('message', '')}",
-        generation,
-    )

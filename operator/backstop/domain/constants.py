@@ -95,9 +95,8 @@ EventReason = Literal[
 """The fixed set of Event reasons the operator posts (Kopf posts no log line as an Event).
 
 A type, so that mypy --strict refuses a reason outside it at every call site that posts an
-Event (``post_event``, ``Tick.emit``, ``recovery.Notice``) before it runs: a reason added to
-a handler but not here used to raise inside the supervise daemon, which Kopf then retried
-only after 60 s, stalling the topology's supervision."""
+Event (``post_event``, ``Tick.emit``, ``recovery.Notice``) before it runs; at run time
+``post_event`` logs and posts a reason outside it, never raising inside a daemon."""
 EVENT_REASONS: frozenset[str] = frozenset(get_args(EventReason))
 
 DEFAULT_TIME_LIMIT = 3.0

@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from backstop.domain.conditions import now_rfc3339
 from backstop.domain.podmerge import hard_taints, operator_tolerations, taints_tolerated
 from backstop.domain.spec import RecoveryMode, RecoveryPolicy, StreamTopologySpec, cpu_cores
+from backstop.domain.status.conditions import now_rfc3339
 from planners import TaskGraph
 from planners.recovery import RecoveryStep
 

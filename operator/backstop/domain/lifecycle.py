@@ -35,17 +35,16 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from backstop.domain.boundtext import said
-from backstop.domain.conditions import build_condition
 from backstop.domain.constants import ANN_HASH, LABEL_ROLE, LABEL_TASK
 from backstop.domain.incidents import epoch_rfc3339
 from backstop.domain.planning import PodDiff
-from backstop.domain.status_types import (
+from backstop.domain.status import (
     PlanStatus,
     RolloutStatus,
     RolloutStepRecord,
     SuspendStatus,
     TopologyStatus,
+    said,
     with_changes,
 )
 from planners import TaskGraph
@@ -172,43 +171,6 @@ def resume_summary(rec: SuspendStatus, plan: PlanStatus) -> str:
     if moved:
         text += f", {len(moved)} re-placed (node no longer usable): " + ", ".join(moved[:8])
     return text
-
-
-def lifecycle_conditions(
-    generation: int, status: Mapping[str, Any], derived: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """``derived`` (the other conditions) with the ``Suspended`` and ``RollingOut`` ones;
-    while a suspend holds, its ``Placed`` and ``Ready`` replace the pods' view (no pod
-    is meant to run)."""
-    if "suspend" not in status:
-        rollout = status.get("rollout") or {}
-        if rollout.get("active"):  # not every pod runs this generation's spec yet
-            text = f"rolling out: {rollout.get('message') or ''}"
-            ready = build_condition("Ready", False, "RollingOut", text, generation)
-            derived = [c for c in derived if c["type"] != "Ready"] + [ready]
-        return derived + rollout_condition(generation, status)
-    mine = suspend_conditions(generation, status)
-    types = {c["type"] for c in mine}
-    kept = [c for c in derived if c["type"] not in types]
-    return kept + mine + rollout_condition(generation, status)
-
-
-def suspend_conditions(generation: int, status: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The ``Suspended``, ``Placed`` and ``Ready`` conditions while a suspend holds."""
-    rec = status.get("suspend") or {}
-    phase = rec.get("phase")
-    message = rec.get("message") or phase or ""
-    if phase not in ("Suspending", "Suspended"):
-        resuming = phase == "Resuming"
-        reason = "Resuming" if resuming else "Running"
-        text = message if resuming else "not suspended"
-        return [build_condition("Suspended", False, reason, text, generation)]
-    reason = "CheckpointMissing" if rec.get("missing") else phase
-    return [
-        build_condition("Suspended", phase == "Suspended", reason, message, generation),
-        build_condition("Placed", False, "Suspended", f"suspend: {message}", generation),
-        build_condition("Ready", False, "Suspended", f"suspend: {message}", generation),
-    ]
 
 
 # ---- rollouts ----------------------------------------------------------------------------
@@ -376,13 +338,3 @@ def rollout_next(
         }
     )
     return with_changes(status, rollout=new), issued
-
-
-def rollout_condition(generation: int, status: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The ``RollingOut`` condition, when a rollout was ever recorded."""
-    rec = status.get("rollout")
-    if not rec:
-        return []
-    active = bool(rec.get("active"))
-    reason = "RollingOut" if active else "RolloutComplete"
-    return [build_condition("RollingOut", active, reason, rec.get("message") or "", generation)]

@@ -1,8 +1,8 @@
 """Kubernetes quantities (``250m``, ``1.5``, ``128Mi``) with the client's own parser.
 
-Why not ``from kubernetes.utils.quantity import parse_quantity``: importing any module
-of the client first runs ``kubernetes/__init__.py``, which builds the whole API client
-(about 0.4 s, a third of ``backstop --help`` before issue 15), while the domain only
+Not ``from kubernetes.utils.quantity import parse_quantity``: importing any module of
+the client first runs ``kubernetes/__init__.py``, which builds the whole API client
+(about 0.4 s), while the domain only
 needs this parser to validate a manifest, often without any cluster. The parser's
 module imports nothing but :mod:`decimal`, so it is loaded from the installed client
 by its file, under a private name, without the package around it. The operator, which

@@ -3,7 +3,7 @@
 The estimates themselves (metrics → per-operator weight, failure rate, latency) are
 in :mod:`backstop.domain.estimates`.
 
-Why a separate module: the Spark job (:mod:`backstop.jobs.reoptimize`) distributes
+A module of its own: the Spark job (:mod:`backstop.jobs.reoptimize`) distributes
 this work (one topology per ``applyInPandas`` group), but the decisions
 themselves (Young's checkpoint interval, which plan to recommend, how much it
 gains, what failures cost) are plain functions of small inputs. Keeping them

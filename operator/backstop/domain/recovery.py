@@ -1,12 +1,12 @@
 """The one node-loss recovery state machine: :func:`decide`, pure, on the typed status.
 
-A supervision tick reads the status once (:func:`backstop.domain.status_types.parse_status`),
+A supervision tick reads the status once (:func:`backstop.domain.status.types.parse_status`),
 calls :func:`decide` with the nodes it sees, and applies the :class:`Decision` in a fixed
 order: the new status first (the write-ahead log), then the step's RecoveryPlan, the
 session ConfigMap, and the pods. Those last three are never "remembered" by the
 controller: :func:`wanted_recovery_plans` and the session ConfigMap are re-derived from
 the status on every tick, so an operator killed between any two writes converges when
-it comes back (issue 12, fault item 5).
+it comes back (:mod:`backstop.controller.faults` kills it there in the tests).
 
 The transitions themselves are :class:`planners.recovery.RecoverySession`'s: the
 recorded plan minus the failed tasks is the session's running assignment, lost nodes
@@ -23,17 +23,17 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from backstop.domain.boundtext import worst_vs_bound
 from backstop.domain.constants import EventReason
 from backstop.domain.incidents import NodeInfo, detect_lost, epoch_rfc3339, session_mode
 from backstop.domain.planning import per_node_worst
 from backstop.domain.spec import StreamTopologySpec
-from backstop.domain.status_types import (
+from backstop.domain.status import (
     PlanStatus,
     RecoveryStatus,
     StepRecord,
     TopologyStatus,
     with_changes,
+    worst_vs_bound,
 )
 from planners import PlannerError, TaskGraph
 from planners.recovery import NodesLost, RecoverySession, RecoveryStep, fill_leftover, node_load
@@ -438,7 +438,7 @@ def wanted_recovery_plans(status: TopologyStatus) -> list[WantedPlan]:
 
     Examples
     --------
-    >>> from backstop.domain.status_types import parse_status
+    >>> from backstop.domain.status import parse_status
     >>> s = parse_status({"recovery": {"session": "s1", "step": 2, "appliedStep": 2,
     ...     "lastStep": {"step": 2, "trigger": "NodeReady"}}}).status
     >>> [(w.session, w.step.step, w.phase) for w in wanted_recovery_plans(s)]
@@ -473,7 +473,7 @@ def last_good_generation(status: TopologyStatus, generation: int) -> int | None:
 
     Examples
     --------
-    >>> from backstop.domain.status_types import parse_status
+    >>> from backstop.domain.status import parse_status
     >>> s = parse_status({"plan": {"generation": 3, "assignment": {}, "spec": {}}}).status
     >>> last_good_generation(s, 4), last_good_generation(s, 3)
     (3, None)

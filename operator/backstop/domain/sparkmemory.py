@@ -1,6 +1,6 @@
 """How much heap the re-optimization job's Spark driver may have inside a memory limit.
 
-Why: a JVM started with Spark's default 1 GiB heap inside a 512 MiB container is killed
+A JVM started with Spark's default 1 GiB heap inside a 512 MiB container is killed
 by the kernel (OOMKilled) half-way, and the operator with it when the JVM runs in the
 operator's container (``reoptimization.mode: local``). The heap is therefore derived from
 the container's memory limit (the Downward API's ``limits.memory``), after everything

@@ -434,29 +434,9 @@ def task_id(operator: str, index: int) -> str:
     return f"{operator}-{index}"
 
 
-def expand(spec: StreamTopologySpec) -> TaskGraph:
-    """Expand operators into the task DAG the planners work on.
-
-    ``forward`` joins task i to task i (equal parallelism); ``shuffle`` and
-    ``broadcast`` join every upstream task to every downstream task; ``global``
-    joins every upstream task to task 0. Output operators are those marked
-    ``output: true``, or, when none is marked, those without consumers.
-
-    Raises
-    ------
-    InvalidTopology
-        Naming the field: an unknown input, forward grouping of unequal parallelism, a cycle.
-
-    Examples
-    --------
-    >>> s = StreamTopologySpec.model_validate({"image": "x", "recoveryLatencyBound": 2,
-    ...     "operators": [{"name": "src", "parallelism": 2, "reprocessingLatency": 1},
-    ...                   {"name": "sink", "reprocessingLatency": 1,
-    ...                    "inputs": [{"operator": "src", "grouping": "global"}]}]})
-    >>> g = expand(s)
-    >>> g.tasks, [g.tasks[u] for u in g.preds[2]]
-    (('src-0', 'src-1', 'sink-0'), ['src-0', 'src-1'])
-    """
+def _upstream(spec: StreamTopologySpec) -> dict[str, list[str]]:
+    """``{operator: the operators it reads from}``, checked: every input names an operator,
+    a forward grouping joins equal parallelism, and the operators form no cycle."""
     ops = {op.name: op for op in spec.operators}  # unique: the model refuses duplicates
     index = {op.name: i for i, op in enumerate(spec.operators)}
     upstream: dict[str, list[str]] = {name: [] for name in ops}
@@ -483,6 +463,34 @@ def expand(spec: StreamTopologySpec) -> TaskGraph:
         raise InvalidTopology(
             f"spec.operators[{first}].inputs: the topology has a cycle: " + " -> ".join(names)
         ) from None
+    return upstream
+
+
+def expand(spec: StreamTopologySpec) -> TaskGraph:
+    """Expand operators into the task DAG the planners work on.
+
+    ``forward`` joins task i to task i (equal parallelism); ``shuffle`` and
+    ``broadcast`` join every upstream task to every downstream task; ``global``
+    joins every upstream task to task 0. Output operators are those marked
+    ``output: true``, or, when none is marked, those without consumers.
+
+    Raises
+    ------
+    InvalidTopology
+        Naming the field: an unknown input, forward grouping of unequal parallelism, a cycle.
+
+    Examples
+    --------
+    >>> s = StreamTopologySpec.model_validate({"image": "x", "recoveryLatencyBound": 2,
+    ...     "operators": [{"name": "src", "parallelism": 2, "reprocessingLatency": 1},
+    ...                   {"name": "sink", "reprocessingLatency": 1,
+    ...                    "inputs": [{"operator": "src", "grouping": "global"}]}]})
+    >>> g = expand(s)
+    >>> g.tasks, [g.tasks[u] for u in g.preds[2]]
+    (('src-0', 'src-1', 'sink-0'), ['src-0', 'src-1'])
+    """
+    ops = {op.name: op for op in spec.operators}  # unique: the model refuses duplicates
+    upstream = _upstream(spec)
     marked = [op.name for op in spec.operators if op.output]
     consumed = {u for ups in upstream.values() for u in ups}
     out_ops = set(marked) if marked else {n for n in ops if n not in consumed}

@@ -1,6 +1,6 @@
 """Compact, order-preserving text for lists and maps of task ids.
 
-Why: per-task data grows with the topology. A 10,000-task status that lists every task
+Per-task data grows with the topology. A 10,000-task status that lists every task
 by name (``plan.assignment``, the failed sets, the last step) is over a megabyte, and
 etcd refuses objects over 1.5 MiB; a 300x300 shuffle's session ConfigMap that lists, for
 each recovered task, every upstream task that replays to it is 1.9 MB, and a ConfigMap

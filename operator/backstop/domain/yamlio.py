@@ -1,7 +1,7 @@
 """Reading YAML documents with libyaml's C parser when PyYAML has it.
 
-Why: PyYAML's default (pure-Python) ``safe_load`` was about 70 % of the time of
-``backstop backups`` on a 3,000-operator manifest (issue 15). ``CSafeLoader`` builds the
+PyYAML's default (pure-Python) ``safe_load`` dominates reading a manifest of thousands
+of operators. ``CSafeLoader`` builds the
 same plain objects (the safe subset) an order of magnitude faster; a PyYAML built
 without libyaml falls back to ``SafeLoader``. Every manifest the CLI, the operator and
 the Spark job read goes through :func:`load_all`.

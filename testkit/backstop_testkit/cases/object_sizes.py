@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from backstop.domain.spec import StreamTopologySpec, expand, parse_spec
-from backstop.domain.status_types import (
+from backstop.domain.status import (
     PlanStatus,
     RecoveryStatus,
     RolloutStatus,

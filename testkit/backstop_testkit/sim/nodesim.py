@@ -38,8 +38,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from backstop.domain.conditions import now_rfc3339
 from backstop.domain.constants import NODE_KIND_LABEL, NODE_KIND_SIMULATED
+from backstop.domain.status import now_rfc3339
 from backstop.k8s.cluster import ClusterUnavailable, api_client
 from backstop.k8s.nodes import node_is_ready
 from backstop_testkit.sim.podwatch import PodWatch

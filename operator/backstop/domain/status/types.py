@@ -5,13 +5,13 @@ So it is read in one place (:func:`parse_status`) and written through one place
 (:func:`status_patch`, old and new typed status to the JSON merge patch), and every
 reader works on attributes, not on ``.get`` chains over raw dicts.
 
-Why the models are lenient: a status written by an older (or newer) operator must
+The models are lenient: a status written by an older (or newer) operator must
 never wedge this one. Unknown keys are kept as they are (``extra="allow"``), so a
 round trip loses nothing; a known key whose value no longer validates is dropped
 from the parsed model (and reported in :attr:`ParsedStatus.dropped`) instead of
-failing the tick. The keys on the wire stay camelCase, as before.
+failing the tick. The keys on the wire are camelCase.
 
-Large per-task lists and maps are compact on the wire (:mod:`backstop.domain.statuswire`,
+Large per-task lists and maps are compact on the wire (:mod:`backstop.domain.status.wire`,
 ``docs/scale.md``); the models hold them plain: :func:`parse_status` decodes,
 :meth:`TopologyStatus.wire` and :func:`status_patch` encode.
 """
@@ -25,8 +25,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from backstop.domain.conditions import merge_patch
-from backstop.domain.statuswire import compact_status, patch_base, plain_status
+from backstop.domain.status.conditions import merge_patch
+from backstop.domain.status.wire import compact_status, patch_base, plain_status
 
 
 class _Status(BaseModel):
@@ -290,7 +290,7 @@ class TopologyStatus(_Status):
 
     def wire(self) -> dict[str, Any]:
         """The JSON form the API stores: :meth:`dump` with large task lists and maps
-        compact (:func:`backstop.domain.statuswire.compact_status`)."""
+        compact (:func:`backstop.domain.status.wire.compact_status`)."""
         return compact_status(self.dump())
 
     def suspended(self) -> bool:

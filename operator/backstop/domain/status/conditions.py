@@ -2,7 +2,7 @@
 merge (keeping ``lastTransitionTime``), RFC 3339 stamps, and the JSON merge patch
 between two status documents.
 
-They sit in the domain layer because the status builders (:mod:`backstop.domain.status`)
+They sit in the domain layer because the condition derivation (:mod:`backstop.domain.status.derive`)
 and the recovery decisions need them, and nothing here talks to the API server.
 """
 

@@ -1,16 +1,16 @@
 """The status as the API stores it: per-task lists and maps compact once they are large.
 
-Why: a 10,000-task topology's status mid-recovery listed every task by name, in
-``plan.assignment``, the failed sets and the last step, 1.3-2.0 MB, and etcd refuses a
-write over 1.5 MiB; so the status write failed exactly during a correlated failure. The
-API server also records every key of a map in the object's ``managedFields``, which
-doubles what a ``{task: node}`` map costs. Written compact
+A 10,000-task topology's status mid-recovery that lists every task by name, in
+``plan.assignment``, the failed sets and the last step, takes 1.3-2.0 MB, and etcd
+refuses a write over 1.5 MiB, so the status write would fail exactly during a correlated
+failure. The API server also records every key of a map in the object's
+``managedFields``, which doubles what a ``{task: node}`` map costs. Written compact
 (:mod:`backstop.domain.tasksets`: runs of indices per operator), the same status is a
 few tens of kB (``docs/scale.md``).
 
 Small collections stay plain (at most :data:`COMPACT_ABOVE` entries), so a topology of
-a few dozen tasks reads as before in ``kubectl get st -o yaml``. The typed status
-(:mod:`backstop.domain.status_types`) never sees the compact form: :func:`plain_status`
+a few dozen tasks reads plainly in ``kubectl get st -o yaml``. The typed status
+(:mod:`backstop.domain.status.types`) never sees the compact form: :func:`plain_status`
 decodes a raw status before it is parsed, :func:`compact_status` encodes the dump that is
 written (through the one merge path, ``status_patch``). Code that reads the raw status
 from the API (a Kopf handler's ``status``) goes through :func:`plain_status` too.
@@ -147,12 +147,12 @@ def patch_base(
     (a plain dump): its compact form (``compact``, when the caller kept it), except where
     a compact map becomes plain again.
 
-    Why: a compact map is an array, which a merge patch replaces whole, but a plain map
-    is merged key by key, and the API may hold either form (an older operator wrote
-    large maps plain). So when a compact map becomes plain, the patch must set every new
-    key and null every old one, which is right for both stored forms (a merge patch
-    applied to an array starts from an empty object): the base holds the old keys with
-    a value no new one equals.
+    A compact map is an array, which a merge patch replaces whole, but a plain map is
+    merged key by key, and the API may hold either form (an operator of another version
+    may have written large maps plain). So when a compact map becomes plain, the patch
+    must set every new key and null every old one, which is right for both stored forms
+    (a merge patch applied to an array starts from an empty object): the base holds the
+    old keys with a value no new one equals.
 
     >>> old = {"plan": {"assignment": {f"a-{i}": "n" for i in range(300)}}}
     >>> base = patch_base(old, {"plan": {"assignment": {"a-0": "n"}}})
