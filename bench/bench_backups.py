@@ -32,7 +32,7 @@ from planners.graph import TaskGraph
 ALGORITHMS = ("line", "tree", "dag", "dag-no-elim", "share-based", "auto", "exact")
 
 SEED_DAG_GAP = {"Guru-u": "3%", "Guru-n": "10%", "Senti-560": "4%", "Senti-1050": "4%"}
-"""The seed's DAG heuristic above the optimum (lines 386 and 388): Guru uniform 3 %,
+"""The seed's DAG heuristic above the optimum (Sec. V.B): Guru uniform 3 %,
 non-uniform 10 %; Twitter Sentiment 4 % on average over its cases (the seed gives
 one figure for both Senti cases and both weightings)."""
 
@@ -242,9 +242,10 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "backups
 COMMAND = "python bench/bench_backups.py --out"
 
 
-INTRO = """Reproduces the FTC seed's Table III cases and Figs. 7/8 (`minimum-backups-ftc.txt`,
-Sec. V) with `bench/bench_backups.py` (topologies in `backstop_testkit.cases.topologies`);
-every plan passes `planners.evaluate.check_plan`. Regenerate with
+INTRO = """Reproduces Table III's cases and Figs. 7/8 of the FTC seed, *Minimum Backups for Stream
+Processing With Recovery Latency Guarantees* (Sec. V), with `bench/bench_backups.py`
+(topologies in `backstop_testkit.cases.topologies`); every plan passes
+`planners.evaluate.check_plan`. Regenerate with
 
     .venv/bin/python bench/bench_backups.py --out
 
@@ -256,7 +257,7 @@ merge and sink task, all shuffle: exactly 560 / 1050 edges, 93 tasks (the seed s
 `exhaustive` is limited to 20 tasks, so it is not in the table; tests cross-check
 `exact` against it on random tiny DAGs. Times are on a shared 2-core machine
 (`auto`/`exact` default budget 10 s). `dag` is the seed's Algorithm FTC with its final
-redundancy elimination (line 302), `dag-no-elim` without it (what `dag` was before).
+redundancy elimination (Sec. IV.D), `dag-no-elim` without it.
 """
 
 

@@ -2,8 +2,9 @@
 """Fig. 16 of the incremental-recovery seed in its own setting, and Theorem 5.1 on every instance.
 
 Why: the seed evaluates its recovery planners on 100 synthetic topologies of
-18 queries per setting (``incremental-recovery.txt`` lines 426–430): maximal
-partition share frequency 3 or 6 (Fig. 16a), Zipf-skewed share frequencies
+18 queries per setting (*Incremental Recovery in Distributed Stream Processing
+Systems*, Section 7.3): maximal partition share frequency 3 or 6 (Fig. 16a),
+Zipf-skewed share frequencies
 with s = 0.2 or 0.5 (Fig. 16b), and random or workload-proportional priorities
 (Fig. 16c), the x-axis being the recovery resources as a percentage of what
 the failed partitions need. ``bench/bench_recovery.py`` measures our cluster
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> str:
         f"`python bench/bench_recovery_seed.py --topologies {args.topologies} "
         f"--queries {args.queries} --prune-topologies {args.prune_topologies} "
         f"--prune-queries {args.prune_queries} --seed {args.seed}` ({secs:.0f} s) — the "
-        f"seed's setting (lines 426–430): per row {args.topologies} generated topologies "
+        f"seed's setting (Section 7.3): per row {args.topologies} generated topologies "
         f"of {args.queries} queries (2–5 partitions each, costs U(0.5, 2)), every "
         "partition failed, the recovery resources one pool of the given % of the "
         "failed partitions' cost. Cells: recovered priority / failed priority (the "
@@ -187,7 +188,7 @@ def run(args: argparse.Namespace) -> str:
     worst = min(theorem, key=lambda x: x[0] - x[1])
     lines += [
         "",
-        f"**Theorem 5.1** (BestDensity ≥ (1 − e^(−1/d)) × optimum, line 329), checked on all "
+        f"**Theorem 5.1** (BestDensity ≥ (1 − e^(−1/d)) × optimum, Section 5), checked on all "
         f"{len(theorem)} instances with a non-zero optimum: the seed's BestDensity reaches "
         f"{statistics.mean(r for r, _, _ in theorem):.3f} of the optimum on average, "
         f"{min(r for r, _, _ in theorem):.3f} at worst; the bound "

@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """Reproduce Figs. 4 and 5 of the selective-replication seed.
 
-Seed: ``adaptive-selective-replication.txt``.
+Seed: *Adaptive Selective Replication for Complex Event Processing Systems*.
 
 Why: the seed claims that, with independent host crashes of probability ``p``
 over a day, selecting operators for replication by QOD or LU keeps about 1.7
 points more queries running than a random selection (p = 0.02, load_rem = 50),
 QOD·LU another 0.4 (99.2 %), and that full replication (twice the resources)
-is only about one point better (lines 179 and 187). This script rebuilds the
+is only about one point better (Section 3.4). This script rebuilds the
 seed's setup and measures every selection in ``planners.replication`` under the
 seed's availability model (:func:`planners.replication.crash_availability`).
 
-Setup (Section 3.4, lines 175–187): queries from six templates over shared
+Setup (Section 3.4): queries from six templates over shared
 sources, with multi-query optimisation (an operator with the same type,
 predicate and inputs is reused), scaled to a system load of exactly 100; 100
 hosts, primaries spread least-loaded first; each host gets capacity
@@ -50,7 +50,7 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "replica
 """This benchmark's generated page (``--out`` with no path writes it)."""
 COMMAND = "python bench/bench_replication.py --out"
 PROBS = (0.0025, 0.005, 0.01, 0.02, 0.03)
-"""The seed's host failure probabilities (line 179)."""
+"""The seed's host failure probabilities (Section 3.4)."""
 LOADS = (0, 10, 25, 50, 75, 100)
 """Spare resources for replication, % of the system load (Fig. 5's x-axis)."""
 FIG4 = [  # label, selection, strategy
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> str:
         f" system load 100 on {args.hosts} hosts, spare capacity = load_rem spread over the "
         "hosts, at most one replica per operator. Cells: expected % of queries still running "
         "after a day in which each host crashes independently with probability p (the seed's "
-        "model, lines 73–75; computed exactly, not sampled).",
+        "model, Section 2.3; computed exactly, not sampled).",
         "",
         f"### Fig. 4: selection heuristics at load_rem = {args.load_rem:g}",
         "",
@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> str:
         "operators: a few operators are larger than any host's spare capacity once the spare "
         "is spread evenly, so its lead over load_rem = 50 is a little smaller than the seed's. "
         "Our exact knapsack gains little over the seed's sort-and-fill (the QOD·LU product is "
-        "already a good profit-per-weight order, as the seed argues, lines 148–152); *best* "
+        "already a good profit-per-weight order, as the seed argues, Section 3.2.2); *best* "
         "(every selection rated by the crash model, kept as the operator's choice) gains most "
         "at high p.",
         "",

@@ -2,10 +2,10 @@
 
 Why: the seed compares its Algorithm 1 (A^RTAP-NF/FF/BF) with three greedy
 baselines built on 2SP heuristics and reports 15-25 % fewer processors. How
-the baselines fit decides that comparison: fitting by the bin's level height
-(the seed's words, ``rtap-journal.txt`` lines 215-221; ``*-2sp`` here) or by
-the exact failure-effect model (our ``nfdh``/``ffdh``/``bfdh``). This script
-runs both on the seed's Table 4 instances
+the baselines fit decides that comparison: fitting by the bin's level height (the
+seed's words in *A Task Allocation Method for Stream Processing with Recovery Latency
+Constraint*, Section 4.2; ``*-2sp`` here) or by the exact failure-effect model (our
+``nfdh``/``ffdh``/``bfdh``). This script runs both on the seed's Table 4 instances
 (``backstop_testkit.cases.placement.table4``, its |V|, |A|, α, β) at its bound R = 1
 with unit bins, next to the seed's own numbers, and checks the seed's tables against each other.
 
@@ -221,7 +221,7 @@ def run(time_limit: float) -> str:
         "### Fig. 7: groups against bins (RTAP-BF, R = 1)",
         "",
         _table(
-            ["instance", "groups (adjacent rule)", "bins", "groups (line 387 rule)", "bins"], frows
+            ["instance", "groups (adjacent rule)", "bins", "groups (§5.3.3 rule)", "bins"], frows
         ),
         "",
     ]
@@ -247,7 +247,7 @@ def fig7_draws(draws: int = 5) -> str:
     rows = []
     for name, build in builders.items():
         for rule, literal, alg in (("adjacent", False, "rtap-bf"),
-                                   ("line 387", True, "rtap-bf-literal")):  # fmt: skip
+                                   ("§5.3.3", True, "rtap-bf-literal")):  # fmt: skip
             pairs = []
             for k in range(draws):
                 g = build(k)

@@ -22,7 +22,7 @@ OBJECT_LIMIT = 1.5 * 2**20
 CONFIGMAP_LIMIT = 2**20
 """The API server refuses a ConfigMap whose data exceeds 1 MiB."""
 RSS_LIMIT = 300 * 2**20
-"""Issue 15: the operator's RSS with 10k pods in the cluster."""
+"""The bound on the operator's RSS with 10k pods in the cluster."""
 
 
 def _mib(n: int | None) -> str:

@@ -1,4 +1,4 @@
-"""The dry run shows what the operator will do (issue 18), on the real control plane.
+"""The dry run shows what the operator will do, on the real control plane.
 
 ``backstop plan --from-cluster`` runs before ``kubectl apply``; then the operator
 plans the same topology on the same nodes and the real kube-scheduler binds the

@@ -1,5 +1,5 @@
-"""Issue 12, item 10: RecoveryPlans (the newest N per topology are kept; before, every step
-left one forever) and deletion with no operator running (before, Kopf's finalizer hung it).
+"""RecoveryPlans (the newest N per topology are kept, so steps do not pile up) and deletion
+with no operator running (no finalizer that only a running operator removes).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Issue 12, item 10 (Events): only deliberate Events, each posted once per window per object.
+"""Only deliberate Events, each posted once per window per object.
 
-Before, Kopf posted every log line of a handler or daemon as an Event (the supervisor's
-loop: about one a second), and ``post_event`` posted every call.
+Why: Kopf would otherwise post every log line of a handler or daemon as an Event (the
+supervisor's loop: about one a second), and ``post_event`` would post every call.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The capacity ledger (issue 12, item 6): one account of CPU, memory and pods per node.
+"""The capacity ledger: one account of CPU, memory and pods per node.
 
 The reference is plain arithmetic over what the test itself put in: every pod and
 every granted reservation is summed per node and compared with the allocatable

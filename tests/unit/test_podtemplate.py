@@ -1,5 +1,5 @@
 """Pod templates: the Flink-style merge, the operator's fields winning, what is refused,
-and which tainted nodes a topology may use (issue 16, item 1)."""
+and which tainted nodes a topology may use."""
 
 from __future__ import annotations
 
