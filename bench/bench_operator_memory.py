@@ -214,7 +214,9 @@ def _ledger(api: Any, texts: list[str]) -> Any:
     return led
 
 
-def _tick_stages(s: Stages, args: argparse.Namespace, api: Any, idx: Any, texts: list[str]) -> None:
+def _tick_stages(
+    s: Stages, top: tuple[Any, Any, Any, dict[str, str]], api: Any, idx: Any, texts: list[str]
+) -> None:
     """A tick's planned-pods cache, then its transients over the indexed pods."""
     from backstop.controller.memo import TopologyMemo
     from backstop.controller.tick import Tick, planned_pods, pod_states
@@ -224,7 +226,7 @@ def _tick_stages(s: Stages, args: argparse.Namespace, api: Any, idx: Any, texts:
     from backstop.domain.status_types import PlanStatus, TopologyStatus
     from backstop.k8s import kubeio
 
-    owner, model, graph, assignment = topology(args.operators, args.parallelism)
+    owner, model, graph, assignment = top
     key = (owner.namespace, owner.name)
     plan = PlanStatus(generation=1, assignment=assignment, backups=[], bound=3.0)
     tick = Tick(
@@ -257,9 +259,10 @@ def run_stages(args: argparse.Namespace, texts: list[str], traced: bool) -> Stag
     s = Stages(traced)
     api = client.ApiClient()
     idx = s.run("Kopf's pod index (`pods_by_topology`)", lambda: _pod_index(texts))
+    top = topology(args.operators, args.parallelism)
     s.run("Kopf's per-object memory (`ResourceMemories`)", lambda: _memories(texts))
     s.run("capacity ledger (pod feed events)", lambda: _ledger(api, texts))
-    _tick_stages(s, args, api, idx, texts)
+    _tick_stages(s, top, api, idx, texts)
     return s
 
 
