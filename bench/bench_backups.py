@@ -73,7 +73,8 @@ def fmt_time(s: float) -> str:
     return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
 
 
-def run(time_limit: float, large: int) -> tuple[str, list[str]]:
+def _rows(time_limit: float) -> list[Row]:
+    """Every case, weighting and bound: each applicable algorithm's plan and time."""
     rows: list[Row] = []
     for name, build, ubounds, nbounds in cases():
         for uniform, bounds in ((True, ubounds), (False, nbounds)):
@@ -94,6 +95,11 @@ def run(time_limit: float, large: int) -> tuple[str, list[str]]:
                         cells[alg] = timed(g, bound, alg, time_limit)
                 rows.append(Row(label, len(g), len(g.edges), bound, cells))
 
+    return rows
+
+
+def _table(rows: list[Row]) -> tuple[list[str], dict[str, list[float]]]:
+    """The main table; each algorithm's gaps to the optimum on the DAG cases."""
     out = ["| case | tasks | edges | R | " + " | ".join(ALGORITHMS) + " |"]
     out.append("|" + "---|" * (4 + len(ALGORITHMS)))
     gaps: dict[str, list[float]] = {a: [] for a in ALGORITHMS}
@@ -119,6 +125,30 @@ def run(time_limit: float, large: int) -> tuple[str, list[str]]:
             f"| {r.case}{star} | {r.tasks} | {r.edges} | {r.bound:g} | " + " | ".join(shown) + " |"
         )
 
+    return out, gaps
+
+
+def _large(time_limit: float, large: int) -> list[str]:
+    """``auto`` and ``dag`` on a large random DAG."""
+    notes = []
+    print(f"random DAG, {large} tasks ...", file=sys.stderr, flush=True)
+    g = random_dag(large, seed=7)
+    for bound in (15.0, 25.0):
+        plan, secs = timed(g, bound, "auto", time_limit)
+        dag_plan, dag_secs = timed(g, bound, "dag", time_limit)
+        ok = not check_plan(g, bound=bound, backups=plan.backups)
+        notes.append(
+            f"- Random layered DAG, {len(g)} tasks, {len(g.edges)} edges, t 1..10, R = "
+            f"{bound:g}: `auto` {len(plan.backups)} backups ({plan.algorithm}, optimal="
+            f"{plan.optimal}) in {fmt_time(secs)}, valid={ok}; `dag` alone "
+            f"{len(dag_plan.backups)} in {fmt_time(dag_secs)}."
+        )
+    return notes
+
+
+def run(time_limit: float, large: int) -> tuple[str, list[str]]:
+    rows = _rows(time_limit)
+    out, gaps = _table(rows)
     side = side_by_side(rows)
     notes = []
     for alg in ("dag", "dag-no-elim", "share-based", "auto"):
@@ -132,18 +162,7 @@ def run(time_limit: float, large: int) -> tuple[str, list[str]]:
     notes.append(f"- `dag` on Senti-1050: at most {fmt_time(worst_dag)} per plan (median of 5).")
 
     if large:
-        print(f"random DAG, {large} tasks ...", file=sys.stderr, flush=True)
-        g = random_dag(large, seed=7)
-        for bound in (15.0, 25.0):
-            plan, secs = timed(g, bound, "auto", time_limit)
-            dag_plan, dag_secs = timed(g, bound, "dag", time_limit)
-            ok = not check_plan(g, bound=bound, backups=plan.backups)
-            notes.append(
-                f"- Random layered DAG, {len(g)} tasks, {len(g.edges)} edges, t 1..10, R = "
-                f"{bound:g}: `auto` {len(plan.backups)} backups ({plan.algorithm}, optimal="
-                f"{plan.optimal}) in {fmt_time(secs)}, valid={ok}; `dag` alone "
-                f"{len(dag_plan.backups)} in {fmt_time(dag_secs)}."
-            )
+        notes += _large(time_limit, large)
     return "\n".join(out) + "\n\n" + side, notes
 
 
