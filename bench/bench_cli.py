@@ -140,7 +140,7 @@ def forward_chain(n: int = 10, parallelism: int = 1000) -> dict[str, Any]:
 
 def wide_shuffle(parallelism: int = 1000) -> dict[str, Any]:
     """Two operators of ``parallelism`` tasks joined by a shuffle (``parallelism²`` edges):
-    at 1000, over the 100,000 edges a topology may have now (docs/scale.md), so only parsed."""
+    at 1000, over the 100,000 edges a topology may have (docs/scale.md), so only parsed."""
     ops = [
         _operator("source", parallelism, []),
         _operator("sink", parallelism, [("source", "shuffle")]),

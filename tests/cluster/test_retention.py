@@ -95,8 +95,8 @@ def test_fault10_delete_while_the_operator_is_down_removes_the_topology_and_its_
     env: Env,
 ) -> None:
     """No finalizer: the API server deletes the object at once and the garbage collector
-    its pods (owner references), with no operator running. Before, Kopf's finalizer kept
-    the object Terminating until an operator came back."""
+    its pods (owner references), with no operator running. Why: a Kopf finalizer would
+    keep the object Terminating until an operator came back."""
     env.create(topology_manifest(EXAMPLE, "orphan"))
     obj = env.wait_condition("orphan", "Ready", "True", timeout=90)
     assert env.pods("orphan"), "the topology runs"

@@ -18,7 +18,7 @@ from backstop.domain.events import EventFilter
 
 def test_fault10_log_lines_do_not_become_events() -> None:
     settings = kopf.OperatorSettings()
-    settings.posting.loggers = True  # what the operator used to set
+    settings.posting.loggers = True  # switched on: the operator must switch it off
     kopf_config.apply_kopf_settings(settings)
     assert settings.posting.loggers is False
     assert settings.posting.enabled is True  # post_event's kopf.info/kopf.warn still post

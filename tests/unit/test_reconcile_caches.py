@@ -228,10 +228,10 @@ def test_a_reconcile_before_the_first_pod_listing_is_retried_soon(
 
 def test_the_indexes_are_updated_while_every_executor_thread_is_busy() -> None:
     """A fleet being created holds all of Kopf's handler threads with reconciles (and
-    each supervise daemon one more). The pod and node indexes used to be sync functions,
-    so every pod event and a node's NotReady waited in the executor's queue behind them;
-    now Kopf runs them on its event loop. Invoked here as Kopf invokes a handler, with
-    the executor's only thread blocked."""
+    each supervise daemon one more). The pod and node indexes are async functions, which
+    Kopf runs on its event loop, so no pod event or node NotReady waits in the executor's
+    queue behind those threads. Invoked here as Kopf invokes a handler, with the
+    executor's only thread blocked."""
     from kopf._core.actions import invocation
 
     async def main() -> tuple[float, list[Any]]:
