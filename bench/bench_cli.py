@@ -1,8 +1,8 @@
 """Benchmark the CLI's start-up and the parsing of large manifests.
 
-Why: ``backstop --help`` took 2.7 s (eager imports of ortools, pandas, kubernetes) and a
-3,000-operator manifest spent most of its time in PyYAML's pure-Python loader. This
-script times, in fresh processes,
+Why: eager imports (ortools, pandas, kubernetes) cost seconds at start-up, and a large
+manifest spends most of its time in YAML parsing when PyYAML's pure-Python loader is
+used. This script times, in fresh processes,
 
 * ``backstop --help`` and ``backstop backups examples/twitter-sentiment.yaml``;
 * the three stages of reading a large generated manifest, each on its own: the YAML
