@@ -124,7 +124,7 @@ bench-cluster: $(STAMP) ## operator benchmarks on the local control plane (make 
 clean:
 	rm -rf $(VENV) $(OLDEST) .tools .mypy_cache .ruff_cache .pytest_cache
 
-# ---- docs, CRDs, kind (issue 9) ---------------------------------------------
+# ---- docs, CRDs, kind ------------------------------------------------------
 .PHONY: docs kind-demo
 KIND_CLUSTER ?= backstop
 

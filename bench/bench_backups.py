@@ -32,7 +32,7 @@ from planners.graph import TaskGraph
 ALGORITHMS = ("line", "tree", "dag", "dag-no-elim", "share-based", "auto", "exact")
 
 SEED_DAG_GAP = {"Guru-u": "3%", "Guru-n": "10%", "Senti-560": "4%", "Senti-1050": "4%"}
-"""The seed's DAG heuristic above the optimum (lines 386 and 388): Guru uniform 3 %,
+"""The seed's DAG heuristic above the optimum (Sec. V.B): Guru uniform 3 %,
 non-uniform 10 %; Twitter Sentiment 4 % on average over its cases (the seed gives
 one figure for both Senti cases and both weightings)."""
 
@@ -73,7 +73,8 @@ def fmt_time(s: float) -> str:
     return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
 
 
-def run(time_limit: float, large: int) -> tuple[str, list[str]]:
+def _rows(time_limit: float) -> list[Row]:
+    """Every case, weighting and bound: each applicable algorithm's plan and time."""
     rows: list[Row] = []
     for name, build, ubounds, nbounds in cases():
         for uniform, bounds in ((True, ubounds), (False, nbounds)):
@@ -94,6 +95,11 @@ def run(time_limit: float, large: int) -> tuple[str, list[str]]:
                         cells[alg] = timed(g, bound, alg, time_limit)
                 rows.append(Row(label, len(g), len(g.edges), bound, cells))
 
+    return rows
+
+
+def _table(rows: list[Row]) -> tuple[list[str], dict[str, list[float]]]:
+    """The main table; each algorithm's gaps to the optimum on the DAG cases."""
     out = ["| case | tasks | edges | R | " + " | ".join(ALGORITHMS) + " |"]
     out.append("|" + "---|" * (4 + len(ALGORITHMS)))
     gaps: dict[str, list[float]] = {a: [] for a in ALGORITHMS}
@@ -119,6 +125,30 @@ def run(time_limit: float, large: int) -> tuple[str, list[str]]:
             f"| {r.case}{star} | {r.tasks} | {r.edges} | {r.bound:g} | " + " | ".join(shown) + " |"
         )
 
+    return out, gaps
+
+
+def _large(time_limit: float, large: int) -> list[str]:
+    """``auto`` and ``dag`` on a large random DAG."""
+    notes = []
+    print(f"random DAG, {large} tasks ...", file=sys.stderr, flush=True)
+    g = random_dag(large, seed=7)
+    for bound in (15.0, 25.0):
+        plan, secs = timed(g, bound, "auto", time_limit)
+        dag_plan, dag_secs = timed(g, bound, "dag", time_limit)
+        ok = not check_plan(g, bound=bound, backups=plan.backups)
+        notes.append(
+            f"- Random layered DAG, {len(g)} tasks, {len(g.edges)} edges, t 1..10, R = "
+            f"{bound:g}: `auto` {len(plan.backups)} backups ({plan.algorithm}, optimal="
+            f"{plan.optimal}) in {fmt_time(secs)}, valid={ok}; `dag` alone "
+            f"{len(dag_plan.backups)} in {fmt_time(dag_secs)}."
+        )
+    return notes
+
+
+def run(time_limit: float, large: int) -> tuple[str, list[str]]:
+    rows = _rows(time_limit)
+    out, gaps = _table(rows)
     side = side_by_side(rows)
     notes = []
     for alg in ("dag", "dag-no-elim", "share-based", "auto"):
@@ -132,18 +162,7 @@ def run(time_limit: float, large: int) -> tuple[str, list[str]]:
     notes.append(f"- `dag` on Senti-1050: at most {fmt_time(worst_dag)} per plan (median of 5).")
 
     if large:
-        print(f"random DAG, {large} tasks ...", file=sys.stderr, flush=True)
-        g = random_dag(large, seed=7)
-        for bound in (15.0, 25.0):
-            plan, secs = timed(g, bound, "auto", time_limit)
-            dag_plan, dag_secs = timed(g, bound, "dag", time_limit)
-            ok = not check_plan(g, bound=bound, backups=plan.backups)
-            notes.append(
-                f"- Random layered DAG, {len(g)} tasks, {len(g.edges)} edges, t 1..10, R = "
-                f"{bound:g}: `auto` {len(plan.backups)} backups ({plan.algorithm}, optimal="
-                f"{plan.optimal}) in {fmt_time(secs)}, valid={ok}; `dag` alone "
-                f"{len(dag_plan.backups)} in {fmt_time(dag_secs)}."
-            )
+        notes += _large(time_limit, large)
     return "\n".join(out) + "\n\n" + side, notes
 
 
@@ -242,9 +261,10 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "backups
 COMMAND = "python bench/bench_backups.py --out"
 
 
-INTRO = """Reproduces the FTC seed's Table III cases and Figs. 7/8 (`minimum-backups-ftc.txt`,
-Sec. V) with `bench/bench_backups.py` (topologies in `backstop_testkit.cases.topologies`);
-every plan passes `planners.evaluate.check_plan`. Regenerate with
+INTRO = """Reproduces Table III's cases and Figs. 7/8 of the FTC seed, *Minimum Backups for Stream
+Processing With Recovery Latency Guarantees* (Sec. V), with `bench/bench_backups.py`
+(topologies in `backstop_testkit.cases.topologies`); every plan passes
+`planners.evaluate.check_plan`. Regenerate with
 
     .venv/bin/python bench/bench_backups.py --out
 
@@ -256,7 +276,7 @@ merge and sink task, all shuffle: exactly 560 / 1050 edges, 93 tasks (the seed s
 `exhaustive` is limited to 20 tasks, so it is not in the table; tests cross-check
 `exact` against it on random tiny DAGs. Times are on a shared 2-core machine
 (`auto`/`exact` default budget 10 s). `dag` is the seed's Algorithm FTC with its final
-redundancy elimination (line 302), `dag-no-elim` without it (what `dag` was before).
+redundancy elimination (Sec. IV.D), `dag-no-elim` without it.
 """
 
 

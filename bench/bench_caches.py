@@ -1,22 +1,22 @@
 #!/usr/bin/env python3
 """What a reconcile's view of the cluster costs: a LIST of every pod vs the watch caches.
 
-Why: a LIST per reconcile and restore, of every node and every every node and every
-pod of the cluster (``Kube.view``): 5,000 pods took 6.4 s and +203 MiB per list on the
-control plane, and the pod feed's (re)listing built ``V1Pod`` models of every pod too.
-Now the view comes from the node index, the capacity ledger and the pod index, and the
-feed reads its listing in pages of plain JSON.
+Why: a LIST per reconcile and restore of every node and every pod of the cluster
+costs seconds and hundreds of MiB at thousands of pods, and so does deserializing a
+listing into ``V1Pod`` models. The operator's view comes from the node index, the
+capacity ledger and the pod index, and the pod feed reads its listing in pages of
+plain JSON.
 
-This measures both in-process, without an API server (the server's share was the same
-before and after: one LIST per relisting): ``pods`` task pods as the API server returns
+This measures both ways in-process, without an API server (the server's share is the
+same for both: one LIST per relisting): ``pods`` task pods as the API server returns
 them (built by the operator's own manifest builder, then given ``managedFields``, a
 ``nodeName`` and a status) on ``nodes`` nodes, as one JSON ``PodList``.
 
-* **LIST → models** (the old view and the old feed): the client's deserialization of
+* **LIST → models** (the alternative, for comparison): the client's deserialization of
   the list into ``V1Pod`` models, back to dicts, ``nodes_from_manifests``.
-* **pages → ledger** (the feed now): ``json.loads`` page by page into
+* **pages → ledger** (the pod feed): ``json.loads`` page by page into
   :meth:`CapacityLedger.relisting`.
-* **cache view** (a reconcile now): :func:`backstop.controller.capacity.topology_view`.
+* **cache view** (a reconcile): :func:`backstop.controller.capacity.topology_view`.
 
 CPU seconds (``time.process_time``, so the machine's load matters less) and the peak of
 Python allocations (``tracemalloc``). Prints a markdown section; ``--out`` writes its

@@ -181,75 +181,86 @@ def render(
         "",
     ]
     if big is not None:
-        ok = big["all_pods"] is not None and big["all_pods"] < 10
-        lines += [
-            f"### {big['tasks']} tasks ({big['edges']} task edges, {args.cpu} CPU each, "
-            f"bound {args.bound:g} s) on {args.nodes} × {args.node_cpu}-CPU nodes",
-            "",
-            "| milestone | s after apply |",
-            "|---|---|",
-            f"| plan recorded in the status (Kopf pick-up + node/pod view + planning + "
-            f"status write) | {fmt_s(big['planned'])} |",
-            f"| first pod created | {fmt_s(big['first_pod'])} |",
-            f"| **all {big['tasks']} pods created** (target < 10 s) | "
-            f"**{fmt_s(big['all_pods'])}** ({'meets' if ok else 'misses'}) |",
-            f"| all pods bound by the scheduler | {fmt_s(big['all_bound'])} |",
-            f"| all pods Running (node simulator) | {fmt_s(big['all_running'])} |",
-            f"| `Ready` condition True | {fmt_s(big['ready'])} |",
-            "",
-            "Where the time goes:",
-            "",
-            "| part | s |",
-            "|---|---|",
-            f"| planning: `plan_topology` on the same {args.nodes} empty nodes, in-process "
-            f"(median of {args.plan_repeats}) | {fmt_s(big['plan_offline'])} |",
-            f"| apply → plan recorded, other than planning | "
-            f"{fmt_s(None if big['planned'] is None else big['planned'] - big['plan_offline'])} |",
-            f"| plan recorded → all pods created (API writes) | "
-            f"{fmt_s(sub(big['all_pods'], big['planned']))} |",
-            f"| all created → all bound (scheduler) | "
-            f"{fmt_s(sub(big['all_bound'], big['all_pods']))} |",
-            f"| all bound → Ready (kubelet stand-in + status) | "
-            f"{fmt_s(sub(big['ready'], big['all_bound']))} |",
-            "",
-            f"Plan: {big['nodes_used']} nodes, {big['backups']} backups, worst single-node "
-            f"recovery {big['worst']} s. Duplicates: {dup_text(big['duplicates'])}. "
-            f"Operator log warnings/errors: {len(big['problems'])}.",
-            "",
-        ]
-        lines += problem_lines(big["problems"])
+        lines += _big_lines(args, big)
     if fleet is not None:
-        per = fleet["per_topology"]
-        ready = [v["ready"] for v in per.values() if v["ready"] is not None]
-        created = [v["all_pods"] for v in per.values() if v["all_pods"] is not None]
-        n = fleet["topologies"]
-        lines += [
-            f"### {n} topologies × {fleet['tasks']} tasks ({args.fleet_cpu} CPU each), "
-            f"created back to back on {args.fleet_nodes} × {args.node_cpu}-CPU nodes",
-            "",
-            "| measure | value |",
-            "|---|---|",
-            f"| topologies Ready | {fleet['ready_count']}/{n} |",
-            f"| all pods of every topology created | "
-            f"{fmt_s(max(created) if len(created) == n else None)} s |",
-            f"| every topology Ready | {fmt_s(max(ready) if len(ready) == n else None)} s |",
-            f"| Ready, median / first | {fmt_s(median(ready))} / "
-            f"{fmt_s(min(ready, default=None))} s |",
-            f"| duplicate pods | {dup_text(fleet['duplicates'])} |",
-            f"| pods not Running at the end (of which never bound) | {fleet['not_running']} "
-            f"({fleet['unbound']}) |",
-            f"| nodes the plans use / over-committed by the plans together | "
-            f"{fleet['nodes_planned']} / {len(fleet['overcommitted'])} (most planned on one "
-            f"node: {fleet['planned_max']:.2f} of {args.node_cpu} CPU) |",
-            f"| operator log warnings/errors | {len(fleet['problems'])} |",
-            "",
-        ]
-        if fleet["not_ready"]:
-            lines += ["Topologies not Ready at the end:", ""]
-            lines += [f"- {c}× `{r}`" for r, c in fleet["not_ready"].items()]
-            lines.append("")
-        lines += problem_lines(fleet["problems"])
+        lines += _fleet_lines(args, fleet)
     return "\n".join(lines)
+
+
+def _big_lines(args: argparse.Namespace, big: dict[str, Any]) -> list[str]:
+    """The big topology: its milestones and where the time goes."""
+    ok = big["all_pods"] is not None and big["all_pods"] < 10
+    lines = [
+        f"### {big['tasks']} tasks ({big['edges']} task edges, {args.cpu} CPU each, "
+        f"bound {args.bound:g} s) on {args.nodes} × {args.node_cpu}-CPU nodes",
+        "",
+        "| milestone | s after apply |",
+        "|---|---|",
+        f"| plan recorded in the status (Kopf pick-up + node/pod view + planning + "
+        f"status write) | {fmt_s(big['planned'])} |",
+        f"| first pod created | {fmt_s(big['first_pod'])} |",
+        f"| **all {big['tasks']} pods created** (target < 10 s) | "
+        f"**{fmt_s(big['all_pods'])}** ({'meets' if ok else 'misses'}) |",
+        f"| all pods bound by the scheduler | {fmt_s(big['all_bound'])} |",
+        f"| all pods Running (node simulator) | {fmt_s(big['all_running'])} |",
+        f"| `Ready` condition True | {fmt_s(big['ready'])} |",
+        "",
+        "Where the time goes:",
+        "",
+        "| part | s |",
+        "|---|---|",
+        f"| planning: `plan_topology` on the same {args.nodes} empty nodes, in-process "
+        f"(median of {args.plan_repeats}) | {fmt_s(big['plan_offline'])} |",
+        f"| apply → plan recorded, other than planning | "
+        f"{fmt_s(None if big['planned'] is None else big['planned'] - big['plan_offline'])} |",
+        f"| plan recorded → all pods created (API writes) | "
+        f"{fmt_s(sub(big['all_pods'], big['planned']))} |",
+        f"| all created → all bound (scheduler) | "
+        f"{fmt_s(sub(big['all_bound'], big['all_pods']))} |",
+        f"| all bound → Ready (kubelet stand-in + status) | "
+        f"{fmt_s(sub(big['ready'], big['all_bound']))} |",
+        "",
+        f"Plan: {big['nodes_used']} nodes, {big['backups']} backups, worst single-node "
+        f"recovery {big['worst']} s. Duplicates: {dup_text(big['duplicates'])}. "
+        f"Operator log warnings/errors: {len(big['problems'])}.",
+        "",
+    ]
+    lines += problem_lines(big["problems"])
+    return lines
+
+
+def _fleet_lines(args: argparse.Namespace, fleet: dict[str, Any]) -> list[str]:
+    """The fleet of topologies created back to back."""
+    per = fleet["per_topology"]
+    ready = [v["ready"] for v in per.values() if v["ready"] is not None]
+    created = [v["all_pods"] for v in per.values() if v["all_pods"] is not None]
+    n = fleet["topologies"]
+    lines = [
+        f"### {n} topologies × {fleet['tasks']} tasks ({args.fleet_cpu} CPU each), "
+        f"created back to back on {args.fleet_nodes} × {args.node_cpu}-CPU nodes",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| topologies Ready | {fleet['ready_count']}/{n} |",
+        f"| all pods of every topology created | "
+        f"{fmt_s(max(created) if len(created) == n else None)} s |",
+        f"| every topology Ready | {fmt_s(max(ready) if len(ready) == n else None)} s |",
+        f"| Ready, median / first | {fmt_s(median(ready))} / {fmt_s(min(ready, default=None))} s |",
+        f"| duplicate pods | {dup_text(fleet['duplicates'])} |",
+        f"| pods not Running at the end (of which never bound) | {fleet['not_running']} "
+        f"({fleet['unbound']}) |",
+        f"| nodes the plans use / over-committed by the plans together | "
+        f"{fleet['nodes_planned']} / {len(fleet['overcommitted'])} (most planned on one "
+        f"node: {fleet['planned_max']:.2f} of {args.node_cpu} CPU) |",
+        f"| operator log warnings/errors | {len(fleet['problems'])} |",
+        "",
+    ]
+    if fleet["not_ready"]:
+        lines += ["Topologies not Ready at the end:", ""]
+        lines += [f"- {c}× `{r}`" for r, c in fleet["not_ready"].items()]
+        lines.append("")
+    lines += problem_lines(fleet["problems"])
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,9 +15,9 @@ REAL code of each cache, one stage after the other, each stage kept alive:
 * **the capacity ledger** via the pod feed's event path (:meth:`PodFeed.apply`);
 * **the planned-pods cache** of a tick (:func:`backstop.controller.tick.planned_pods`);
 * **a supervisor tick's transients** over the indexed pods: what converge reads when
-  the pods do not match the plan (``fenced_tasks`` and ``diff_pods``; the code before
-  the slim pod records first made ``V1Pod`` models of every indexed pod, and the bench
-  does so when ``kubeio.pod_models`` exists), and ``pod_states``.
+  the pods do not match the plan (``fenced_tasks`` and ``diff_pods``; on a tree whose
+  ``kubeio.pod_models`` exists, after making ``V1Pod`` models of every indexed pod, as
+  that tree does), and ``pod_states``.
 
 The watch events themselves are parsed one at a time and dropped (as the watch does).
 Reported per stage: what it retains (``tracemalloc``, traced pass) with its top
@@ -166,13 +166,58 @@ def done(coro: Any) -> Any:
     raise RuntimeError("the index function waited")
 
 
-def run_stages(args: argparse.Namespace, texts: list[str], traced: bool) -> Stages:
+def _pod_index(texts: list[str]) -> Any:
+    """Kopf's pod index, filled by ``pods_by_topology`` from every watch event."""
     import kopf
     from kopf._core.engines.indexing import Index
-    from kopf._core.reactor.inventory import ResourceMemories
-    from kubernetes import client
 
     from backstop.controller import handlers
+
+    idx: Any = Index()
+    for raw in events(texts):
+        body = kopf.Body(cast(kopf.RawBody, raw))
+        meta = raw["metadata"]
+        value = done(
+            handlers.pods_by_topology(  # type: ignore[call-arg]
+                namespace=meta["namespace"], labels=body.metadata.labels, body=body
+            )
+        )
+        idx._replace((meta["namespace"], meta["name"]), value)
+    return idx
+
+
+def _memories(texts: list[str]) -> Any:
+    """Kopf's per-object memory, one recalled per watch event."""
+    import kopf
+    from kopf._core.reactor.inventory import ResourceMemories
+
+    mem = ResourceMemories()
+    memobase: Any = kopf.Memo(ledger=None, metrics=None)
+
+    async def recall() -> None:
+        for raw in events(texts):
+            await mem.recall(cast(Any, raw), memobase=memobase, noticed_by_listing=True)
+
+    asyncio.run(recall())
+    return mem
+
+
+def _ledger(api: Any, texts: list[str]) -> Any:
+    """The capacity ledger, fed every watch event through the pod feed."""
+    from backstop.k8s.ledger import CapacityLedger
+    from backstop.k8s.podfeed import PodFeed
+
+    led = CapacityLedger()
+    feed = PodFeed(api, led)
+    for raw in events(texts):
+        feed.apply("ADDED", raw)
+    return led
+
+
+def _tick_stages(
+    s: Stages, top: tuple[Any, Any, Any, dict[str, str]], api: Any, idx: Any, texts: list[str]
+) -> None:
+    """A tick's planned-pods cache, then its transients over the indexed pods."""
     from backstop.controller.memo import TopologyMemo
     from backstop.controller.tick import Tick, planned_pods, pod_states
     from backstop.domain.constants import LABEL_TOPOLOGY
@@ -180,50 +225,9 @@ def run_stages(args: argparse.Namespace, texts: list[str], traced: bool) -> Stag
     from backstop.domain.planning import diff_pods
     from backstop.domain.status import PlanStatus, TopologyStatus
     from backstop.k8s import kubeio
-    from backstop.k8s.ledger import CapacityLedger
-    from backstop.k8s.podfeed import PodFeed
 
-    s = Stages(traced)
-    api = client.ApiClient()
-
-    def index() -> Any:
-        idx: Any = Index()
-        for raw in events(texts):
-            body = kopf.Body(cast(kopf.RawBody, raw))
-            meta = raw["metadata"]
-            value = done(
-                handlers.pods_by_topology(  # type: ignore[call-arg]
-                    namespace=meta["namespace"], labels=body.metadata.labels, body=body
-                )
-            )
-            idx._replace((meta["namespace"], meta["name"]), value)
-        return idx
-
-    idx = s.run("Kopf's pod index (`pods_by_topology`)", index)
-    owner, model, graph, assignment = topology(args.operators, args.parallelism)
+    owner, model, graph, assignment = top
     key = (owner.namespace, owner.name)
-
-    def memories() -> Any:
-        mem = ResourceMemories()
-        memobase: Any = kopf.Memo(ledger=None, metrics=None)
-
-        async def recall() -> None:
-            for raw in events(texts):
-                await mem.recall(cast(Any, raw), memobase=memobase, noticed_by_listing=True)
-
-        asyncio.run(recall())
-        return mem
-
-    s.run("Kopf's per-object memory (`ResourceMemories`)", memories)
-
-    def ledger() -> Any:
-        led = CapacityLedger()
-        feed = PodFeed(api, led)
-        for raw in events(texts):
-            feed.apply("ADDED", raw)
-        return led
-
-    s.run("capacity ledger (pod feed events)", ledger)
     plan = PlanStatus(generation=1, assignment=assignment, backups=[], bound=3.0)
     tick = Tick(
         kube=None,  # type: ignore[arg-type]
@@ -237,8 +241,8 @@ def run_stages(args: argparse.Namespace, texts: list[str], traced: bool) -> Stag
     desired = planned_pods(tick, plan)
 
     def converge_reads() -> Any:
-        # what converge reads when the pods do not match the plan; until this bench's
-        # change it first converted the indexed pods into ``V1Pod`` models
+        # what converge reads when the pods do not match the plan; a tree whose kubeio
+        # has ``pod_models`` converts the indexed pods into ``V1Pod`` models first
         models = getattr(kubeio, "pod_models", None)
         existing = indexed if models is None else models(api, indexed)
         dead = {"n000"}
@@ -247,6 +251,18 @@ def run_stages(args: argparse.Namespace, texts: list[str], traced: bool) -> Stag
     s.run("tick: converge's reads of the indexed pods (transient)", converge_reads, transient=True)
     s.run("tick: `pod_states` (transient)", lambda: pod_states(indexed), transient=True)
     assert len(indexed) == len(texts), (len(indexed), len(texts), LABEL_TOPOLOGY)
+
+
+def run_stages(args: argparse.Namespace, texts: list[str], traced: bool) -> Stages:
+    from kubernetes import client
+
+    s = Stages(traced)
+    api = client.ApiClient()
+    idx = s.run("Kopf's pod index (`pods_by_topology`)", lambda: _pod_index(texts))
+    top = topology(args.operators, args.parallelism)
+    s.run("Kopf's per-object memory (`ResourceMemories`)", lambda: _memories(texts))
+    s.run("capacity ledger (pod feed events)", lambda: _ledger(api, texts))
+    _tick_stages(s, top, api, idx, texts)
     return s
 
 

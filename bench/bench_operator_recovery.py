@@ -53,17 +53,17 @@ from bench.opharness import (
     DEFAULT_KUBECONFIG,
     POOL_LABEL,
     Bench,
+    TopologyRecorder,
     api_stamp,
     bench,
     chain_topology,
-    fmt_s,
     log,
     operator_log,
     problems,
 )
+from bench.oprecovery_page import HEADING, render
 from planners import TaskGraph
 
-HEADING = "## Operator: node loss and recovery"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "operator-recovery.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
 COMMAND = "python bench/bench_operator_recovery.py --out"
@@ -195,176 +195,240 @@ def replay(
     return rows
 
 
-def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    name = "rec"
+@dataclass
+class _Run:
+    """What the phases of one run share: the harness, the topology and the recorders."""
+
+    args: argparse.Namespace
+    b: Bench
+    name: str
+    graph: TaskGraph
+    node_rec: NodeRecorder
+    plan_rec: PlanRecorder
+    topos: TopologyRecorder
+    out: dict[str, Any]
+
+
+def _apply(args: argparse.Namespace, b: Bench, name: str) -> tuple[_Run, dict[str, str]]:
+    """Start the nodes, the watches and the operator; apply the topology until Ready."""
     out: dict[str, Any] = {}
+    doc = chain_topology(
+        name,
+        b.pool,
+        BIG,
+        cpu=args.cpu,
+        bound=args.bound,
+        recovery={
+            "gracePeriodSeconds": args.grace,
+            "utilizationCap": args.cap,
+            "mode": "incremental",
+        },
+    )
+    graph = expand(parse_spec(doc["spec"]))
+    nodes = [b.add_node(str(args.node_cpu)) for _ in range(args.nodes)]
+    b.wait_nodes_ready(nodes)
+    node_rec = NodeRecorder()
+    b.watch(b.core.list_node, (), node_rec, label_selector=f"{POOL_LABEL}={b.pool}")
+    plan_rec = PlanRecorder()
+    b.watch(
+        b.custom.list_namespaced_custom_object,
+        (GROUP, VERSION, b.namespace, "recoveryplans"),
+        plan_rec,
+    )
+    topos = b.watch_topologies()
+    b.start_operator()
+    log(f"applying a {len(graph.tasks)}-task topology on {args.nodes} nodes")
+    t_apply = time.time()
+    b.create_topology(doc)
+    if not _wait(lambda: topos.get(name).ready is not None, args.timeout, "Ready"):
+        raise SystemExit("the topology never became Ready; see " + str(b.log_path))
+    out["apply_to_ready"] = time.time() - t_apply
+    status = b.get_topology(name)["status"]
+    before: dict[str, str] = dict(status["plan"]["assignment"])
+    out["before"] = {
+        "nodes": len(set(before.values())),
+        "worst": status["plan"]["worstRecoveryLatency"],
+        "backups": status["plan"]["backupCount"],
+    }
+    return _Run(args, b, name, graph, node_rec, plan_rec, topos, out), before
+
+
+def _kill(run: _Run, before: dict[str, str]) -> tuple[list[str], set[str], float]:
+    """Kill the nodes with the most tasks at once: the victims, the failed tasks, the time."""
+    args, b, graph, out = run.args, run.b, run.graph, run.out
+    per_node = Counter(before.values())
+    victims = [n for n, _ in per_node.most_common(args.kill)]
+    failed = {t for t, n in before.items() if n in victims}
+    out["victims"] = {v: per_node[v] for v in victims}
+    out["failed"] = len(failed)
+    out["failed_cpu"] = sum(graph.weight[graph.index(t)] for t in failed)
+    time.sleep(2)  # a settled baseline
+    for v in victims:
+        run.node_rec.get(v).armed = True
+    t_kill = time.time()
+    for v in victims:
+        b.sim.kill(v)
+    log(f"killed {victims} ({len(failed)} tasks); waiting for NotReady + grace")
+    return victims, failed, t_kill
+
+
+def _first_plan(run: _Run, victims: list[str], t_kill: float) -> list[NodeTimes]:
+    """Wait for the first RecoveryPlan; the detection latencies into ``run.out``."""
+    args, b, out, plan_rec = run.args, run.b, run.out, run.plan_rec
+
+    def first_plan() -> bool:
+        return bool(plan_rec.plans)
+
+    if not _wait(first_plan, 120, "the first RecoveryPlan"):
+        raise SystemExit("no RecoveryPlan; see " + str(b.log_path))
+    time.sleep(1)
+    nr = [run.node_rec.get(v) for v in victims]
+    nr_seen = [x.not_ready_seen for x in nr if x.not_ready_seen is not None]
+    nr_ltt = [x.not_ready_ltt for x in nr if x.not_ready_ltt is not None]
+    first = plan_rec.ordered()[0]
+    rec = b.get_topology(run.name)["status"].get("recovery") or {}
+    lost_at = [float(t) for t in (rec.get("lostHistory") or {}).values()]
+    out["kill_to_notready"] = min(nr_seen) - t_kill if nr_seen else None
+    out["notready_spread"] = max(nr_seen) - min(nr_seen) if nr_seen else None
+    out["detect_watch"] = first.seen - (min(nr_seen) + args.grace) if nr_seen else None
+    out["detect_api"] = first.created - (min(nr_ltt) + args.grace) if nr_ltt else None
+    out["detect_operator"] = min(lost_at) - (min(nr_seen) + args.grace) if lost_at else None
+    out["operator_to_plan"] = first.seen - min(lost_at) if lost_at else None
+    out["first_trigger"] = first.spec["trigger"]
+    return nr
+
+
+def _lost_plans(run: _Run, victims: list[str], nr: list[NodeTimes]) -> list[float]:
+    """Let every loss be acted on; each NodeLost plan's latency. The NotReady times."""
+    args, out, node_rec = run.args, run.out, run.node_rec
+    # the controller may mark the victims NotReady in different passes (separate
+    # sessions): let every loss be noted and acted on before capacity arrives
+    _wait(
+        lambda: all(node_rec.get(v).not_ready_seen is not None for v in victims),
+        60,
+        "every victim NotReady",
+    )
+    time.sleep(args.grace + 3)
+    nr_seen = [x.not_ready_seen for x in nr if x.not_ready_seen is not None]
+    out["notready_spread"] = max(nr_seen) - min(nr_seen) if nr_seen else None
+    lost_plans = []
+    for p in run.plan_rec.ordered():
+        if p.spec["trigger"] != "NodeLost":
+            continue
+        marks = [
+            t
+            for n in p.spec.get("lostNodes") or []
+            if (t := node_rec.get(n).not_ready_seen) is not None and t <= p.seen
+        ]
+        if marks:
+            lost_plans.append(p.seen - (max(marks) + args.grace))
+    out["lost_plan_latencies"] = lost_plans
+    return nr_seen
+
+
+def _replacement(run: _Run, i: int) -> dict[str, Any]:
+    """Add one replacement node once the last step's pods run; its latency to the plan."""
+    args, b, plan_rec = run.args, run.b, run.plan_rec
+    # a replacement arrives once the last step's pods run (they take minutes in life)
+    _wait(lambda: _applied(b, run.name), 90, "the last step's pods Running", interval=0.5)
+    seen_before = set(plan_rec.plans)
+    node = b.add_node(str(args.node_cpu))
+    t_added = time.time()
+    log(f"replacement {i + 1}: {node}")
+
+    def new_plan(known: set[str] = seen_before) -> bool:
+        return bool(set(plan_rec.plans) - known)
+
+    got = _wait(new_plan, 60, f"a plan after {node}")
+    nt = run.node_rec.get(node)
+    row: dict[str, Any] = {"node": node, "added_to_ready": None, "ready_to_plan": None}
+    if nt.ready_seen is not None:
+        row["added_to_ready"] = nt.ready_seen - t_added
+    if got and nt.ready_seen is not None:
+        with plan_rec.lock:
+            fresh = [p for n, p in plan_rec.plans.items() if n not in seen_before]
+        plan = min(fresh, key=lambda p: p.seen)
+        row["ready_to_plan"] = plan.seen - nt.ready_seen
+        if nt.schedulable_seen is not None:
+            row["schedulable_to_plan"] = plan.seen - nt.schedulable_seen
+        row["api"] = plan.created - (nt.ready_ltt or 0.0)
+        row["trigger"] = plan.spec["trigger"]
+        row["tasks"] = len(plan.spec["assignments"])
+    return row
+
+
+def _replacements(run: _Run) -> None:
+    """Add replacement nodes while tasks stay failed."""
+    replacements: list[dict[str, Any]] = []
+    for i in range(run.args.max_replacements):
+        rec = run.b.get_topology(run.name)["status"].get("recovery") or {}
+        if not rec.get("failed"):
+            break
+        replacements.append(_replacement(run, i))
+    run.out["replacements"] = replacements
+
+
+def _outcome(
+    run: _Run,
+    before: dict[str, str],
+    victims: list[str],
+    failed: set[str],
+    t_kill: float,
+    nr_seen: list[float],
+) -> None:
+    """Wait for the full recovery; the final figures and checks into ``run.out``."""
+    args, b, name, graph, out = run.args, run.b, run.name, run.graph, run.out
+    topos = run.topos
+
+    def recovered() -> bool:
+        obj = topos.get(name).last
+        st = obj.get("status") or {}
+        rec_ = st.get("recovery") or {}
+        ready = any(
+            c.get("type") == "Ready"
+            and c.get("status") == "True"
+            and c.get("observedGeneration") == obj["metadata"]["generation"]
+            for c in st.get("conditions") or []
+        )
+        return ready and not rec_.get("active") and not rec_.get("failed")
+
+    out["recovered"] = _wait(recovered, args.timeout, "full recovery (Ready, no failed)")
+    t_done = time.time()
+    out["kill_to_recovered"] = t_done - t_kill
+    status = b.get_topology(name)["status"]
+    rec = status.get("recovery") or {}
+    plans = run.plan_rec.ordered()
+    out["detection_to_recovered"] = t_done - (min(nr_seen) + args.grace) if nr_seen else None
+    out["last_plan_after_first"] = plans[-1].seen - plans[0].seen
+    out["steps"] = len(plans)
+    out["final"] = {
+        "worst": status["plan"].get("worstRecoveryLatency"),
+        "bound_ok": status["plan"].get("boundSatisfied"),
+        "nodes": len(set(status["plan"]["assignment"].values())),
+        "message": rec.get("message", ""),
+        "recovered": len(rec.get("recovered") or []),
+    }
+    alloc = {
+        n.metadata.name: cpu_cores(n.status.allocatable["cpu"])
+        for n in b.core.list_node(label_selector=f"{POOL_LABEL}={b.pool}").items
+    }
+    out["replay"] = replay(graph, before, set(victims), plans, alloc, args.cap)
+    out["recovered_once"] = sorted(
+        t for p in plans for t in (a["task"] for a in p.spec["assignments"])
+    ) == sorted(failed)
+    out["pods"] = _check_pods(b, name, status["plan"]["assignment"], graph)
+    out["problems"] = problems(operator_log(b.log_path))
+
+
+def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     with bench(args.kubeconfig, workdir) as b:
-        doc = chain_topology(
-            name,
-            b.pool,
-            BIG,
-            cpu=args.cpu,
-            bound=args.bound,
-            recovery={
-                "gracePeriodSeconds": args.grace,
-                "utilizationCap": args.cap,
-                "mode": "incremental",
-            },
-        )
-        graph = expand(parse_spec(doc["spec"]))
-        nodes = [b.add_node(str(args.node_cpu)) for _ in range(args.nodes)]
-        b.wait_nodes_ready(nodes)
-        node_rec = NodeRecorder()
-        b.watch(b.core.list_node, (), node_rec, label_selector=f"{POOL_LABEL}={b.pool}")
-        plan_rec = PlanRecorder()
-        b.watch(
-            b.custom.list_namespaced_custom_object,
-            (GROUP, VERSION, b.namespace, "recoveryplans"),
-            plan_rec,
-        )
-        topos = b.watch_topologies()
-        b.start_operator()
-        log(f"applying a {len(graph.tasks)}-task topology on {args.nodes} nodes")
-        t_apply = time.time()
-        b.create_topology(doc)
-        if not _wait(lambda: topos.get(name).ready is not None, args.timeout, "Ready"):
-            raise SystemExit("the topology never became Ready; see " + str(b.log_path))
-        out["apply_to_ready"] = time.time() - t_apply
-        status = b.get_topology(name)["status"]
-        before: dict[str, str] = dict(status["plan"]["assignment"])
-        out["before"] = {
-            "nodes": len(set(before.values())),
-            "worst": status["plan"]["worstRecoveryLatency"],
-            "backups": status["plan"]["backupCount"],
-        }
-        per_node = Counter(before.values())
-        victims = [n for n, _ in per_node.most_common(args.kill)]
-        failed = {t for t, n in before.items() if n in victims}
-        out["victims"] = {v: per_node[v] for v in victims}
-        out["failed"] = len(failed)
-        out["failed_cpu"] = sum(graph.weight[graph.index(t)] for t in failed)
-        time.sleep(2)  # a settled baseline
-        for v in victims:
-            node_rec.get(v).armed = True
-        t_kill = time.time()
-        for v in victims:
-            b.sim.kill(v)
-        log(f"killed {victims} ({len(failed)} tasks); waiting for NotReady + grace")
-
-        def first_plan() -> bool:
-            return bool(plan_rec.plans)
-
-        if not _wait(first_plan, 120, "the first RecoveryPlan"):
-            raise SystemExit("no RecoveryPlan; see " + str(b.log_path))
-        time.sleep(1)
-        nr = [node_rec.get(v) for v in victims]
-        nr_seen = [x.not_ready_seen for x in nr if x.not_ready_seen is not None]
-        nr_ltt = [x.not_ready_ltt for x in nr if x.not_ready_ltt is not None]
-        first = plan_rec.ordered()[0]
-        rec = b.get_topology(name)["status"].get("recovery") or {}
-        lost_at = [float(t) for t in (rec.get("lostHistory") or {}).values()]
-        out["kill_to_notready"] = min(nr_seen) - t_kill if nr_seen else None
-        out["notready_spread"] = max(nr_seen) - min(nr_seen) if nr_seen else None
-        out["detect_watch"] = first.seen - (min(nr_seen) + args.grace) if nr_seen else None
-        out["detect_api"] = first.created - (min(nr_ltt) + args.grace) if nr_ltt else None
-        out["detect_operator"] = min(lost_at) - (min(nr_seen) + args.grace) if lost_at else None
-        out["operator_to_plan"] = first.seen - min(lost_at) if lost_at else None
-        out["first_trigger"] = first.spec["trigger"]
-
-        # the controller may mark the victims NotReady in different passes (separate
-        # sessions): let every loss be noted and acted on before capacity arrives
-        _wait(
-            lambda: all(node_rec.get(v).not_ready_seen is not None for v in victims),
-            60,
-            "every victim NotReady",
-        )
-        time.sleep(args.grace + 3)
-        nr_seen = [x.not_ready_seen for x in nr if x.not_ready_seen is not None]
-        out["notready_spread"] = max(nr_seen) - min(nr_seen) if nr_seen else None
-        lost_plans = []
-        for p in plan_rec.ordered():
-            if p.spec["trigger"] != "NodeLost":
-                continue
-            marks = [
-                t
-                for n in p.spec.get("lostNodes") or []
-                if (t := node_rec.get(n).not_ready_seen) is not None and t <= p.seen
-            ]
-            if marks:
-                lost_plans.append(p.seen - (max(marks) + args.grace))
-        out["lost_plan_latencies"] = lost_plans
-        replacements: list[dict[str, Any]] = []
-        for i in range(args.max_replacements):
-            rec = b.get_topology(name)["status"].get("recovery") or {}
-            if not rec.get("failed"):
-                break
-            # a replacement arrives once the last step's pods run (they take minutes in life)
-            _wait(lambda: _applied(b, name), 90, "the last step's pods Running", interval=0.5)
-            seen_before = set(plan_rec.plans)
-            node = b.add_node(str(args.node_cpu))
-            t_added = time.time()
-            log(f"replacement {i + 1}: {node}")
-
-            def new_plan(known: set[str] = seen_before) -> bool:
-                return bool(set(plan_rec.plans) - known)
-
-            got = _wait(new_plan, 60, f"a plan after {node}")
-            nt = node_rec.get(node)
-            row: dict[str, Any] = {"node": node, "added_to_ready": None, "ready_to_plan": None}
-            if nt.ready_seen is not None:
-                row["added_to_ready"] = nt.ready_seen - t_added
-            if got and nt.ready_seen is not None:
-                with plan_rec.lock:
-                    fresh = [p for n, p in plan_rec.plans.items() if n not in seen_before]
-                plan = min(fresh, key=lambda p: p.seen)
-                row["ready_to_plan"] = plan.seen - nt.ready_seen
-                if nt.schedulable_seen is not None:
-                    row["schedulable_to_plan"] = plan.seen - nt.schedulable_seen
-                row["api"] = plan.created - (nt.ready_ltt or 0.0)
-                row["trigger"] = plan.spec["trigger"]
-                row["tasks"] = len(plan.spec["assignments"])
-            replacements.append(row)
-        out["replacements"] = replacements
-
-        def recovered() -> bool:
-            obj = topos.get(name).last
-            st = obj.get("status") or {}
-            rec_ = st.get("recovery") or {}
-            ready = any(
-                c.get("type") == "Ready"
-                and c.get("status") == "True"
-                and c.get("observedGeneration") == obj["metadata"]["generation"]
-                for c in st.get("conditions") or []
-            )
-            return ready and not rec_.get("active") and not rec_.get("failed")
-
-        out["recovered"] = _wait(recovered, args.timeout, "full recovery (Ready, no failed)")
-        t_done = time.time()
-        out["kill_to_recovered"] = t_done - t_kill
-        status = b.get_topology(name)["status"]
-        rec = status.get("recovery") or {}
-        plans = plan_rec.ordered()
-        out["detection_to_recovered"] = t_done - (min(nr_seen) + args.grace) if nr_seen else None
-        out["last_plan_after_first"] = plans[-1].seen - plans[0].seen
-        out["steps"] = len(plans)
-        out["final"] = {
-            "worst": status["plan"].get("worstRecoveryLatency"),
-            "bound_ok": status["plan"].get("boundSatisfied"),
-            "nodes": len(set(status["plan"]["assignment"].values())),
-            "message": rec.get("message", ""),
-            "recovered": len(rec.get("recovered") or []),
-        }
-        alloc = {
-            n.metadata.name: cpu_cores(n.status.allocatable["cpu"])
-            for n in b.core.list_node(label_selector=f"{POOL_LABEL}={b.pool}").items
-        }
-        out["replay"] = replay(graph, before, set(victims), plans, alloc, args.cap)
-        out["recovered_once"] = sorted(
-            t for p in plans for t in (a["task"] for a in p.spec["assignments"])
-        ) == sorted(failed)
-        out["pods"] = _check_pods(b, name, status["plan"]["assignment"], graph)
-        out["problems"] = problems(operator_log(b.log_path))
-    return out
+        r, before = _apply(args, b, "rec")
+        victims, failed, t_kill = _kill(r, before)
+        nr = _first_plan(r, victims, t_kill)
+        nr_seen = _lost_plans(r, victims, nr)
+        _replacements(r)
+        _outcome(r, before, victims, failed, t_kill, nr_seen)
+    return r.out
 
 
 def _applied(b: Bench, name: str) -> bool:
@@ -396,94 +460,6 @@ def _check_pods(b: Bench, name: str, assignment: dict[str, str], graph: TaskGrap
     )
 
 
-def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
-    det = r["detect_watch"]
-    lines = [
-        HEADING,
-        "",
-        "Generated by `python bench/bench_operator_recovery.py --out` "
-        f"against the local control plane (node-monitor grace 20 s, 2 cores). "
-        f"{sum(BIG)} tasks of {args.cpu} CPU, bound {args.bound:g} s, grace "
-        f"{args.grace:g} s, cap {args.cap:g}, incremental, on {args.nodes} × "
-        f"{args.node_cpu}-CPU nodes; the {args.kill} nodes with the most tasks "
-        f"({', '.join(str(c) for c in r['victims'].values())} tasks) are killed at once: "
-        f"{r['failed']} tasks, {r['failed_cpu']:.1f} CPU fail. Before: "
-        f"{r['before']['nodes']} nodes used, {r['before']['backups']} backups, worst "
-        f"single-node recovery {r['before']['worst']} s.",
-        "",
-        "### Latency to the plan",
-        "",
-        "| measure | s | target |",
-        "|---|---|---|",
-        f"| kill → NotReady seen (node-lifecycle controller) | {fmt_s(r['kill_to_notready'])} "
-        f"| — |",
-        f"| **NotReady + grace → first RecoveryPlan** (watches) | **{fmt_s(det)}** | "
-        f"< 2 ({'meets' if det is not None and det < 2 else 'misses'}) |",
-        f"| same, API timestamps (`lastTransitionTime` + grace → `creationTimestamp`, "
-        f"1 s resolution) | {fmt_s(r['detect_api'])} | |",
-        f"| every NodeLost plan: latest NotReady of its nodes + grace → plan "
-        f"({len(r['lost_plan_latencies'])} plans; victims NotReady over "
-        f"{fmt_s(r['notready_spread'])} s) | "
-        f"{', '.join(fmt_s(x) for x in r['lost_plan_latencies'])} | < 2 |",
-        f"| NotReady + grace → the operator notes the loss (`lostHistory`, its clock) "
-        f"| {fmt_s(r['detect_operator'])} | |",
-        f"| loss noted → plan seen (planning + status + RecoveryPlan writes) "
-        f"| {fmt_s(r['operator_to_plan'])} | |",
-    ]
-    for i, row in enumerate(r["replacements"], 1):
-        rtp = row.get("ready_to_plan")
-        verdict = "" if rtp is None else ("meets" if rtp < 2 else "misses")
-        lines.append(
-            f"| replacement {i}: **Ready → next plan** ({row.get('trigger', 'no plan')}, "
-            f"{row.get('tasks', 0)} tasks; from untainted: "
-            f"{fmt_s(row.get('schedulable_to_plan'))}; API: {fmt_s(row.get('api'))}) "
-            f"| **{fmt_s(rtp)}** | < 2 ({verdict or 'no plan'}) |"
-        )
-    f = r["final"]
-    bad = [v for row in r["replay"] for v in row["violations"]]
-    lines += [
-        "",
-        "### Steps (every plan replayed against cap × allocatable minus the load at that step)",
-        "",
-        "| # | session step | trigger | tasks | CPU | nodes | `pending` in the plan "
-        "| queries back | least slack (CPU) | fits |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for i, row in enumerate(r["replay"], 1):
-        lines.append(
-            f"| {i} | {row['step']} | {row['trigger']} | {row['tasks']} | {row['cpu']:.2f} | "
-            f"{row['nodes']} | {row['pending']} | {row['queries']} | {row['slack']:.2f} | "
-            f"{'yes' if not row['violations'] and not row['not_failed'] else 'NO'} |"
-        )
-    lines += [
-        "",
-        "### Outcome",
-        "",
-        "| measure | value |",
-        "|---|---|",
-        f"| fully recovered (Ready, nothing failed) | {'yes' if r['recovered'] else 'NO'} |",
-        f"| steps | {r['steps']} |",
-        f"| every plan fits | {'yes' if not bad else 'NO: ' + '; '.join(bad[:3])} |",
-        f"| every failed task recovered exactly once | {'yes' if r['recovered_once'] else 'NO'} |",
-        f"| kill → fully recovered | {fmt_s(r['kill_to_recovered'])} s |",
-        f"| NotReady + grace → fully recovered | {fmt_s(r['detection_to_recovered'])} s |",
-        f"| first → last plan | {fmt_s(r['last_plan_after_first'])} s |",
-        f"| final worst single-node recovery vs bound | {f['worst']} s vs {args.bound:g} s "
-        f"({'kept' if f['bound_ok'] else 'broken'}) |",
-        f"| nodes used after | {f['nodes']} |",
-        f"| pods at the end | {r['pods']} |",
-        f"| operator log warnings/errors | {len(r['problems'])} |",
-        "",
-        f"Last status message: {f['message']}",
-        "",
-    ]
-    if r["problems"]:
-        lines += ["Distinct warning/error lines:", ""]
-        lines += [f"- {c}× `{m}`" for m, c in Counter(r["problems"]).most_common(8)]
-        lines.append("")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--kubeconfig", default=str(DEFAULT_KUBECONFIG))
@@ -506,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="bench-recovery-"))  # kept: the operator log
     result = run(args, workdir)
-    section = render(args, result)
+    section = render(args, result, sum(BIG))
     return emit(section, args.out, HEADING, log, command=COMMAND)
 
 

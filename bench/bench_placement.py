@@ -26,6 +26,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from planners.graph import TaskGraph
 from planners.placement import NodePool, Placement, place, plan_joint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -53,8 +54,57 @@ def _timed(fn: Callable[[], Placement]) -> tuple[Placement | None, float]:
     return result, time.perf_counter() - start
 
 
-def run(quick: bool, bounds: list[float], time_limit: float, exact_max: int) -> str:
+def _nodes_row(
+    name: str, graph: TaskGraph, bound: float, time_limit: float, exact_max: int
+) -> tuple[list[str], dict[str, int]]:
+    """Nodes used by every heuristic, ``auto`` and (small graphs) ``exact`` at one bound."""
     pool = NodePool.uniform(1.0)
+    row = [name, str(len(graph)), str(len(graph.edges)), f"{bound:g}"]
+    used: dict[str, int] = {}
+    for alg in [*HEURISTICS, "auto"]:
+        plan, secs = _timed(
+            partial(place, graph, pool, bound=bound, algorithm=alg, time_limit=time_limit)
+        )
+        used[alg] = plan.nodes_used if plan else -1
+        row.append(str(used[alg]) if plan else "—")
+        if alg == "auto":
+            auto_secs = secs
+    if len(graph) <= exact_max:
+        exact, exact_secs = _timed(
+            partial(place, graph, pool, bound=bound, algorithm="exact", time_limit=time_limit)
+        )
+    else:
+        exact, exact_secs = None, 0.0
+    if exact is not None:
+        star = "*" if exact.optimal else ""
+        row.append(f"{exact.nodes_used}{star}")
+        row.append(str(used["auto"] - exact.nodes_used))
+    else:
+        row += ["—", "—"]
+    row.append(f"{auto_secs:.2f}")
+    row.append(f"{exact_secs:.2f}" if exact is not None else "—")
+    return row, used
+
+
+def _joint_row(name: str, graph: TaskGraph, bound: float, time_limit: float) -> list[str] | None:
+    """The joint plan (planned backups) against every task a backup, at one bound."""
+    pool = NodePool.uniform(1.0)
+    _log("    joint plan (planned vs all)")
+    all_plan = place(graph, pool, bound=bound, time_limit=time_limit)
+    joint, jsecs = _timed(partial(plan_joint, graph, pool, bound=bound, time_limit=time_limit))
+    greedy, _ = _timed(partial(plan_joint, graph, pool, bound=bound, algorithm="rtap-bf"))
+    if joint is None or greedy is None or joint.backups is None:
+        return None
+    inner = sum(1 for s in graph.succs if s)
+    return [
+        name, f"{bound:g}", str(all_plan.nodes_used), str(len(graph)), str(inner),
+        str(greedy.nodes_used), str(len(greedy.backups or ())),
+        str(joint.nodes_used), str(len(joint.backups)) + ("*" if joint.optimal else ""),
+        f"{jsecs:.2f}",
+    ]  # fmt: skip
+
+
+def run(quick: bool, bounds: list[float], time_limit: float, exact_max: int) -> str:
     head = ["topology", "n", "E", "R", *HEURISTICS, "auto", "exact", "auto−exact", "auto s",
             "exact s"]  # fmt: skip
     rows: list[list[str]] = []
@@ -64,52 +114,14 @@ def run(quick: bool, bounds: list[float], time_limit: float, exact_max: int) -> 
         graph = case.build()
         for bound in bounds:
             _log(f"{case.name} R={bound}: {len(graph)} tasks, {len(graph.edges)} edges")
-            row = [case.name, str(len(graph)), str(len(graph.edges)), f"{bound:g}"]
-            used: dict[str, int] = {}
-            for name in [*HEURISTICS, "auto"]:
-                plan, secs = _timed(
-                    partial(place, graph, pool, bound=bound, algorithm=name, time_limit=time_limit)
-                )
-                used[name] = plan.nodes_used if plan else -1
-                row.append(str(used[name]) if plan else "—")
-                if name == "auto":
-                    auto_secs = secs
-            if len(graph) <= exact_max:
-                exact, exact_secs = _timed(
-                    partial(
-                        place, graph, pool, bound=bound, algorithm="exact", time_limit=time_limit
-                    )
-                )
-            else:
-                exact, exact_secs = None, 0.0
-            if exact is not None:
-                star = "*" if exact.optimal else ""
-                row.append(f"{exact.nodes_used}{star}")
-                row.append(str(used["auto"] - exact.nodes_used))
-            else:
-                row += ["—", "—"]
-            row.append(f"{auto_secs:.2f}")
-            row.append(f"{exact_secs:.2f}" if exact is not None else "—")
+            row, used = _nodes_row(case.name, graph, bound, time_limit, exact_max)
             rows.append(row)
             if all(v > 0 for v in used.values()):
                 for k, v in used.items():
                     totals[k] = totals.get(k, 0) + v
-
-            _log("    joint plan (planned vs all)")
-            all_plan = place(graph, pool, bound=bound, time_limit=time_limit)
-            joint, jsecs = _timed(
-                partial(plan_joint, graph, pool, bound=bound, time_limit=time_limit)
-            )
-            greedy, _ = _timed(partial(plan_joint, graph, pool, bound=bound, algorithm="rtap-bf"))
-            if joint is None or greedy is None or joint.backups is None:
-                continue
-            inner = sum(1 for s in graph.succs if s)
-            joint_rows.append([
-                case.name, f"{bound:g}", str(all_plan.nodes_used), str(len(graph)), str(inner),
-                str(greedy.nodes_used), str(len(greedy.backups or ())),
-                str(joint.nodes_used), str(len(joint.backups)) + ("*" if joint.optimal else ""),
-                f"{jsecs:.2f}",
-            ])  # fmt: skip
+            joint_row = _joint_row(case.name, graph, bound, time_limit)
+            if joint_row is not None:
+                joint_rows.append(joint_row)
 
     out = ["### Nodes used (unit bins; `*` = proven optimal)", "", _table(head, rows), ""]
     if totals:

@@ -27,6 +27,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -107,91 +108,131 @@ def fmt(x: float, digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
 
 
-def run(args: argparse.Namespace) -> str:
-    rng = random.Random(args.seed)
-    step_rows: dict[str, dict[str, list[float]]] = {
-        a: {"pct": [], "ratio": [], "ms": [], "opt": []} for a in ALGORITHMS
-    }
-    modes: list[tuple[str, Mode, str]] = [
-        ("blocking", "blocking", "auto"),
-        ("operator-centric (OC)", "operator-centric", "operator-centric"),
-        ("incremental best-density", "incremental", "best-density"),
-        ("incremental dp", "incremental", "dp"),
-        ("incremental exact", "incremental", "exact"),
-        ("incremental auto", "incremental", "auto"),
-    ]
-    tl_rows: dict[str, dict[str, list[float]]] = {
-        m[0]: {"unavail": [], "finish": [], "first": []} for m in modes
-    }
-    per_trigger: dict[str, list[list[float]]] = {m[0]: [] for m in modes}
-    failed_counts: list[int] = []
-    for trial in range(args.trials):
-        print(f"trial {trial + 1}/{args.trials}", file=sys.stderr, flush=True)
-        g = synthetic_topology(rng, args.queries, args.sharing)
-        total = sum(g.weight)
-        cpu = args.node_cpu
-        n_nodes = max(args.nodes, int(total / (0.6 * cpu)) + 1)
-        nodes = [f"n{i}" for i in range(n_nodes)]
-        assignment = spread(g, nodes, cpu, rng)
-        outs_on = {n: sum(1 for q in g.outputs if assignment[g.tasks[q]] == n) for n in nodes}
-        lost = sorted(nodes, key=lambda n: (-outs_on[n], n))[: args.lost]
-        failed = [t for t in g.tasks if assignment[t] in lost]
-        failed_counts.append(len(failed))
-        survivors = {n: cpu for n in nodes if n not in lost}
-        running = {t: n for t, n in assignment.items() if n not in lost}
-        capacity = free_capacity(survivors, node_load(g, running), args.utilization)
-        results = {}
-        for a in ALGORITHMS:
-            t0 = time.perf_counter()
-            step = schedule_recovery(g, failed, capacity, algorithm=a, time_limit=args.time_limit)
-            dt = time.perf_counter() - t0
-            problems = check_recovery(g, failed, capacity, step)
-            if problems:
-                raise SystemExit(f"{a} produced an invalid plan: {problems}")
-            results[a] = step
-            step_rows[a]["ms"].append(dt * 1000)
-            step_rows[a]["opt"].append(1.0 if step.optimal else 0.0)
-        fp = results["exact"].failed_priority
-        best = max(s.recovered_priority for s in results.values())
-        for a, step in results.items():
-            step_rows[a]["pct"].append(100 * step.recovered_priority / fp if fp else 100.0)
-            step_rows[a]["ratio"].append(step.recovered_priority / best if best else 1.0)
-        # timeline: replacements arrive 120-360 s after the loss
-        node_cpu = {n: cpu for n in nodes}
-        arrivals = {}
-        for i in range(len(lost)):
-            node_cpu[f"r{i}"] = cpu
-            arrivals[f"r{i}"] = round(rng.uniform(120, 360), 1)
-        lost_at = dict.fromkeys(lost, 0.0)
-        triggers = [0.0, *sorted(arrivals.values())]
-        prio = {g.tasks[q]: g.priority[q] for q in g.outputs}
-        hit_queries = failed_queries(g, failed)
-        hit = sum(prio[q] for q in hit_queries)
-        for label, mode, algo in modes:
-            tl = simulate_timeline(
-                g,
-                assignment,
-                node_cpu,
-                lost_at,
-                arrivals,
-                mode=mode,
-                algorithm=algo,
-                utilization=args.utilization,
-                time_limit=args.time_limit,
-            )
-            tl_rows[label]["unavail"].append(tl.unavailability)
-            tl_rows[label]["finish"].append(
-                tl.finished_at if tl.finished_at is not None else float("nan")
-            )
-            avail = []
-            for t in triggers:
-                back = 0.0
-                for q in hit_queries:
-                    came_back = tl.back_at.get(q)
-                    if q not in tl.downtime or (came_back is not None and came_back <= t):
-                        back += prio[q]
-                avail.append(100 * back / hit if hit else 100.0)
-            per_trigger[label].append(avail)
+MODES: list[tuple[str, Mode, str]] = [
+    ("blocking", "blocking", "auto"),
+    ("operator-centric (OC)", "operator-centric", "operator-centric"),
+    ("incremental best-density", "incremental", "best-density"),
+    ("incremental dp", "incremental", "dp"),
+    ("incremental exact", "incremental", "exact"),
+    ("incremental auto", "incremental", "auto"),
+]
+"""The recoveries of the timeline table: (label, mode, algorithm)."""
+
+
+@dataclass
+class _Tally:
+    """The figures of every trial, per algorithm and per recovery mode."""
+
+    step_rows: dict[str, dict[str, list[float]]] = field(
+        default_factory=lambda: {
+            a: {"pct": [], "ratio": [], "ms": [], "opt": []} for a in ALGORITHMS
+        }
+    )
+    tl_rows: dict[str, dict[str, list[float]]] = field(
+        default_factory=lambda: {m[0]: {"unavail": [], "finish": [], "first": []} for m in MODES}
+    )
+    per_trigger: dict[str, list[list[float]]] = field(
+        default_factory=lambda: {m[0]: [] for m in MODES}
+    )
+    failed_counts: list[int] = field(default_factory=list)
+
+
+def _first_plans(
+    args: argparse.Namespace,
+    g: TaskGraph,
+    failed: list[str],
+    capacity: dict[str, float],
+    tally: _Tally,
+) -> None:
+    """Every algorithm's first plan on the survivors, checked and tallied."""
+    step_rows = tally.step_rows
+    results = {}
+    for a in ALGORITHMS:
+        t0 = time.perf_counter()
+        step = schedule_recovery(g, failed, capacity, algorithm=a, time_limit=args.time_limit)
+        dt = time.perf_counter() - t0
+        problems = check_recovery(g, failed, capacity, step)
+        if problems:
+            raise SystemExit(f"{a} produced an invalid plan: {problems}")
+        results[a] = step
+        step_rows[a]["ms"].append(dt * 1000)
+        step_rows[a]["opt"].append(1.0 if step.optimal else 0.0)
+    fp = results["exact"].failed_priority
+    best = max(s.recovered_priority for s in results.values())
+    for a, step in results.items():
+        step_rows[a]["pct"].append(100 * step.recovered_priority / fp if fp else 100.0)
+        step_rows[a]["ratio"].append(step.recovered_priority / best if best else 1.0)
+
+
+def _timelines(
+    args: argparse.Namespace,
+    rng: random.Random,
+    g: TaskGraph,
+    assignment: dict[str, str],
+    nodes: list[str],
+    lost: list[str],
+    failed: list[str],
+    tally: _Tally,
+) -> None:
+    """The whole incident per recovery mode, replacements arriving 120-360 s after the loss."""
+    cpu = args.node_cpu
+    node_cpu = {n: cpu for n in nodes}
+    arrivals = {}
+    for i in range(len(lost)):
+        node_cpu[f"r{i}"] = cpu
+        arrivals[f"r{i}"] = round(rng.uniform(120, 360), 1)
+    lost_at = dict.fromkeys(lost, 0.0)
+    triggers = [0.0, *sorted(arrivals.values())]
+    prio = {g.tasks[q]: g.priority[q] for q in g.outputs}
+    hit_queries = failed_queries(g, failed)
+    hit = sum(prio[q] for q in hit_queries)
+    for label, mode, algo in MODES:
+        tl = simulate_timeline(
+            g,
+            assignment,
+            node_cpu,
+            lost_at,
+            arrivals,
+            mode=mode,
+            algorithm=algo,
+            utilization=args.utilization,
+            time_limit=args.time_limit,
+        )
+        tally.tl_rows[label]["unavail"].append(tl.unavailability)
+        tally.tl_rows[label]["finish"].append(
+            tl.finished_at if tl.finished_at is not None else float("nan")
+        )
+        avail = []
+        for t in triggers:
+            back = 0.0
+            for q in hit_queries:
+                came_back = tl.back_at.get(q)
+                if q not in tl.downtime or (came_back is not None and came_back <= t):
+                    back += prio[q]
+            avail.append(100 * back / hit if hit else 100.0)
+        tally.per_trigger[label].append(avail)
+
+
+def _trial(args: argparse.Namespace, rng: random.Random, tally: _Tally) -> None:
+    """One synthetic topology: lose the nodes with the most outputs, plan, simulate."""
+    g = synthetic_topology(rng, args.queries, args.sharing)
+    total = sum(g.weight)
+    cpu = args.node_cpu
+    n_nodes = max(args.nodes, int(total / (0.6 * cpu)) + 1)
+    nodes = [f"n{i}" for i in range(n_nodes)]
+    assignment = spread(g, nodes, cpu, rng)
+    outs_on = {n: sum(1 for q in g.outputs if assignment[g.tasks[q]] == n) for n in nodes}
+    lost = sorted(nodes, key=lambda n: (-outs_on[n], n))[: args.lost]
+    failed = [t for t in g.tasks if assignment[t] in lost]
+    tally.failed_counts.append(len(failed))
+    survivors = {n: cpu for n in nodes if n not in lost}
+    running = {t: n for t, n in assignment.items() if n not in lost}
+    capacity = free_capacity(survivors, node_load(g, running), args.utilization)
+    _first_plans(args, g, failed, capacity, tally)
+    _timelines(args, rng, g, assignment, nodes, lost, failed, tally)
+
+
+def _first_plan_lines(args: argparse.Namespace, tally: _Tally) -> list[str]:
     lines = [
         HEADING,
         "",
@@ -202,7 +243,7 @@ def run(args: argparse.Namespace) -> str:
         f"cores loaded to about 60 %, utilisation cap {args.utilization}, the {args.lost} "
         f"nodes hosting the most outputs lost at t = 0, one replacement per lost node "
         f"arriving at U(120, 360) s, CP-SAT budget {args.time_limit:g} s. "
-        f"Mean failed tasks per trial: {fmt(statistics.mean(failed_counts))}. Load average "
+        f"Mean failed tasks per trial: {fmt(statistics.mean(tally.failed_counts))}. Load average "
         f"at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (times grow with it; "
         "plans do not, unless CP-SAT's wall-clock safety net cuts a run short, see "
         "planners/budget.py).",
@@ -214,13 +255,17 @@ def run(args: argparse.Namespace) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for a in ALGORITHMS:
-        r = step_rows[a]
+        r = tally.step_rows[a]
         lines.append(
             f"| {a} | {fmt(statistics.mean(r['pct']))} | {fmt(statistics.mean(r['ratio']), 3)}"
             f" | {int(sum(r['opt']))}/{args.trials} | {fmt(statistics.mean(r['ms']))} |"
         )
+    return lines
+
+
+def _incident_lines(args: argparse.Namespace, tally: _Tally) -> list[str]:
     k = args.lost + 1
-    lines += [
+    lines = [
         "",
         "### Whole incident (replacements arriving)",
         "",
@@ -233,16 +278,26 @@ def run(args: argparse.Namespace) -> str:
         + " |",
         "|---|---:|---:|---:|" + "---:|" * k,
     ]
-    base = statistics.mean(tl_rows["blocking"]["unavail"])
-    for label, _, _ in modes:
-        r = tl_rows[label]
+    base = statistics.mean(tally.tl_rows["blocking"]["unavail"])
+    for label, _, _ in MODES:
+        r = tally.tl_rows[label]
         u = statistics.mean(r["unavail"])
         fin = [x for x in r["finish"] if x == x]
-        cols = [fmt(statistics.mean(row[i] for row in per_trigger[label])) for i in range(k)]
+        cols = [fmt(statistics.mean(row[i] for row in tally.per_trigger[label])) for i in range(k)]
         lines.append(
             f"| {label} | {fmt(u, 0)} | {fmt(u / base, 2) if base else '-'} | "
             f"{fmt(statistics.mean(fin)) if fin else 'never'} | " + " | ".join(cols) + " |"
         )
+    return lines
+
+
+def run(args: argparse.Namespace) -> str:
+    rng = random.Random(args.seed)
+    tally = _Tally()
+    for trial in range(args.trials):
+        print(f"trial {trial + 1}/{args.trials}", file=sys.stderr, flush=True)
+        _trial(args, rng, tally)
+    lines = _first_plan_lines(args, tally) + _incident_lines(args, tally)
     lines += [
         "",
         "*vs best plan*: recovered priority over the best plan any algorithm found for the "

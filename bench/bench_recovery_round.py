@@ -172,29 +172,16 @@ def child(case: str) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=3, help="fresh interpreters per case")
-    p.add_argument(
-        "--out",
-        type=Path,
-        nargs="?",
-        const=PAGE,
-        help="write its page (no path: its own under docs/benchmarks/)",
-    )
-    p.add_argument("--case", choices=[*CASES, "steady"], help=argparse.SUPPRESS)  # a child's
-    args = p.parse_args(argv)
-    if args.case:
-        print(json.dumps(steady_case() if args.case == "steady" else one_case(*CASES[args.case])))
-        return 0
+def _measure(repeats: int) -> list[str]:
+    """Every case and the steady rounds, each in fresh interpreters: the page's lines."""
     before = loadavg()
     rows = []
     for case in CASES:
-        runs = [child(case) for _ in range(args.repeats)]
+        runs = [child(case) for _ in range(repeats)]
         if not all(r["acted"] and r["calls"][:1] == ["status"] for r in runs):
             raise SystemExit(f"{case}: no step written: {runs[0]}")
         rows.append((case, runs))
-    steady = [child("steady") for _ in range(args.repeats)]
+    steady = [child("steady") for _ in range(repeats)]
     after = loadavg()
     first = rows[0][1][0]
     lines = [
@@ -205,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         f"10,000 tasks (10 × 1000, forward chains, every pod indexed and in the capacity "
         f"ledger) after the loss of the node with {first['lost']} tasks (the first step "
         f"recovers {first['recovered']}), against an API stand-in that answers at once; a "
-        f"fresh interpreter per run, median of {args.repeats}. CPU seconds of the round "
+        f"fresh interpreter per run, median of {repeats}. CPU seconds of the round "
         f"(wall in brackets). Load average {before} before, {after} after (2 cores shared).",
         "",
         "| case | CPU s (wall s) | the round's own account (last run) |",
@@ -223,11 +210,30 @@ def main(argv: list[str] | None = None) -> int:
     lines += [
         "",
         f"A supervision round with nothing lost (`supervise_once`, every node Ready, all "
-        f"10,000 pods Running and matching the plan), median CPU s of {args.repeats}: a "
+        f"10,000 pods Running and matching the plan), median CPU s of {repeats}: a "
         f"whole round that finds everything settled {whole:.3f}, the next one on the same "
         f"inputs (a steady round: only the recovery decision) {quiet:.3f}.",
     ]
     lines.append("")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--repeats", type=int, default=3, help="fresh interpreters per case")
+    p.add_argument(
+        "--out",
+        type=Path,
+        nargs="?",
+        const=PAGE,
+        help="write its page (no path: its own under docs/benchmarks/)",
+    )
+    p.add_argument("--case", choices=[*CASES, "steady"], help=argparse.SUPPRESS)  # a child's
+    args = p.parse_args(argv)
+    if args.case:
+        print(json.dumps(steady_case() if args.case == "steady" else one_case(*CASES[args.case])))
+        return 0
+    lines = _measure(args.repeats)
     text = "\n".join(lines)
     sys.stdout.write(text + "\n")
     if args.out:

@@ -2,8 +2,9 @@
 """Fig. 16 of the incremental-recovery seed in its own setting, and Theorem 5.1 on every instance.
 
 Why: the seed evaluates its recovery planners on 100 synthetic topologies of
-18 queries per setting (``incremental-recovery.txt`` lines 426–430): maximal
-partition share frequency 3 or 6 (Fig. 16a), Zipf-skewed share frequencies
+18 queries per setting (*Incremental Recovery in Distributed Stream Processing
+Systems*, Section 7.3): maximal partition share frequency 3 or 6 (Fig. 16a),
+Zipf-skewed share frequencies
 with s = 0.2 or 0.5 (Fig. 16b), and random or workload-proportional priorities
 (Fig. 16c), the x-axis being the recovery resources as a percentage of what
 the failed partitions need. ``bench/bench_recovery.py`` measures our cluster
@@ -24,6 +25,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -110,12 +112,21 @@ def solve(
     return step
 
 
-def run(args: argparse.Namespace) -> str:
-    t0 = time.perf_counter()
-    share: dict[tuple[str, str, int], list[float]] = {}
-    theorem: list[tuple[float, float, int]] = []  # (ratio, bound, |optimum queries|)
-    strong_ratio: list[float] = []
-    unproven = 0
+@dataclass
+class _Figures:
+    """What the settings' runs measured."""
+
+    share: dict[tuple[str, str, int], list[float]] = field(default_factory=dict)
+    theorem: list[tuple[float, float, int]] = field(default_factory=list)
+    """(ratio, bound, |optimum queries|) per instance with a non-zero optimum."""
+    strong_ratio: list[float] = field(default_factory=list)
+    unproven: int = 0
+
+
+def _settings(args: argparse.Namespace) -> _Figures:
+    """Every setting, topology and resource level: each algorithm's recovered share."""
+    fig = _Figures()
+    share, theorem, strong_ratio = fig.share, fig.theorem, fig.strong_ratio
     for panel, label, max_share, skew, prio in SETTINGS:
         print(f"{panel} {label}", file=sys.stderr, flush=True)
         rng = random.Random(f"{args.seed}:{label}")
@@ -128,7 +139,7 @@ def run(args: argparse.Namespace) -> str:
                 pool = {"pool": need * level / 100}
                 steps = {a: solve(g, failed, pool, a) for a in ALGOS}
                 opt = steps["exact"]
-                unproven += not opt.optimal
+                fig.unproven += not opt.optimal
                 for a, s in steps.items():
                     share.setdefault((label, a, level), []).append(
                         s.recovered_priority / s.failed_priority
@@ -138,7 +149,11 @@ def run(args: argparse.Namespace) -> str:
                     st = steps["best-density-strong"].recovered_priority / opt.recovered_priority
                     theorem.append((bd, bound, len(opt.recovered_queries)))
                     strong_ratio.append(st)
-    # pruning: pairs among the 48 densest only, against all pairs, with more queries
+    return fig
+
+
+def _prune(args: argparse.Namespace) -> list[tuple[float, float, float]]:
+    """Pairs among the 48 densest only, against all pairs, with more queries."""
     prune: list[tuple[float, float, float]] = []
     rng = random.Random(f"{args.seed}:prune")
     for _ in range(args.prune_topologies):
@@ -152,20 +167,22 @@ def run(args: argparse.Namespace) -> str:
         pruned = solve(g, failed, pool, "best-density-pruned", 3600.0)
         t3 = time.perf_counter()
         prune.append((pruned.recovered_priority / full.recovered_priority, t2 - t1, t3 - t2))
-    secs = time.perf_counter() - t0
+    return prune
 
+
+def _table_lines(args: argparse.Namespace, secs: float, fig: _Figures) -> list[str]:
     lines = [
         HEADING,
         "",
         f"`python bench/bench_recovery_seed.py --topologies {args.topologies} "
         f"--queries {args.queries} --prune-topologies {args.prune_topologies} "
         f"--prune-queries {args.prune_queries} --seed {args.seed}` ({secs:.0f} s) — the "
-        f"seed's setting (lines 426–430): per row {args.topologies} generated topologies "
+        f"seed's setting (Section 7.3): per row {args.topologies} generated topologies "
         f"of {args.queries} queries (2–5 partitions each, costs U(0.5, 2)), every "
         "partition failed, the recovery resources one pool of the given % of the "
         "failed partitions' cost. Cells: recovered priority / failed priority (the "
         "figure's y-axis), mean over the topologies. *optimum* is CP-SAT, proven on "
-        f"{len(SETTINGS) * args.topologies * len(LEVELS) - unproven} of "
+        f"{len(SETTINGS) * args.topologies * len(LEVELS) - fig.unproven} of "
         f"{len(SETTINGS) * args.topologies * len(LEVELS)} instances (the seed's DP solves "
         "the same pooled problem; CP-SAT is faster here).",
         "",
@@ -180,14 +197,21 @@ def run(args: argparse.Namespace) -> str:
     }
     for panel, label, *_ in SETTINGS:
         for a in ALGOS:
-            cells = [f"{statistics.mean(share[label, a, x]):.3f}" for x in LEVELS]
+            cells = [f"{statistics.mean(fig.share[label, a, x]):.3f}" for x in LEVELS]
             lines.append(f"| {panel} | {label} | {names[a]} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _theorem_lines(
+    args: argparse.Namespace, fig: _Figures, prune: list[tuple[float, float, float]]
+) -> list[str]:
+    theorem, strong_ratio = fig.theorem, fig.strong_ratio
     below = [(r, b, k) for r, b, k in theorem if r < b - 1e-9]
     below_multi = [x for x in below if x[2] >= 2]
     worst = min(theorem, key=lambda x: x[0] - x[1])
-    lines += [
+    return [
         "",
-        f"**Theorem 5.1** (BestDensity ≥ (1 − e^(−1/d)) × optimum, line 329), checked on all "
+        f"**Theorem 5.1** (BestDensity ≥ (1 − e^(−1/d)) × optimum, Section 5), checked on all "
         f"{len(theorem)} instances with a non-zero optimum: the seed's BestDensity reaches "
         f"{statistics.mean(r for r, _, _ in theorem):.3f} of the optimum on average, "
         f"{min(r for r, _, _ in theorem):.3f} at worst; the bound "
@@ -210,6 +234,10 @@ def run(args: argparse.Namespace) -> str:
         "the rows above:",
         "",
     ]
+
+
+def _claim_lines(share: dict[tuple[str, str, int], list[float]]) -> list[str]:
+    """The shape of the seed's Fig. 16, checked on the measured shares."""
 
     def mean_of(label: str, algo: str) -> float:
         return statistics.mean(statistics.mean(share[label, algo, x]) for x in LEVELS)
@@ -243,7 +271,16 @@ def run(args: argparse.Namespace) -> str:
             ),
         ),
     ]
-    lines += [f"- {text}: {'holds' if ok else 'does not hold'}" for text, ok in claims]
+    return [f"- {text}: {'holds' if ok else 'does not hold'}" for text, ok in claims]
+
+
+def run(args: argparse.Namespace) -> str:
+    t0 = time.perf_counter()
+    fig = _settings(args)
+    prune = _prune(args)
+    secs = time.perf_counter() - t0
+    lines = _table_lines(args, secs, fig) + _theorem_lines(args, fig, prune)
+    lines += _claim_lines(fig.share)
     lines += [
         "",
         "Our generator is one reading of the seed's (which is not published): queries of 2–5 "

@@ -398,11 +398,20 @@ def section(args: argparse.Namespace, info: dict[str, Any], runs: list[JobRun],
         "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
         *[table_row(r, rows) for r in runs],
     ]
+    lines += _verdict_lines(args, runs, sound, diff)
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _verdict_lines(
+    args: argparse.Namespace, runs: list[JobRun], sound: int, diff: dict[str, Any] | None
+) -> list[str]:
+    """The target's verdict and, with a baseline, the ratios and the results' agreement."""
     mine = [r for r in runs if not r.label.startswith("baseline")]
     best = min(mine, key=lambda r: r.seconds)
     verdict = "meets" if best.seconds < 300 else "misses"
     cpu_all = sum(best.sample.cpu.values())
-    lines += [
+    lines = [
         "",
         f"Target: < 5 min for the fleet on 2 cores: **{verdict}** ({best.seconds:.0f} s wall). "
         f"The job's processes used {cpu_all:.0f} CPU seconds, {cpu_all / args.cores:.0f} s of "
@@ -430,8 +439,7 @@ def section(args: argparse.Namespace, info: dict[str, Any], runs: list[JobRun],
             f"(backups and assignment) is the same for {diff['plans_same']} of "
             f"{diff['topologies']} topologies."
         )
-    lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

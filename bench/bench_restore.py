@@ -2,13 +2,12 @@
 """Benchmark restoring the bound after a node loss: moved pods, steps, planning time.
 
 Why: when a replacement node arrives after a recovery that broke the bound, the
-operator re-plans. Before issue 19 the re-plan was a fresh placement whose node
-groups were renamed onto the nodes where most of their tasks ran
-(``relabel_nodes``); now it is the minimum-migration search of
-:mod:`planners.restore`, moved in small batches. This measures, per instance:
-how many tasks each approach moves, whether CP-SAT proved the fewest, how many
-restore steps the batches take (every step checked: the worst single-node
-recovery never gets worse), and the planning time.
+operator re-plans with the minimum-migration search of :mod:`planners.restore`, moved
+in small batches; the simpler alternative is a fresh placement whose node groups are
+renamed onto the nodes where most of their tasks ran (``relabel_nodes``). This
+measures, per instance: how many tasks each approach moves, whether CP-SAT proved
+the fewest, how many restore steps the batches take (every step checked: the worst
+single-node recovery never gets worse), and the planning time.
 
 Setup per instance: a joint plan (backups and placement) on ``k`` equal nodes,
 the node with the most tasks lost, its tasks recovered first-fit onto the

@@ -2,10 +2,10 @@
 
 Why: the seed compares its Algorithm 1 (A^RTAP-NF/FF/BF) with three greedy
 baselines built on 2SP heuristics and reports 15-25 % fewer processors. How
-the baselines fit decides that comparison: fitting by the bin's level height
-(the seed's words, ``rtap-journal.txt`` lines 215-221; ``*-2sp`` here) or by
-the exact failure-effect model (our ``nfdh``/``ffdh``/``bfdh``). This script
-runs both on the seed's Table 4 instances
+the baselines fit decides that comparison: fitting by the bin's level height (the
+seed's words in *A Task Allocation Method for Stream Processing with Recovery Latency
+Constraint*, Section 4.2; ``*-2sp`` here) or by the exact failure-effect model (our
+``nfdh``/``ffdh``/``bfdh``). This script runs both on the seed's Table 4 instances
 (``backstop_testkit.cases.placement.table4``, its |V|, |A|, α, β) at its bound R = 1
 with unit bins, next to the seed's own numbers, and checks the seed's tables against each other.
 
@@ -23,6 +23,7 @@ import math
 import statistics
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -103,7 +104,20 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def run(time_limit: float) -> str:
+@dataclass
+class _Plans:
+    """Every (instance, algorithm) plan of Table 4's instances, with the width bounds."""
+
+    graphs: dict[str, TaskGraph]
+    plans: dict[tuple[str, str], Placement]
+    lb: dict[str, int]
+
+    def cell(self, name: str, alg: str) -> str:
+        p = self.plans[name, alg]
+        return f"{p.nodes_used}{'!' if p.violations else ''}"
+
+
+def _plan_all(time_limit: float) -> _Plans:
     pool = NodePool.uniform(1.0)
     graphs = {c.name: c.build() for c in table4()}
     plans: dict[tuple[str, str], Placement] = {}
@@ -113,12 +127,12 @@ def run(time_limit: float) -> str:
             print(f"{name} {alg} ...", file=sys.stderr, flush=True)
             plans[name, alg] = place(g, pool, bound=BOUND, algorithm=alg, time_limit=time_limit)
     lb = {n: math.ceil(sum(graphs[n].weight) - 1e-9) for n in INSTANCES}
+    return _Plans(graphs, plans, lb)
 
-    def cell(name: str, alg: str) -> str:
-        p = plans[name, alg]
-        return f"{p.nodes_used}{'!' if p.violations else ''}"
 
-    # ---------------------------------------------------------------- Table 5
+def _table5(pl: _Plans) -> list[str]:
+    """Table 5: processors used, ours and the seed's."""
+    graphs, plans, lb, cell = pl.graphs, pl.plans, pl.lb, pl.cell
     head = ["algorithm", *INSTANCES, "total"]
     rows = [
         ["instance: \\|V\\| / \\|A\\| (seed)",
@@ -132,12 +146,17 @@ def run(time_limit: float) -> str:
         if alg.endswith("-2sp") or alg in ("rtap-nf", "rtap-ff", "rtap-bf"):
             rows.append([f"  seed's Table 5: A^{seed}", *map(str, SEED_BINS[seed]),
                          str(sum(SEED_BINS[seed]))])  # fmt: skip
-    out = [
+    return [
         "### Table 5: processors used at R = 1 (unit bins), ours and the seed's",
         "",
         _table(head, rows),
         "",
     ]
+
+
+def _table5_notes(pl: _Plans) -> list[str]:
+    """What Table 5 says about the seed's claims."""
+    plans, lb = pl.plans, pl.lb
 
     def total(alg: str) -> int:
         return sum(plans[n, alg].nodes_used for n in INSTANCES)
@@ -156,7 +175,7 @@ def run(time_limit: float) -> str:
     )
     seed_lb = sum(math.ceil(SIZE[n] * ALPHA[n]) for n in INSTANCES)
     gaps = ", ".join(f"{n} +{plans[n, 'auto'].nodes_used - lb[n]}" for n in INSTANCES)
-    out += [
+    return [
         f"- RTAP-BF against BFDH, in total: {saving(total('rtap-bf'), total('bfdh-2sp'))} "
         f"with the seed's level fit (fewer nodes on {8 - len(worse)} of 8 instances"
         + (f"; not on {', '.join(worse)}" if worse else "")
@@ -174,7 +193,10 @@ def run(time_limit: float) -> str:
         "",
     ]
 
-    # ---------------------------------------------------------------- Tables 6/7
+
+def _waste_tables(pl: _Plans) -> list[str]:
+    """Tables 6 and 7: the waste of the used bins, ours and the seed's."""
+    graphs, plans = pl.graphs, pl.plans
     whead = ["algorithm", "", *INSTANCES]
     wrows = []
     for label, alg, seed in ROWS:
@@ -184,21 +206,23 @@ def run(time_limit: float) -> str:
         wrows.append([label, "ours", *("/".join(f"{x:.0f}" for x in w) for w in ours)])
         if alg.endswith("-2sp") or alg.startswith("rtap"):
             wrows.append(["", "seed", *("/".join(map(str, w)) for w in SEED_WASTE[seed])])
-    out += [
+    return [
         "### Tables 6 and 7: waste W/H/A in % (width, height, area of the used bins)",
         "",
         _table(whead, wrows),
         "",
     ]
 
-    # ---------------------------------------------------------------- consistency
+
+def _consistency() -> list[str]:
+    """Whether the seed's Tables 5-7 agree with each other and with Table 4."""
     crows = []
     for i, n in enumerate(INSTANCES):
         implied = {s: SEED_BINS[s][i] * (1 - SEED_WASTE[s][i][0] / 100) for s in SEED_BINS}
         crows.append([n, f"{SIZE[n] * ALPHA[n]:g}",
                       *(f"{implied[s]:.1f}" for s in SEED_BINS),
                       f"{min(implied.values()):.1f}-{max(implied.values()):.1f}"])  # fmt: skip
-    out += [
+    return [
         "### Are the seed's tables consistent? Σw implied by Table 5 × (1 − W of Tables 6/7)",
         "",
         "Width waste is 1 − Σw / (bins × bin width), so bins × (1 − W) is Σw, the same for "
@@ -208,7 +232,10 @@ def run(time_limit: float) -> str:
         "",
     ]
 
-    # ---------------------------------------------------------------- Fig. 7
+
+def _fig7(pl: _Plans) -> list[str]:
+    """Fig. 7: groups against bins on Table 4's instances."""
+    graphs, cell = pl.graphs, pl.cell
     frows = []
     for n in INSTANCES:
         g = graphs[n]
@@ -217,14 +244,19 @@ def run(time_limit: float) -> str:
         adj = len(_rtap_groups(g, order, single, BOUND))
         lit = len(_rtap_groups(g, order, single, BOUND, literal=True))
         frows.append([n, str(adj), cell(n, "rtap-bf"), str(lit), cell(n, "rtap-bf-literal")])
-    out += [
+    return [
         "### Fig. 7: groups against bins (RTAP-BF, R = 1)",
         "",
         _table(
-            ["instance", "groups (adjacent rule)", "bins", "groups (line 387 rule)", "bins"], frows
+            ["instance", "groups (adjacent rule)", "bins", "groups (§5.3.3 rule)", "bins"], frows
         ),
         "",
     ]
+
+
+def run(time_limit: float) -> str:
+    pl = _plan_all(time_limit)
+    out = _table5(pl) + _table5_notes(pl) + _waste_tables(pl) + _consistency() + _fig7(pl)
     out += [fig7_draws(), ""]
     return "\n".join(out)
 
@@ -247,7 +279,7 @@ def fig7_draws(draws: int = 5) -> str:
     rows = []
     for name, build in builders.items():
         for rule, literal, alg in (("adjacent", False, "rtap-bf"),
-                                   ("line 387", True, "rtap-bf-literal")):  # fmt: skip
+                                   ("§5.3.3", True, "rtap-bf-literal")):  # fmt: skip
             pairs = []
             for k in range(draws):
                 g = build(k)

@@ -122,7 +122,7 @@ def report(cycles: list[Cycle], rate: float, bound: float, restart: float, secon
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rate", type=float, default=100.0, help="tweets per second, in all")
     p.add_argument(
@@ -148,7 +148,76 @@ def main() -> int:
     p.add_argument(
         "--modes", default="incremental,blocking,best-case", help="(--incremental) which runs"
     )
-    args = p.parse_args()
+    return p
+
+
+def _kill_cycles(args: argparse.Namespace, bench: Bench) -> list[Cycle]:
+    """Kill each node the plan uses once; then the plain bin packing, bound removed."""
+    cycles: list[Cycle] = []
+    for k in range(0 if args.no_bound else args.kills or len(bench.nodes)):
+        c = bench.cycle("recovery-aware plan", f"ts-plan-{k}", None, k)
+        cycles.append(c)
+        if not args.kills and k + 1 >= len(c.placement):
+            break  # every node the plan uses has been killed once
+    if not args.no_plain and not args.no_bound:
+        cycles.append(
+            bench.cycle(
+                "plain bin packing (bound removed: fewest nodes, no backups)",
+                "ts-plain-0",
+                UNBOUNDED,
+                0,
+            )
+        )
+    return cycles
+
+
+def _sessions(
+    args: argparse.Namespace, bench: Bench, failed: list[str]
+) -> list[incremental.Session]:
+    """Two nodes lost, one replaced later: each recovery mode asked for; timeouts to ``failed``."""
+    sessions: list[incremental.Session] = []
+    runs = [
+        ("incremental", args.replace_after),
+        ("blocking", args.replace_after),
+        ("best-case", 0.0),
+    ]
+    for mode, after in [r for r in runs if r[0] in args.modes.split(",")]:
+        try:
+            sessions.append(incremental.run_session(bench, mode, f"ts-{mode}", after))
+        except SystemExit as err:  # a timeout: report the others, say why
+            log(f"ts-{mode}: {err} (host load {os.getloadavg()[0]:.1f})")
+            failed.append(f"{mode}: {err}")
+    return sessions
+
+
+def _write(
+    args: argparse.Namespace,
+    cycles: list[Cycle],
+    sessions: list[incremental.Session],
+    failed: list[str],
+    seconds: float,
+) -> None:
+    """Print the reports (and with ``--out`` write their pages)."""
+    example = yaml.safe_load(EXAMPLE.read_text())["spec"]
+    bound = float(example["recoveryLatencyBound"])
+    restart = float(example.get("recovery", {}).get("restartSeconds", 0.0))
+    if cycles:
+        text = report(cycles, args.rate, bound, restart, seconds)
+        print(text)
+        if args.out:
+            write_section(args.out, HEADING, text, command=COMMAND)
+    if sessions:
+        text = incremental.report(sessions, args.rate, args.replace_after)
+        text += "".join(f"\nNot measured: {f}.\n" for f in failed)
+        print(text)
+        if args.out:
+            out = args.out.with_name(f"{args.out.stem}-incremental.md")
+            command = COMMAND.replace(" --out", " --incremental --out")
+            write_section(out, incremental.HEADING, text, command=command)
+
+
+def main() -> int:
+    args = _parser().parse_args()
     # SIGTERM (or SIGINT, ignored in background jobs) unwinds: nodes, pods, store removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if os.geteuid() != 0:
@@ -173,34 +242,9 @@ def main() -> int:
                 bench.core.patch_node(n, {"metadata": {"labels": {POOL: nodes[0]}}})
             op = start_operator(kubeconfig, bench.ns, oplog)
             try:
-                for k in range(0 if args.no_bound else args.kills or len(nodes)):
-                    c = bench.cycle("recovery-aware plan", f"ts-plan-{k}", None, k)
-                    cycles.append(c)
-                    if not args.kills and k + 1 >= len(c.placement):
-                        break  # every node the plan uses has been killed once
-                if not args.no_plain and not args.no_bound:
-                    cycles.append(
-                        bench.cycle(
-                            "plain bin packing (bound removed: fewest nodes, no backups)",
-                            "ts-plain-0",
-                            UNBOUNDED,
-                            0,
-                        )
-                    )
+                cycles = _kill_cycles(args, bench)
                 if args.incremental:
-                    runs = [
-                        ("incremental", args.replace_after),
-                        ("blocking", args.replace_after),
-                        ("best-case", 0.0),
-                    ]
-                    for mode, after in [r for r in runs if r[0] in args.modes.split(",")]:
-                        try:
-                            sessions.append(
-                                incremental.run_session(bench, mode, f"ts-{mode}", after)
-                            )
-                        except SystemExit as err:  # a timeout: report the others, say why
-                            log(f"ts-{mode}: {err} (host load {os.getloadavg()[0]:.1f})")
-                            failed.append(f"{mode}: {err}")
+                    sessions = _sessions(args, bench, failed)
             finally:
                 _stop_operator(op)
     finally:
@@ -208,22 +252,7 @@ def main() -> int:
             bench.core.delete_namespace(bench.ns)
         shutil.rmtree(bench.store, ignore_errors=True)
         shutil.rmtree(images, ignore_errors=True)
-    example = yaml.safe_load(EXAMPLE.read_text())["spec"]
-    bound = float(example["recoveryLatencyBound"])
-    restart = float(example.get("recovery", {}).get("restartSeconds", 0.0))
-    if cycles:
-        text = report(cycles, args.rate, bound, restart, time.monotonic() - t0)
-        print(text)
-        if args.out:
-            write_section(args.out, HEADING, text, command=COMMAND)
-    if sessions:
-        text = incremental.report(sessions, args.rate, args.replace_after)
-        text += "".join(f"\nNot measured: {f}.\n" for f in failed)
-        print(text)
-        if args.out:
-            out = args.out.with_name(f"{args.out.stem}-incremental.md")
-            command = COMMAND.replace(" --out", " --incremental --out")
-            write_section(out, incremental.HEADING, text, command=command)
+    _write(args, cycles, sessions, failed, time.monotonic() - t0)
     return 1 if failed else 0
 
 

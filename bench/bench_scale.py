@@ -206,147 +206,197 @@ def add_nodes(b: Bench, args: argparse.Namespace) -> list[str]:
     return names
 
 
+@dataclass
+class _Scale:
+    """What the phases of one run share: the harness, the recorders and the figures."""
+
+    args: argparse.Namespace
+    b: Bench
+    name: str
+    tasks: int
+    pods: PodRecorder
+    topos: TopologyRecorder
+    current: CurrentPods
+    sizes: Sizes
+    node_rec: NodeRecorder
+    plan_rec: PlanRecorder
+    out: dict[str, Any]
+
+
+def _watch(args: argparse.Namespace, b: Bench, name: str, out: dict[str, Any]) -> _Scale:
+    """Add the nodes and start the watches."""
+    tasks = int(args.operators * args.parallelism)
+    out["tasks"] = tasks
+    nodes = add_nodes(b, args)
+    b.wait_nodes_ready(nodes, timeout=120)
+    # one watch per kind, each event to every recorder: at 10k pods the bench's own
+    # decoding competed with the operator for the two cores
+    pods, topos, current, sizes = PodRecorder(), TopologyRecorder(), CurrentPods(), Sizes()
+    b.watch(b.core.list_namespaced_pod, (b.namespace,), fan_out(pods, current))
+    b.watch(
+        b.custom.list_namespaced_custom_object,
+        (GROUP, VERSION, b.namespace, "streamtopologies"),
+        fan_out(topos, sizes.recorder("StreamTopology", "status")),
+    )
+    b.watch(b.core.list_namespaced_config_map, (b.namespace,), sizes.recorder("ConfigMap"))
+    node_rec = NodeRecorder()
+    b.watch(b.core.list_node, (), node_rec, label_selector=f"{POOL_LABEL}={b.pool}")
+    plan_rec = PlanRecorder()
+    b.watch(
+        b.custom.list_namespaced_custom_object,
+        (GROUP, VERSION, b.namespace, "recoveryplans"),
+        fan_out(plan_rec, sizes.recorder("RecoveryPlan")),
+    )
+    return _Scale(args, b, name, tasks, pods, topos, current, sizes, node_rec, plan_rec, out)
+
+
+def _apply(s: _Scale, doc: dict[str, Any], t0: float) -> bool:
+    """Create the topology; the times to its plan, pods and Ready. Whether it got Ready."""
+    args, b, name, tasks, out = s.args, s.b, s.name, s.tasks, s.out
+    b.create_topology(doc)
+    ok = _wait(lambda: s.topos.get(name).ready is not None, args.timeout, "Ready")
+    mine = s.pods.of(name)
+    tt = s.topos.get(name)
+
+    def rel(t: float | None) -> float | None:
+        return None if t is None else t - t0
+
+    out["apply"] = {
+        "planned": rel(tt.planned),
+        "all_pods": rel(_nth([p.added for p in mine], tasks)),
+        "all_bound": rel(_nth([p.bound for p in mine], tasks)),
+        "all_running": rel(_nth([p.running for p in mine], tasks)),
+        "ready": rel(tt.ready),
+        "pods_seen": len(mine),
+    }
+    out["load"]["ready"] = load()
+    log(f"apply: {out['apply']} (load {load()})")
+    save(args, out)  # each phase as it ends: a run stopped later keeps what it measured
+    return ok
+
+
+def _timed_out(s: _Scale, rss: RssSampler, pid: int) -> dict[str, Any]:
+    """What the cluster and the operator look like when the topology never got Ready."""
+    out = s.out
+    out["problems"] = problems(operator_log(s.b.log_path))
+    out["rss"] = rss.read()
+    out["cpu"]["timeout"] = cpu_seconds(pid)
+    with s.current.lock:
+        out["pods_at_timeout"] = len(s.current.pods)
+        out["running_at_timeout"] = sum(1 for _, _, run in s.current.pods.values() if run)
+    save(s.args, out)
+    return out
+
+
+def _kill(s: _Scale) -> tuple[str, float, float | None]:
+    """Kill the node with the most tasks; the latencies to the first RecoveryPlan.
+
+    Returns the victim, the time of the kill and when the grace period ended.
+    """
+    args, b, name, out, plan_rec = s.args, s.b, s.name, s.out, s.plan_rec
+    per_node = Counter(p.node for p in s.pods.of(name) if p.node and not p.deleted)
+    victim, lost = per_node.most_common(1)[0]
+    out["victim"], out["lost"] = victim, lost
+    out["nodes_used"] = len(per_node)
+    s.node_rec.get(victim).armed = True
+    t_kill = time.time()
+    out["load"]["kill"] = load()
+    b.sim.kill(victim)
+    log(f"killed {victim} ({lost} tasks); waiting for NotReady + grace")
+    _wait(lambda: bool(plan_rec.plans), 180, "the first RecoveryPlan")
+    nt = s.node_rec.get(victim)
+    first = plan_rec.ordered()[0] if plan_rec.plans else None
+    detect = None if nt.not_ready_seen is None else nt.not_ready_seen + args.grace
+    out["kill_to_notready"] = None if nt.not_ready_seen is None else nt.not_ready_seen - t_kill
+    out["detect_to_plan"] = None if first is None or detect is None else first.seen - detect
+    status = b.get_topology(name).get("status") or {}
+    lost_at = [float(t) for t in ((status.get("recovery") or {}).get("lostHistory") or {}).values()]
+    out["noted_to_plan"] = None if first is None or not lost_at else first.seen - min(lost_at)
+    stamp = ready_since(b, victim)  # where the operator starts the grace period
+    out["stamp_to_plan"] = None if first is None or not stamp else first.seen - stamp - args.grace
+    out["first_plan_tasks"] = None if first is None else len(first.spec.get("assignments") or [])
+    out["steps_logged"] = [
+        str(r.get("message"))
+        for r in operator_log(b.log_path)
+        if str(r.get("message")).startswith(STEP_LOG)
+    ]
+    out["sizes"] = dict(s.sizes.largest)
+    save(args, out)
+    return victim, t_kill, detect
+
+
+def _recover(s: _Scale, victim: str, detect: float | None) -> None:
+    """Wait until every lost task runs elsewhere and the session ends."""
+    topos, name = s.topos, s.name
+
+    def recovered() -> bool:
+        return s.current.running_off(victim) >= s.tasks
+
+    done = _wait(recovered, s.args.timeout, "every lost task Running elsewhere", 0.5)
+    t_rec = time.time()
+    if detect is not None and done:
+        s.out["detect_to_recovered"] = t_rec - detect
+    _wait(
+        lambda: (
+            (topos.get(name).last.get("status") or {}).get("recovery") is None
+            or not ((topos.get(name).last.get("status") or {}).get("recovery") or {}).get("failed")
+        ),
+        60,
+        "the session's end",
+    )
+
+
+def _end(s: _Scale, rss: RssSampler, pid: int, victim: str) -> None:
+    """The settled operator's figures, the plans and the log's problems."""
+    out, b = s.out, s.b
+    time.sleep(s.args.settle)
+    out["load"]["end"] = load()
+    out["rss_end"] = rss.read()
+    out["cpu"]["end"] = cpu_seconds(pid)
+    out["ortools"]["end"] = ortools_loaded(pid)
+    out["rss_peak_sampled"] = max((r for _, r in rss.samples), default=None)
+    out["plans"] = [
+        {
+            "step": p.spec.get("step"),
+            "trigger": p.spec.get("trigger"),
+            "tasks": len(p.spec.get("assignments") or []),
+        }
+        for p in s.plan_rec.ordered()
+    ]
+    out["sizes"] = dict(s.sizes.largest)
+    out["tasks_running_at_end"] = s.current.running_off(victim)
+    records = operator_log(b.log_path)
+    out["problems"] = problems(records)
+    out["steps_logged"] = [
+        str(r.get("message")) for r in records if str(r.get("message")).startswith(STEP_LOG)
+    ]
+    out["log"] = str(b.log_path)
+
+
 def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     name = "scale"
     out: dict[str, Any] = {"load": {}}
     with bench(args.kubeconfig, workdir, sim_interval=args.sim_interval) as b:
         doc = scale_topology(name, b.pool, args)
-        tasks = int(args.operators * args.parallelism)
-        out["tasks"] = tasks
-        nodes = add_nodes(b, args)
-        b.wait_nodes_ready(nodes, timeout=120)
-        # one watch per kind, each event to every recorder: at 10k pods the bench's own
-        # decoding competed with the operator for the two cores
-        pods, topos, current, sizes = PodRecorder(), TopologyRecorder(), CurrentPods(), Sizes()
-        b.watch(b.core.list_namespaced_pod, (b.namespace,), fan_out(pods, current))
-        b.watch(
-            b.custom.list_namespaced_custom_object,
-            (GROUP, VERSION, b.namespace, "streamtopologies"),
-            fan_out(topos, sizes.recorder("StreamTopology", "status")),
-        )
-        b.watch(b.core.list_namespaced_config_map, (b.namespace,), sizes.recorder("ConfigMap"))
-        node_rec = NodeRecorder()
-        b.watch(b.core.list_node, (), node_rec, label_selector=f"{POOL_LABEL}={b.pool}")
-        plan_rec = PlanRecorder()
-        b.watch(
-            b.custom.list_namespaced_custom_object,
-            (GROUP, VERSION, b.namespace, "recoveryplans"),
-            fan_out(plan_rec, sizes.recorder("RecoveryPlan")),
-        )
+        s = _watch(args, b, name, out)
         start_operator(b, args)
         assert b.proc is not None
-        rss = RssSampler(b.proc.pid)
+        pid = b.proc.pid
+        rss = RssSampler(pid)
         out["rss_idle"] = rss.read().get("VmRSS")
-        out["cpu"] = {"idle": cpu_seconds(b.proc.pid)}
-        log(f"applying {tasks} tasks on {args.nodes} x {args.node_cpu} CPU (load {load()})")
+        out["cpu"] = {"idle": cpu_seconds(pid)}
+        log(f"applying {s.tasks} tasks on {args.nodes} x {args.node_cpu} CPU (load {load()})")
         out["load"]["apply"] = load()
         t0 = time.time()
-        b.create_topology(doc)
-        ok = _wait(lambda: topos.get(name).ready is not None, args.timeout, "Ready")
-        mine = pods.of(name)
-        tt = topos.get(name)
-
-        def rel(t: float | None) -> float | None:
-            return None if t is None else t - t0
-
-        out["apply"] = {
-            "planned": rel(tt.planned),
-            "all_pods": rel(_nth([p.added for p in mine], tasks)),
-            "all_bound": rel(_nth([p.bound for p in mine], tasks)),
-            "all_running": rel(_nth([p.running for p in mine], tasks)),
-            "ready": rel(tt.ready),
-            "pods_seen": len(mine),
-        }
-        out["load"]["ready"] = load()
-        log(f"apply: {out['apply']} (load {load()})")
-        save(args, out)  # each phase as it ends: a run stopped later keeps what it measured
-        if not ok:
-            out["problems"] = problems(operator_log(b.log_path))
-            out["rss"] = rss.read()
-            out["cpu"]["timeout"] = cpu_seconds(b.proc.pid)
-            with current.lock:
-                out["pods_at_timeout"] = len(current.pods)
-                out["running_at_timeout"] = sum(1 for _, _, run in current.pods.values() if run)
-            save(args, out)
-            return out
+        if not _apply(s, doc, t0):
+            return _timed_out(s, rss, pid)
         time.sleep(args.settle)  # the operator with every pod in the cluster, steady
         out["rss_ready"] = rss.read()
-        out["cpu"]["ready"] = cpu_seconds(b.proc.pid)
-        out["ortools"] = {"ready": ortools_loaded(b.proc.pid)}
-        per_node = Counter(p.node for p in pods.of(name) if p.node and not p.deleted)
-        victim, lost = per_node.most_common(1)[0]
-        out["victim"], out["lost"] = victim, lost
-        out["nodes_used"] = len(per_node)
-        node_rec.get(victim).armed = True
-        t_kill = time.time()
-        out["load"]["kill"] = load()
-        b.sim.kill(victim)
-        log(f"killed {victim} ({lost} tasks); waiting for NotReady + grace")
-        _wait(lambda: bool(plan_rec.plans), 180, "the first RecoveryPlan")
-        nt = node_rec.get(victim)
-        first = plan_rec.ordered()[0] if plan_rec.plans else None
-        detect = None if nt.not_ready_seen is None else nt.not_ready_seen + args.grace
-        out["kill_to_notready"] = None if nt.not_ready_seen is None else nt.not_ready_seen - t_kill
-        out["detect_to_plan"] = None if first is None or detect is None else first.seen - detect
-        status = b.get_topology(name).get("status") or {}
-        lost_at = [
-            float(t) for t in ((status.get("recovery") or {}).get("lostHistory") or {}).values()
-        ]
-        out["noted_to_plan"] = None if first is None or not lost_at else first.seen - min(lost_at)
-        stamp = ready_since(b, victim)  # where the operator starts the grace period
-        out["stamp_to_plan"] = (
-            None if first is None or not stamp else first.seen - stamp - args.grace
-        )
-        out["first_plan_tasks"] = (
-            None if first is None else len(first.spec.get("assignments") or [])
-        )
-        out["steps_logged"] = [
-            str(r.get("message"))
-            for r in operator_log(b.log_path)
-            if str(r.get("message")).startswith(STEP_LOG)
-        ]
-        out["sizes"] = dict(sizes.largest)
-        save(args, out)
-
-        def recovered() -> bool:
-            return current.running_off(victim) >= tasks
-
-        done = _wait(recovered, args.timeout, "every lost task Running elsewhere", 0.5)
-        t_rec = time.time()
-        if detect is not None and done:
-            out["detect_to_recovered"] = t_rec - detect
-        _wait(
-            lambda: (
-                (topos.get(name).last.get("status") or {}).get("recovery") is None
-                or not ((topos.get(name).last.get("status") or {}).get("recovery") or {}).get(
-                    "failed"
-                )
-            ),
-            60,
-            "the session's end",
-        )
-        time.sleep(args.settle)
-        out["load"]["end"] = load()
-        out["rss_end"] = rss.read()
-        out["cpu"]["end"] = cpu_seconds(b.proc.pid)
-        out["ortools"]["end"] = ortools_loaded(b.proc.pid)
-        out["rss_peak_sampled"] = max((r for _, r in rss.samples), default=None)
-        out["plans"] = [
-            {
-                "step": p.spec.get("step"),
-                "trigger": p.spec.get("trigger"),
-                "tasks": len(p.spec.get("assignments") or []),
-            }
-            for p in plan_rec.ordered()
-        ]
-        out["sizes"] = dict(sizes.largest)
-        out["tasks_running_at_end"] = current.running_off(victim)
-        records = operator_log(b.log_path)
-        out["problems"] = problems(records)
-        out["steps_logged"] = [
-            str(r.get("message")) for r in records if str(r.get("message")).startswith(STEP_LOG)
-        ]
-        out["log"] = str(b.log_path)
+        out["cpu"]["ready"] = cpu_seconds(pid)
+        out["ortools"] = {"ready": ortools_loaded(pid)}
+        victim, t_kill, detect = _kill(s)
+        _recover(s, victim, detect)
+        _end(s, rss, pid, victim)
         out["kill_at"] = t_kill - t0
         save(args, out)  # before the cleanup, which deletes 10k pods one by one
     return out

@@ -217,7 +217,7 @@ def _ratio(new: float, old: float) -> str:
     return f"{new / old:.2f}" if old else "—"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-sets", action="store_true", help=argparse.SUPPRESS)
@@ -244,108 +244,104 @@ def main(argv: list[str] | None = None) -> int:
         const=PAGE,
         help="write its page (no path: its own under docs/benchmarks/)",
     )
-    args = parser.parse_args(argv)
-    if args.child:
-        child()
-        return 0
-    if args.child_sets:
-        sys.path.append(str(ROOT))  # bench.* of the tree on PYTHONPATH first
-        child_sets()
-        return 0
-    sys.path.insert(0, str(ROOT))
-    if args.sets_only:
-        if args.base is None:
-            parser.error("--sets-only needs --base")
-        print(compare_sets(args.base.resolve()))
-        return 0
-    from backstop_testkit.support.docsection import write_section
-    from bench.bench_cli import machine
+    return parser
 
+
+def _case_trees(
+    args: argparse.Namespace, name: str, spec: dict[str, Any], nodes: int, rows: list[list[str]]
+) -> dict[str, dict[str, Any]]:
+    """Plan one case with the operator's budget on every tree; its rows into ``rows``."""
     trees = [("new", ROOT)] + ([("old", args.base.resolve())] if args.base else [])
-    rows: list[list[str]] = []
-    anytime: list[list[str]] = []
-    for name, spec, nodes in cases(args.bound_10k):
-        if args.only and args.only not in name:
+    res: dict[str, dict[str, Any]] = {}
+    for label, tree in trees:
+        if (
+            label == "old"
+            and args.base_cases
+            and not any(c in name for c in args.base_cases.split(","))
+        ):
             continue
-        res: dict[str, dict[str, Any]] = {}
-        for label, tree in trees:
-            if (
-                label == "old"
-                and args.base_cases
-                and not any(c in name for c in args.base_cases.split(","))
-            ):
-                continue
-            repeats = args.repeats if label == "new" else 1
-            log(f"{name}: {label} ({tree}), budget {OPERATOR_BUDGET:g}, load {load()}")
-            res[label] = judge(
-                spec,
-                nodes,
-                args.node_cpu,
-                run_tree(tree, spec, nodes, args.node_cpu, OPERATOR_BUDGET, repeats),
-            )
-            r = res[label]
-            log(
-                f"    {r['secs']:.2f}s (cpu {r['cpu']:.2f}s) nodes {r['nodes']} "
-                f"backups {r['backups']} worst {r['worst']:g}/{r['bound']:g} valid {r['valid']}"
-            )
-            rows.append(
-                [
-                    name,
-                    f"{r['tasks']} / {r['edges']}",
-                    label,
-                    f"{r['secs']:.2f}",
-                    f"{r['cpu']:.2f}",
-                    str(r["nodes"]),
-                    str(r["backups"]),
-                    f"{r['worst']:g} / {r['bound']:g}",
-                    r["valid"],
-                    r["load"],
-                ]
-            )
-        if "old" in res:
-            new, old = res["new"], res["old"]
-            rows.append(
-                [
-                    name,
-                    "",
-                    "new / old",
-                    _ratio(new["secs"], old["secs"]),
-                    _ratio(new["cpu"], old["cpu"]),
-                    _ratio(new["nodes"], old["nodes"]),
-                    _ratio(new["backups"], old["backups"]),
-                    "",
-                    "same plan" if new["plan"] == old["plan"] else "other plan",
-                    "",
-                ]
-            )
-        for budget in [float(b) for b in args.budgets.split(",") if b]:
-            log(f"{name}: new, budget {budget:g}, load {load()}")
-            r = judge(
-                spec, nodes, args.node_cpu, run_tree(ROOT, spec, nodes, args.node_cpu, budget, 1)
-            )
-            anytime.append(
-                [
-                    name,
-                    f"{budget:g}",
-                    f"{r['secs']:.2f}",
-                    f"{r['cpu']:.2f}",
-                    str(r["nodes"]),
-                    str(r["backups"]),
-                    f"{r['worst']:g} / {r['bound']:g}",
-                    r["valid"],
-                    r["load"],
-                ]
-            )
+        repeats = args.repeats if label == "new" else 1
+        log(f"{name}: {label} ({tree}), budget {OPERATOR_BUDGET:g}, load {load()}")
+        res[label] = judge(
+            spec,
+            nodes,
+            args.node_cpu,
+            run_tree(tree, spec, nodes, args.node_cpu, OPERATOR_BUDGET, repeats),
+        )
+        r = res[label]
+        log(
+            f"    {r['secs']:.2f}s (cpu {r['cpu']:.2f}s) nodes {r['nodes']} "
+            f"backups {r['backups']} worst {r['worst']:g}/{r['bound']:g} valid {r['valid']}"
+        )
+        rows.append(
+            [
+                name,
+                f"{r['tasks']} / {r['edges']}",
+                label,
+                f"{r['secs']:.2f}",
+                f"{r['cpu']:.2f}",
+                str(r["nodes"]),
+                str(r["backups"]),
+                f"{r['worst']:g} / {r['bound']:g}",
+                r["valid"],
+                r["load"],
+            ]
+        )
+    return res
+
+
+def _ratio_row(name: str, new: dict[str, Any], old: dict[str, Any]) -> list[str]:
+    return [
+        name,
+        "",
+        "new / old",
+        _ratio(new["secs"], old["secs"]),
+        _ratio(new["cpu"], old["cpu"]),
+        _ratio(new["nodes"], old["nodes"]),
+        _ratio(new["backups"], old["backups"]),
+        "",
+        "same plan" if new["plan"] == old["plan"] else "other plan",
+        "",
+    ]
+
+
+def _anytime_rows(
+    args: argparse.Namespace, name: str, spec: dict[str, Any], nodes: int
+) -> list[list[str]]:
+    """The current tree's plans of one case with the extra budgets."""
+    anytime: list[list[str]] = []
+    for budget in [float(b) for b in args.budgets.split(",") if b]:
+        log(f"{name}: new, budget {budget:g}, load {load()}")
+        r = judge(spec, nodes, args.node_cpu, run_tree(ROOT, spec, nodes, args.node_cpu, budget, 1))
+        anytime.append(
+            [
+                name,
+                f"{budget:g}",
+                f"{r['secs']:.2f}",
+                f"{r['cpu']:.2f}",
+                str(r["nodes"]),
+                str(r["backups"]),
+                f"{r['worst']:g} / {r['bound']:g}",
+                r["valid"],
+                r["load"],
+            ]
+        )
+    return anytime
+
+
+def _render(
+    args: argparse.Namespace, machine: str, rows: list[list[str]], anytime: list[list[str]]
+) -> str:
     base = f" against `{args.base_label}`" if args.base else ""
     flags = " --base DIR" if args.base else ""
     flags += f" --base-cases '{args.base_cases}'" if args.base and args.base_cases else ""
     flags += f" --repeats {args.repeats} --budgets {args.budgets}"
-    text = "\n".join(
+    return "\n".join(
         [
             HEADING,
             "",
             f"Generated by `python bench/bench_scale_plan.py{flags} --out`"
-            f"{base} on {machine()}. `s` is the wall time and `cpu s` "
+            f"{base} on {machine}. `s` is the wall time and `cpu s` "
             "the CPU time (less sensitive to the load; 2 cores shared by several people) of "
             "`plan_topology` (the joint plan, the migration check and the evaluator's checks: what "
             "a reconcile waits on) with the operator's budget of 3 nominal seconds, median of "
@@ -390,6 +386,37 @@ def main(argv: list[str] | None = None) -> int:
             *([compare_sets(args.base.resolve()), ""] if args.base else []),
         ]
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.child:
+        child()
+        return 0
+    if args.child_sets:
+        sys.path.append(str(ROOT))  # bench.* of the tree on PYTHONPATH first
+        child_sets()
+        return 0
+    sys.path.insert(0, str(ROOT))
+    if args.sets_only:
+        if args.base is None:
+            parser.error("--sets-only needs --base")
+        print(compare_sets(args.base.resolve()))
+        return 0
+    from backstop_testkit.support.docsection import write_section
+    from bench.bench_cli import machine
+
+    rows: list[list[str]] = []
+    anytime: list[list[str]] = []
+    for name, spec, nodes in cases(args.bound_10k):
+        if args.only and args.only not in name:
+            continue
+        res = _case_trees(args, name, spec, nodes, rows)
+        if "old" in res:
+            rows.append(_ratio_row(name, res["new"], res["old"]))
+        anytime += _anytime_rows(args, name, spec, nodes)
+    text = _render(args, machine(), rows, anytime)
     print(text)
     if args.out:
         write_section(args.out, HEADING, text, command=COMMAND)

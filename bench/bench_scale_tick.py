@@ -164,41 +164,45 @@ def chain_plan(
     )  # fmt: skip
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    built = chain_plan(
-        args.operators, args.parallelism, args.chains_per_node, args.spare_nodes, args.node_cpu
-    )
-    model, graph, assignment, backups = built.model, built.graph, built.assignment, built.backups
-    used, names, owner, status = built.used, built.names, built.owner, built.status
-    plan = built.plan
-    out: dict[str, Any] = {"tasks": len(graph.tasks), "nodes": len(used)}
-    raw_status = status.dump()
-    nodes = {n: NodeInfo(n, True, 0.0, float(args.node_cpu), True, False, pods=400) for n in names}
-    tick = built.tick(nodes)
-    bodies = built.running_pods()
-    r = args.repeats
-    rows: list[tuple[str, float, float]] = []
+class _Rows:
+    """The timed rows of the table: (what, wall s, CPU s)."""
 
-    def row(what: str, fn: Callable[[], Any], repeats: int = r) -> Any:
-        wall, cpu, res = timed(fn, repeats)
-        rows.append((what, wall, cpu))
+    def __init__(self, repeats: int) -> None:
+        self.repeats = repeats
+        self.rows: list[tuple[str, float, float]] = []
+
+    def row(self, what: str, fn: Callable[[], Any], repeats: int | None = None) -> Any:
+        wall, cpu, res = timed(fn, self.repeats if repeats is None else repeats)
+        self.rows.append((what, wall, cpu))
         return res
 
-    row("parse the status (`parse_status`, 10k assignment)", lambda: parse_status(raw_status))
-    row(
+
+def _steady(built: ChainPlan, tick: Tick, bodies: list[Mapping[str, Any]], t: _Rows) -> None:
+    """A round with nothing lost: the status, the plan's pods, their match and states."""
+    model, graph, assignment, backups = built.model, built.graph, built.assignment, built.backups
+    owner, plan, r = built.owner, built.plan, t.repeats
+    raw_status = built.status.dump()
+    t.row("parse the status (`parse_status`, 10k assignment)", lambda: parse_status(raw_status))
+    t.row(
         "build the plan's pods (`desired_pods`, uncached)",
         lambda: desired_pods(owner, model, graph, frozenset(backups), assignment),
         max(1, r // 2),
     )
     planned_pods(tick, plan)
-    desired = row(
+    desired = t.row(
         "the plan's pods again (`planned_pods`, cached)", lambda: planned_pods(tick, plan)
     )
-    row("pods match the plan (`pods_match`)", lambda: pods_match(desired, bodies))
-    states = row("pod states (`pod_states`)", lambda: pod_states(bodies))
-    row("conditions (`derive_conditions`)", lambda: derive_conditions(1, raw_status, states))
-    # the loss of the node with the most tasks, past its grace period
-    victim = used[0]
+    t.row("pods match the plan (`pods_match`)", lambda: pods_match(desired, bodies))
+    states = t.row("pod states (`pod_states`)", lambda: pod_states(bodies))
+    t.row("conditions (`derive_conditions`)", lambda: derive_conditions(1, raw_status, states))
+
+
+def _first_decision(
+    args: argparse.Namespace, built: ChainPlan, nodes: dict[str, NodeInfo], t: _Rows
+) -> Any:
+    """The loss of the node with the most tasks, past its grace period: the decision."""
+    model, graph, assignment, status = built.model, built.graph, built.assignment, built.status
+    victim = built.used[0]
     now = 1000.0
     lost_nodes = {
         **nodes,
@@ -211,26 +215,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             load[n] = load.get(n, 0.0) + 0.1
         return {n: max(0.0, 0.8 * args.node_cpu - load.get(n, 0.0)) for n in usable}
 
-    decision = row(
+    decision = t.row(
         "**first recovery decision** (`recovery.decide`, node lost, incl. the planner)",
         lambda: recovery.decide(status, model, graph, lost_nodes, now, capacity, generation=1),
-        max(1, r // 2),
+        max(1, t.repeats // 2),
     )
     if decision is None or decision.issued is None:
         raise SystemExit(f"no recovery step issued: {decision}")
-    out["lost"] = sum(1 for n in assignment.values() if n == victim)
-    out["recovered_first"] = len(decision.issued.recover)
-    new = decision.status
-    patch = row("the status patch (`status_patch`)", lambda: status_patch(status, new))
-    out["patch_bytes"] = size(patch)
-    out["status_bytes"] = size(new.dump())
+    return decision
+
+
+def _object_sizes(built: ChainPlan, new: TopologyStatus, victim: str) -> dict[str, int]:
+    """The sizes of the session ConfigMap and the first RecoveryPlan the step writes."""
     rec = new.recovery
-    cm = build_session_configmap(owner, graph, backups, rec.dump() if rec else {}, None)
-    out["configmap_bytes"] = size(cm)
+    cm = build_session_configmap(
+        built.owner, built.graph, built.backups, rec.dump() if rec else {}, None
+    )
     wanted = recovery.wanted_recovery_plans(new)
     rp = (
         build_recoveryplan(
-            owner,
+            built.owner,
             session=wanted[0].session,
             step_no=wanted[0].step.step,
             trigger=wanted[0].step.trigger,
@@ -240,8 +244,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if wanted
         else {}
     )
-    out["recoveryplan_bytes"] = size(rp)
-    out["rows"] = rows
+    return {"configmap_bytes": size(cm), "recoveryplan_bytes": size(rp)}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    built = chain_plan(
+        args.operators, args.parallelism, args.chains_per_node, args.spare_nodes, args.node_cpu
+    )
+    graph, assignment, used, status = built.graph, built.assignment, built.used, built.status
+    out: dict[str, Any] = {"tasks": len(graph.tasks), "nodes": len(used)}
+    nodes = {
+        n: NodeInfo(n, True, 0.0, float(args.node_cpu), True, False, pods=400) for n in built.names
+    }
+    tick = built.tick(nodes)
+    bodies = built.running_pods()
+    t = _Rows(args.repeats)
+    _steady(built, tick, bodies, t)
+    decision = _first_decision(args, built, nodes, t)
+    victim = used[0]
+    out["lost"] = sum(1 for n in assignment.values() if n == victim)
+    out["recovered_first"] = len(decision.issued.recover)
+    new = decision.status
+    patch = t.row("the status patch (`status_patch`)", lambda: status_patch(status, new))
+    out["patch_bytes"] = size(patch)
+    out["status_bytes"] = size(new.dump())
+    out.update(_object_sizes(built, new, victim))
+    out["rows"] = t.rows
     out["load"] = loadavg()
     return out
 

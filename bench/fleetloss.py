@@ -46,6 +46,90 @@ def _load() -> str:
     return " / ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def _create_fleet(
+    args: argparse.Namespace, b: Any, names: list[str], pods: Any, topos: Any, out: dict[str, Any]
+) -> None:
+    """Create every topology at once, wait until all are Ready; their timelines."""
+    tasks = sum(SMALL)
+    recovery = {"gracePeriodSeconds": args.grace, "mode": "incremental"}
+    out["load_start"] = _load()
+    t0 = time.time()
+    for n in names:
+        doc = chain_topology(
+            n, b.pool, SMALL, cpu=args.fleet_cpu, bound=args.bound, recovery=recovery
+        )
+        b.create_topology(doc)
+    out["t_create_calls"] = time.time() - t0
+    wait_until(lambda: all(topos.get(n).ready is not None for n in names), args.timeout, "Ready")
+    out["load_ready"] = _load()
+    lines = [timeline(t0, n, tasks, pods, topos) for n in names]
+    out["phases"] = {key: [ln[key] for ln in lines] for key, _ in PHASES}
+    out["duplicates"] = sum_dups([duplicates(pods, n, tasks) for n in names])
+
+
+def _kill_cover(
+    args: argparse.Namespace, b: Any, names: list[str], node_rec: Any, out: dict[str, Any]
+) -> tuple[list[str], set[str], dict[str, set[str]], float]:
+    """Kill the nodes that cover ``--touch`` topologies.
+
+    Returns the victims, the topologies they touch, the topologies per node and the
+    time of the kill.
+    """
+    on_node: dict[str, set[str]] = {}
+    for n in names:
+        plan = (b.get_topology(n).get("status") or {}).get("plan") or {}
+        for node in (plan.get("assignment") or {}).values():
+            on_node.setdefault(node, set()).add(n)
+    out["nodes_used"] = len(on_node)
+    hosted = {node: set(topos) for node, topos in on_node.items()}
+    victims, touched = _cover(on_node, args.touch)
+    out["victims"], out["touched"] = victims, sorted(touched)
+    for v in victims:
+        node_rec.get(v).armed = True
+    time.sleep(2)  # let the fleet settle (conditions, first supervise rounds)
+    out["load_kill"] = _load()
+    t_kill = time.time()
+    for v in victims:
+        b.sim.kill(v)
+    log(f"fleet-loss: killed {victims}, touching {len(touched)} topologies")
+    return victims, touched, hosted, t_kill
+
+
+def _first_plans(
+    args: argparse.Namespace,
+    node_rec: Any,
+    plan_rec: Any,
+    kill: tuple[list[str], set[str], dict[str, set[str]], float],
+    out: dict[str, Any],
+) -> None:
+    """Wait for every touched topology's first plan; each one's latency from its loss."""
+    victims, touched, hosted, t_kill = kill
+
+    def firsts() -> dict[str, float]:
+        got: dict[str, float] = {}
+        for p in plan_rec.ordered():
+            topo = str(p.spec.get("topology"))
+            if topo in touched and p.seen > t_kill:
+                got.setdefault(topo, p.seen)
+        return got
+
+    # the node controller marks the victims NotReady in passes some seconds apart
+    wait_until(lambda: all(node_rec.get(v).not_ready_seen for v in victims), 180, "NotReady")
+    wait_until(lambda: len(firsts()) == len(touched), 60 + args.grace, "every first plan")
+    out["load_end"] = _load()
+    seen = {v: node_rec.get(v).not_ready_seen for v in victims}
+    out["kill_to_notready"] = sub(max((t for t in seen.values() if t), default=None), t_kill)
+    first = firsts()
+    out["plans"] = len(first)
+    lost_at = {  # each topology from the moment its first lost node was seen NotReady
+        topo: min((t for v, t in seen.items() if t and topo in hosted[v]), default=None)
+        for topo in touched
+    }
+    out["first_plans"] = sorted(
+        t - at for topo, t in first.items() if (at := lost_at[topo]) is not None
+    )
+
+
 def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """Create the fleet, wait for Ready, kill the covering nodes, time the first plans."""
     from backstop.domain.constants import GROUP, VERSION
@@ -55,7 +139,6 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     tasks = sum(SMALL)
     names = [f"fl-{i:03d}" for i in range(args.fleet_loss)]
     out: dict[str, Any] = {"topologies": len(names), "tasks": tasks, "nodes": args.loss_nodes}
-    recovery = {"gracePeriodSeconds": args.grace, "mode": "incremental"}
     with bench(args.kubeconfig, workdir) as b:
         nodes = [b.add_node(str(args.node_cpu)) for _ in range(args.loss_nodes)]
         b.wait_nodes_ready(nodes, timeout=300)
@@ -70,62 +153,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         )
         start_operator(b, args)
         log(f"fleet-loss: {len(names)} topologies of {tasks} tasks on {len(nodes)} nodes")
-        out["load_start"] = _load()
-        t0 = time.time()
-        for n in names:
-            doc = chain_topology(
-                n, b.pool, SMALL, cpu=args.fleet_cpu, bound=args.bound, recovery=recovery
-            )
-            b.create_topology(doc)
-        out["t_create_calls"] = time.time() - t0
-        wait_until(
-            lambda: all(topos.get(n).ready is not None for n in names), args.timeout, "Ready"
-        )
-        out["load_ready"] = _load()
-        lines = [timeline(t0, n, tasks, pods, topos) for n in names]
-        out["phases"] = {key: [ln[key] for ln in lines] for key, _ in PHASES}
-        out["duplicates"] = sum_dups([duplicates(pods, n, tasks) for n in names])
-        on_node: dict[str, set[str]] = {}
-        for n in names:
-            plan = (b.get_topology(n).get("status") or {}).get("plan") or {}
-            for node in (plan.get("assignment") or {}).values():
-                on_node.setdefault(node, set()).add(n)
-        out["nodes_used"] = len(on_node)
-        hosted = {node: set(topos) for node, topos in on_node.items()}
-        victims, touched = _cover(on_node, args.touch)
-        out["victims"], out["touched"] = victims, sorted(touched)
-        for v in victims:
-            node_rec.get(v).armed = True
-        time.sleep(2)  # let the fleet settle (conditions, first supervise rounds)
-        out["load_kill"] = _load()
-        t_kill = time.time()
-        for v in victims:
-            b.sim.kill(v)
-        log(f"fleet-loss: killed {victims}, touching {len(touched)} topologies")
-
-        def firsts() -> dict[str, float]:
-            got: dict[str, float] = {}
-            for p in plan_rec.ordered():
-                topo = str(p.spec.get("topology"))
-                if topo in touched and p.seen > t_kill:
-                    got.setdefault(topo, p.seen)
-            return got
-
-        # the node controller marks the victims NotReady in passes some seconds apart
-        wait_until(lambda: all(node_rec.get(v).not_ready_seen for v in victims), 180, "NotReady")
-        wait_until(lambda: len(firsts()) == len(touched), 60 + args.grace, "every first plan")
-        out["load_end"] = _load()
-        seen = {v: node_rec.get(v).not_ready_seen for v in victims}
-        out["kill_to_notready"] = sub(max((t for t in seen.values() if t), default=None), t_kill)
-        first = firsts()
-        out["plans"] = len(first)
-        lost_at = {  # each topology from the moment its first lost node was seen NotReady
-            topo: min((t for v, t in seen.items() if t and topo in hosted[v]), default=None)
-            for topo in touched
-        }
-        out["first_plans"] = sorted(
-            t - at for topo, t in first.items() if (at := lost_at[topo]) is not None
-        )
+        _create_fleet(args, b, names, pods, topos, out)
+        kill = _kill_cover(args, b, names, node_rec, out)
+        _first_plans(args, node_rec, plan_rec, kill, out)
         records = operator_log(b.log_path)
         out["problems"] = problems(records)
         out["conflicts"] = sum(1 for r in records if CONFLICT in str(r.get("message", "")))

@@ -1,7 +1,7 @@
 """Shared harness of the operator benchmarks against the local control plane.
 
-Why: ``bench_operator.py`` (issue 6: apply → pods) and ``bench_operator_recovery.py``
-(issue 7: node loss → RecoveryPlans) drive the same things: a namespace, a pool of
+Why: ``bench_operator.py`` (apply → pods) and ``bench_operator_recovery.py``
+(node loss → RecoveryPlans) drive the same things: a namespace, a pool of
 simulated nodes labelled ``bench.backstop.dev/pool=<name>`` (the topologies select it
 with ``spec.nodeSelector``, so nodes of anyone else never count), the node simulator
 in a thread, and ``backstop operator`` as a subprocess with JSON logs (JSON carries a

@@ -33,6 +33,7 @@ from backstop_testkit.support.kubetools import (
     node_ready,
 )
 from planners.evaluate import recovery_latencies
+from planners.graph import TaskGraph
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
@@ -276,38 +277,13 @@ class Bench:
                 t_plan - t_kill,
             )
 
-            seen: dict[str, int] = {}
-            back: dict[str, float] = {}
-            deadline = time.time() + 240
-            while len(back) < len(lost) and time.time() < deadline:
-                for t in lost:
-                    if t not in back and self.caught_up(name, t, epochs[t], seen):
-                        back[t] = time.time()
-                time.sleep(0.2)
-            cyc.load = os.getloadavg()[0]
-            for t in sorted(lost, key=graph.index):
-                if t not in back:
-                    raise SystemExit(f"{name}: {t} did not catch up within 240 s")
-                started = float(self.status(name, t)["started"])
-                cyc.tasks.append(
-                    TaskResult(t, ell[t], back[t] - t_plan, started - t_plan, back[t] - started)
-                )
+            self._catch_up(name, graph, lost, epochs, ell, t_plan, cyc)
             log(
                 f"{name}: worst measured {cyc.worst:.2f}s (bound {real_bound:g}s, "
                 f"predicted {cyc.predicted_node:g}s; host load {cyc.load:.1f})"
             )
             if self.show:
-                self.flowing(name, "after the recovery, the lost tasks on other nodes")
-                for t in cyc.tasks:
-                    print(
-                        f"  {t.task:14} predicted c+ℓ {t.predicted:.1f} s   measured "
-                        f"{t.measured:5.2f} s = pod start {t.pod_start:5.2f} s + "
-                        f"restore/replay {t.catch_up:5.2f} s"
-                    )
-                print(
-                    f"  worst {cyc.worst:.2f} s vs bound {real_bound:g} s: "
-                    + ("within the bound" if cyc.worst <= real_bound else "OVER the bound")
-                )
+                self._show(name, cyc, real_bound)
             return cyc
         finally:
             if gen is not None:
@@ -317,6 +293,48 @@ class Bench:
             if victim:
                 self.cli("nodes", "revive", victim)
                 wait(f"{victim} Ready", lambda: node_ready(self.core, victim), 120)
+
+    def _catch_up(
+        self,
+        name: str,
+        graph: TaskGraph,
+        lost: list[str],
+        epochs: dict[str, int],
+        ell: dict[str, float],
+        t_plan: float,
+        cyc: Cycle,
+    ) -> None:
+        """Wait until every lost task has caught up; each one's times into ``cyc``."""
+        seen: dict[str, int] = {}
+        back: dict[str, float] = {}
+        deadline = time.time() + 240
+        while len(back) < len(lost) and time.time() < deadline:
+            for t in lost:
+                if t not in back and self.caught_up(name, t, epochs[t], seen):
+                    back[t] = time.time()
+            time.sleep(0.2)
+        cyc.load = os.getloadavg()[0]
+        for t in sorted(lost, key=graph.index):
+            if t not in back:
+                raise SystemExit(f"{name}: {t} did not catch up within 240 s")
+            started = float(self.status(name, t)["started"])
+            cyc.tasks.append(
+                TaskResult(t, ell[t], back[t] - t_plan, started - t_plan, back[t] - started)
+            )
+
+    def _show(self, name: str, cyc: Cycle, real_bound: float) -> None:
+        """The recovered flow and each lost task's predicted and measured recovery."""
+        self.flowing(name, "after the recovery, the lost tasks on other nodes")
+        for t in cyc.tasks:
+            print(
+                f"  {t.task:14} predicted c+ℓ {t.predicted:.1f} s   measured "
+                f"{t.measured:5.2f} s = pod start {t.pod_start:5.2f} s + "
+                f"restore/replay {t.catch_up:5.2f} s"
+            )
+        print(
+            f"  worst {cyc.worst:.2f} s vs bound {real_bound:g} s: "
+            + ("within the bound" if cyc.worst <= real_bound else "OVER the bound")
+        )
 
     def delete(self, name: str) -> None:
         with contextlib.suppress(ApiException):

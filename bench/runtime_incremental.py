@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from backstop_testkit.support.kubetools import node_ready
 from bench.runtime_bench import CAUGHT_UP_SLACK, Bench, log, wait
@@ -45,6 +46,60 @@ class Session:
     series: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
     """Per query sink: (seconds after detection, lag or None while its sink is down)."""
     steady: dict[str, float] = field(default_factory=dict)
+
+
+def _sample(
+    bench: Bench,
+    name: str,
+    out: Session,
+    marks: tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]],
+    lost: list[str],
+    seen: dict[str, int],
+    at: float,
+) -> None:
+    """Each query's lag at ``at`` s after the plan, and whether it has resumed.
+
+    ``marks`` are the queries' statuses before the kill and when the loss was detected.
+    """
+    before, base = marks
+    for q in QUERIES:
+        s = bench.status(name, q)
+        epoch = int(before[q].get("epoch", 0))
+        # no output: the lost sink's old status, or its new copy before a first batch
+        # (its lag reads 0 until then)
+        down = q in lost and (int(s.get("epoch", 0)) <= epoch or not s.get("lag"))
+        lag = None if down or s.get("lag") is None else float(s["lag"])
+        out.series.setdefault(q, []).append((at, lag))
+        if q in out.resumed:
+            continue
+        if q in lost:  # a new copy, back to its steady lag
+            ok = bench.caught_up(name, q, epoch, seen)
+        else:  # the surviving copy processes fresh input again
+            steady = bench.steady.get(q, 0.0) + CAUGHT_UP_SLACK
+            ok = int(s.get("round", 0)) > int(base[q].get("round", 0)) and (lag or 0.0) <= steady
+        if ok:
+            out.resumed[q] = at
+
+
+def _steps(bench: Bench, name: str) -> list[str]:
+    """The topology's RecoveryPlans in order: trigger, step, tasks and queries back."""
+    items = bench.custom.list_namespaced_custom_object(
+        "streams.backstop.dev",
+        "v1alpha1",
+        bench.ns,
+        "recoveryplans",
+        label_selector=f"streams.backstop.dev/topology={name}",
+    )["items"]
+    stamp = "creationTimestamp"
+    steps = []
+    for it in sorted(items, key=lambda i: (i["metadata"][stamp], i["metadata"]["name"])):
+        spec = it.get("spec") or {}
+        back = ", ".join(spec.get("recoveredQueries") or []) or "none"
+        n = len(spec.get("assignments") or [])
+        steps.append(
+            f"{spec.get('trigger')} step {spec.get('step')}: {n} tasks, queries back: {back}"
+        )
+    return steps
 
 
 def run_session(bench: Bench, mode: str, name: str, replace_after: float) -> Session:
@@ -88,42 +143,9 @@ def run_session(bench: Bench, mode: str, name: str, replace_after: float) -> Ses
                 revived.append(victims[0])
             if revived and not out.replacement_ready and node_ready(bench.core, victims[0]):
                 out.replacement_ready = now - t_plan
-            for q in QUERIES:
-                s = bench.status(name, q)
-                epoch = int(before[q].get("epoch", 0))
-                # no output: the lost sink's old status, or its new copy before a first batch
-                # (its lag reads 0 until then)
-                down = q in lost and (int(s.get("epoch", 0)) <= epoch or not s.get("lag"))
-                lag = None if down or s.get("lag") is None else float(s["lag"])
-                out.series.setdefault(q, []).append((now - t_plan, lag))
-                if q in out.resumed:
-                    continue
-                if q in lost:  # a new copy, back to its steady lag
-                    ok = bench.caught_up(name, q, epoch, seen)
-                else:  # the surviving copy processes fresh input again
-                    steady = bench.steady.get(q, 0.0) + CAUGHT_UP_SLACK
-                    ok = (
-                        int(s.get("round", 0)) > int(base[q].get("round", 0))
-                        and (lag or 0.0) <= steady
-                    )
-                if ok:
-                    out.resumed[q] = now - t_plan
+            _sample(bench, name, out, (before, base), lost, seen, now - t_plan)
             time.sleep(0.5)
-        items = bench.custom.list_namespaced_custom_object(
-            "streams.backstop.dev",
-            "v1alpha1",
-            bench.ns,
-            "recoveryplans",
-            label_selector=f"streams.backstop.dev/topology={name}",
-        )["items"]
-        stamp = "creationTimestamp"
-        for it in sorted(items, key=lambda i: (i["metadata"][stamp], i["metadata"]["name"])):
-            spec = it.get("spec") or {}
-            back = ", ".join(spec.get("recoveredQueries") or []) or "none"
-            n = len(spec.get("assignments") or [])
-            out.steps.append(
-                f"{spec.get('trigger')} step {spec.get('step')}: {n} tasks, queries back: {back}"
-            )
+        out.steps += _steps(bench, name)
         log(
             f"{name} ({mode}): resumed {out.resumed}, "
             f"replacement Ready {out.replacement_ready:.1f}s"

@@ -22,7 +22,7 @@ OBJECT_LIMIT = 1.5 * 2**20
 CONFIGMAP_LIMIT = 2**20
 """The API server refuses a ConfigMap whose data exceeds 1 MiB."""
 RSS_LIMIT = 300 * 2**20
-"""Issue 15: the operator's RSS with 10k pods in the cluster."""
+"""The bound on the operator's RSS with 10k pods in the cluster."""
 
 
 def _mib(n: int | None) -> str:
@@ -59,30 +59,11 @@ def section(runs: list[tuple[argparse.Namespace, dict[str, Any]]]) -> str:
     return "\n".join(parts)
 
 
-def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
+def _latency_rows(r: dict[str, Any]) -> list[str]:
+    """Apply, kill and recovery: the table's timing rows."""
     a = r.get("apply") or {}
-    sizes = r.get("sizes") or {}
-    rss_ready = (r.get("rss_ready") or {}).get("VmRSS")
-    hwm = (r.get("rss_end") or r.get("rss") or {}).get("VmHWM")
     det = r.get("detect_to_plan")
-    topo = sizes.get("StreamTopology", (None, ""))[0]
-    status = sizes.get("StreamTopology.status", (None, ""))[0]
-    cm = sizes.get("ConfigMap", (None, ""))[0]
-    rp = sizes.get("RecoveryPlan", (None, ""))[0]
-    loads = r.get("load") or {}
-    ortools = r.get("ortools") or {}
-    lines = [
-        f"### {r.get('tasks')} tasks",
-        "",
-        f"`python bench/bench_scale.py --operators {args.operators} --parallelism "
-        f"{args.parallelism} --nodes {args.nodes} --algorithm {args.algorithm} --timeout "
-        f"{args.timeout:g}`: {args.operators} operators × {args.parallelism} in a forward "
-        f"chain, {args.cpu} CPU each, bound {args.bound:g} s, placement `{args.algorithm}`, "
-        f"grace {args.grace:g} s, on {args.nodes} simulated nodes of {args.node_cpu} CPU / "
-        f"{args.node_pods} pods (node simulator every {args.sim_interval:g} s).",
-        "",
-        "| measure | value | target |",
-        "|---|---|---|",
+    return [
         f"| apply → plan recorded in the status | {fmt_s(a.get('planned'))} s | |",
         f"| apply → all {r.get('tasks')} pods created | {fmt_s(a.get('all_pods'))} s | |",
         f"| apply → all bound (scheduler) | {fmt_s(a.get('all_bound'))} s | |",
@@ -101,6 +82,20 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
         f"| detection → every lost task Running on a live node | "
         f"{fmt_s(r.get('detect_to_recovered'))} s | |",
         f"| tasks Running at the end | {r.get('tasks_running_at_end')} of {r.get('tasks')} | |",
+    ]
+
+
+def _resource_rows(r: dict[str, Any]) -> list[str]:
+    """Object sizes, the operator's memory and log: the table's resource rows."""
+    sizes = r.get("sizes") or {}
+    rss_ready = (r.get("rss_ready") or {}).get("VmRSS")
+    hwm = (r.get("rss_end") or r.get("rss") or {}).get("VmHWM")
+    topo = sizes.get("StreamTopology", (None, ""))[0]
+    status = sizes.get("StreamTopology.status", (None, ""))[0]
+    cm = sizes.get("ConfigMap", (None, ""))[0]
+    rp = sizes.get("RecoveryPlan", (None, ""))[0]
+    ortools = r.get("ortools") or {}
+    return [
         f"| largest StreamTopology (whole object / `status`) | {_kib(topo)} / {_kib(status)} | "
         f"< 1.5 MiB: {_verdict(None if topo is None else topo < OBJECT_LIMIT)} |",
         f"| largest session ConfigMap | {_kib(cm)} | "
@@ -116,10 +111,12 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
         f"| OR-Tools in the operator's process (`/proc/PID/maps`): with all pods / at the "
         f"end | {_yes(ortools.get('ready'))} / {_yes(ortools.get('end'))} | |",
         f"| operator log warnings/errors | {len(r.get('problems') or [])} | 0 |",
-        "",
-        "Load average: " + "; ".join(f"{k} {v}" for k, v in loads.items()) + ".",
-        "",
     ]
+
+
+def _notes(args: argparse.Namespace, r: dict[str, Any]) -> list[str]:
+    """What follows the table: CPU, notes, plans, log lines, a timeout, problems."""
+    lines: list[str] = []
     cpu = {k: v for k, v in (r.get("cpu") or {}).items() if v is not None}
     if cpu:
         lines += [
@@ -147,6 +144,30 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
         lines += ["Distinct warning/error lines:", ""]
         lines += [f"- {c}× `{m}`" for m, c in found.most_common(8)]
         lines.append("")
+    return lines
+
+
+def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
+    loads = r.get("load") or {}
+    lines = [
+        f"### {r.get('tasks')} tasks",
+        "",
+        f"`python bench/bench_scale.py --operators {args.operators} --parallelism "
+        f"{args.parallelism} --nodes {args.nodes} --algorithm {args.algorithm} --timeout "
+        f"{args.timeout:g}`: {args.operators} operators × {args.parallelism} in a forward "
+        f"chain, {args.cpu} CPU each, bound {args.bound:g} s, placement `{args.algorithm}`, "
+        f"grace {args.grace:g} s, on {args.nodes} simulated nodes of {args.node_cpu} CPU / "
+        f"{args.node_pods} pods (node simulator every {args.sim_interval:g} s).",
+        "",
+        "| measure | value | target |",
+        "|---|---|---|",
+        *_latency_rows(r),
+        *_resource_rows(r),
+        "",
+        "Load average: " + "; ".join(f"{k} {v}" for k, v in loads.items()) + ".",
+        "",
+    ]
+    lines += _notes(args, r)
     return "\n".join(lines)
 
 

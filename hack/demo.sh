@@ -192,7 +192,7 @@ for cpu in 1 2 4; do
   [[ $active == "false" ]] && break
 done
 wait_until "the recovered topology to be Ready" 90 condition Ready
-# a recovered placement that breaks the bound is restored with the fewest moves (issue 19)
+# a recovered placement that breaks the bound is restored with the fewest moves
 wait_until "the bound to hold again (a restore moves the fewest pods)" 90 condition BoundSatisfied || true
 wait_until "the topology to be Ready after the restore" 90 condition Ready
 

@@ -1,4 +1,4 @@
-"""The Helm chart (charts/backstop) and the operator image (operator/Dockerfile), issue 9.
+"""The Helm chart (charts/backstop) and the operator image (operator/Dockerfile).
 
 Rendering tests parse ``helm template`` output and assert on the manifests (security
 context, probe, resources, RBAC rules, namespaces); the cluster test installs the chart
@@ -1039,7 +1039,7 @@ def _webhook_refuses_a_cycle(custom: client.CustomObjectsApi, namespace: str, do
 def test_webhook_objects_render_with_a_shared_self_signed_certificate(
     helm: str, tmp_path: Path
 ) -> None:
-    """Issue 16, item 4: a Service to every replica, the configuration the operator fills
+    """A Service to every replica, the configuration the operator fills
     (rendered empty, so uninstall removes it), RBAC limited to those names, and the env the
     operator reads to serve it."""
     from backstop.controller.admission import Webhook

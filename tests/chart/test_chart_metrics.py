@@ -1,4 +1,4 @@
-"""The chart's ``metrics.*`` values (issue 16 item 3): every one changes what is rendered,
+"""The chart's ``metrics.*`` values: every one changes what is rendered,
 and what is rendered points at what the operator serves.
 
 The port the chart gives the pod (``BACKSTOP_METRICS_PORT``) is the one the operator's

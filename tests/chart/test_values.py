@@ -1,4 +1,4 @@
-"""The chart tells the truth (issue 16 item 2): every value is used, every env var is read.
+"""The chart tells the truth: every value is used, every env var is read.
 
 Two chains can break silently, and each has a test:
 
@@ -14,8 +14,8 @@ Two chains can break silently, and each has a test:
   (:data:`backstop.controller.settings.ENV_VARS`), the ``envvar`` of every option of
   ``backstop operator``, and the Lease identity (:data:`backstop.k8s.leader.POD_NAME_ENV`).
 
-:data:`AWAITING` lists the variables that other parts of issue 16 are making real, each
-with its item; the test fails as soon as one of them is read, so its entry goes with it.
+:data:`AWAITING` lists the variables the chart sets ahead of the operator reading them, each
+with what makes it real; the test fails as soon as one of them is read, so its entry goes with it.
 The schema (``values.schema.json``) and the docs must name the same keys as ``values.yaml``.
 """
 
@@ -55,8 +55,8 @@ PASSED_THROUGH: dict[str, str] = {
 """Values the templates hand on whole: Kubernetes (or the operator) reads their keys."""
 
 AWAITING: dict[str, str] = {}
-"""Env vars the chart sets that the operator does not read yet, each with the issue item
-that makes it real (engineer "reopt" is on them)."""
+"""Env vars the chart sets that the operator does not read yet, each with the change
+that makes it real."""
 
 PROCESS_ENV: dict[str, str] = {
     "HOME": "Python and Spark/Ivy want a writable home; the root filesystem is read-only",

@@ -1,8 +1,8 @@
 """Admission on the real API server: ``kubectl apply`` of a bad manifest is refused with one
 line naming the field.
 
-Issue 12, item 8: the CRD's schema alone (no operator) refuses bad names and algorithms.
-Issue 16, item 4: with the operator's validating webhook (``backstop operator
+The CRD's schema alone (no operator) refuses bad names and algorithms.
+With the operator's validating webhook (``backstop operator
 --webhook-port``), everything the operator itself would mark ``InvalidSpec`` is refused too.
 
 ``--validate=false`` turns kubectl's own client-side check off, so what refuses is the API
@@ -146,7 +146,7 @@ def _webhook_registered(admission: client.AdmissionregistrationV1Api, port: int)
 def test_webhook_refuses_each_bad_manifest_in_one_line_naming_the_field(
     cluster: str, kube: client.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
-    """Issue 16, item 4: one operator start with its webhook, then one apply per bad manifest
+    """One operator start with its webhook, then one apply per bad manifest
     (the CRD's schema or the webhook refuses, whichever comes first: both name the field).
 
     The operator runs with ``--leader-elect`` while a stranger holds the Lease, so the table

@@ -1,10 +1,10 @@
-"""One capacity ledger for every topology's recovery (issue 12, item 6), on the control plane.
+"""One capacity ledger for every topology's recovery, on the control plane.
 
 Two topologies lose their node at the same moment. The only spare node has CPU
-for both but memory for one: before the ledger, both recoveries planned onto it
-(CPU only, each on its own), the scheduler left the surplus pods Pending
-``Unschedulable``, and the status counted them as recovered. Now one topology
-recovers and the other waits until capacity comes. The reference is the test's
+for both but memory for one: two recoveries planning onto it each on its own (CPU
+only) would leave the surplus pods Pending ``Unschedulable`` while the status counted
+them as recovered. With the ledger one topology recovers and the other waits until
+capacity comes. The reference is the test's
 own sums of pod requests per node against the allocatable it gave the nodes.
 """
 

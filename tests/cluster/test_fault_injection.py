@@ -1,4 +1,4 @@
-"""Crash safety, proven by killing the operator at every write point (issue 12, item 5).
+"""Crash safety, proven by killing the operator at every write point.
 
 The status is a write-ahead log: whatever write the operator dies after, a fresh
 operator must converge from the status alone. Each case runs the real operator

@@ -1,7 +1,7 @@
-"""Faults of issue 12 around the task pods, against the real control plane and simulated nodes.
+"""Faults around the task pods, against the real control plane and simulated nodes.
 
-* item 1: a topology deleted and re-created under the same name runs the new spec;
-* item 4: a Failed or evicted task pod is replaced, and ``kubectl drain`` of a node with
+* a topology deleted and re-created under the same name runs the new spec;
+* a Failed or evicted task pod is replaced, and ``kubectl drain`` of a node with
   tasks completes once the operator has moved them, the bound kept at every step.
 """
 

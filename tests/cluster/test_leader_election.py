@@ -1,12 +1,12 @@
-"""Two operator replicas and a Lease (issue 12, item 7): one acts, the other takes over.
+"""Two operator replicas and a Lease: one acts, the other takes over.
 
 Two ``backstop operator --leader-elect`` processes run against the local control
 plane. Only the Lease holder reconciles; the standby runs no handler. The leader
 is SIGKILLed in steady state (no chance to give the Lease up), then a simulated
 node carrying tasks is killed: the standby must take the Lease and a RecoveryPlan
 must appear within the topology's grace period plus 15 s of the node turning
-NotReady (the issue's done-when). Before the Lease, a second copy reconciled too,
-and with one copy a dead operator recovered nothing.
+NotReady. Why: without the Lease a second copy would reconcile too, and with one copy
+a dead operator would recover nothing.
 """
 
 from __future__ import annotations
@@ -169,5 +169,5 @@ def test_fault07_standby_takes_over_and_recovers_within_grace_plus_15s(
     assert procs[standby].poll() is None, logs[standby].read_text()[-3000:]
     assert f"-{procs[standby].pid}-" in (holder(coord, ns) or "")
     assert "leads" in logs[standby].read_text()
-    # the issue's bound: a recovery starts within the grace period + 15 s of the loss
+    # the required bound: a recovery starts within the grace period + 15 s of the loss
     assert planned - down <= GRACE + 15, (planned - down, planned - killed_at)

@@ -1,4 +1,4 @@
-"""Node loss against the real control plane: detection, incremental recovery, restarts (issue 7).
+"""Node loss against the real control plane: detection, incremental recovery, restarts.
 
 Each test gets its own simulated nodes, labelled with a pool name the test's
 topology selects (``spec.nodeSelector``), so nodes of other tests never count

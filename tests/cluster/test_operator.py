@@ -1,4 +1,4 @@
-"""The operator against the real control plane, scheduler and simulated nodes (issue 6)."""
+"""The operator against the real control plane, scheduler and simulated nodes."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_apply_places_pods_on_planned_nodes_and_reports_ready(env: Env) -> None:
     env.create(doc)
     obj = env.wait_condition("senti", "Ready", "True")
     # field by field: the API server stores no default for the unset field, so the
-    # operator-wide one applies although the topology sets spec.recovery (issue 16)
+    # operator-wide one applies although the topology sets spec.recovery
     stored = obj["spec"]["recovery"]
     assert stored["mode"] == "incremental" and stored["restartSeconds"] == 0  # CRD defaults
     assert "gracePeriodSeconds" not in stored and "utilizationCap" not in stored

@@ -1,11 +1,11 @@
-"""The dry run shows what the operator will do (issue 18), on the real control plane.
+"""The dry run shows what the operator will do, on the real control plane.
 
 ``backstop plan --from-cluster`` runs before ``kubectl apply``; then the operator
 plans the same topology on the same nodes and the real kube-scheduler binds the
 pods. The preview and the bound pods must agree task by task, and the plan must
 keep the bound by the failure-effect evaluator. Like ``make demo``: four 2-CPU
 nodes in two zones, where the example has many equally good placements (the
-case that used to differ run to run).
+case where a nondeterministic planner would differ run to run).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The recovery state machine under the faults of issue 12 (items 2 and 5), on the real
+"""The recovery state machine under faults, on the real
 control plane: spec edits during a session, and an operator that dies between writes.
 
-Fault item 2: an edit made while a session runs must not wedge it (failed ids the new
+Spec edits: an edit made while a session runs must not wedge it (failed ids the new
 spec no longer has are dropped), and an edit the operator rejects must not stop the
-recovery of the pods that still run the last good plan. Fault item 5: whatever the
+recovery of the pods that still run the last good plan. A dying operator: whatever the
 status records (the write-ahead log), the RecoveryPlan and the session ConfigMap that
 follow from it exist once an operator has run again, even if the one that wrote the
 status died before writing them.
@@ -200,7 +200,7 @@ def test_fault05_recoveryplan_and_configmap_lost_after_the_status_write_come_bac
 def test_fault05_operator_killed_right_after_a_recovery_steps_status_write(
     env: Env, pool: Pool
 ) -> None:
-    from backstop.controller import faults  # here: the code as of issue 12 has no such module
+    from backstop.controller import faults  # imported here: only this test needs it
 
     name = "killed"
     start_fan(env, pool, name)

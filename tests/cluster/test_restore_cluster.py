@@ -1,4 +1,4 @@
-"""When capacity returns, the bound is restored with the fewest moves, step by step (issue 19).
+"""When capacity returns, the bound is restored with the fewest moves, step by step.
 
 Against the real control plane with simulated nodes (as in ``test_node_loss``):
 one of two nodes is lost, every task is recovered onto the survivor (which

@@ -1,5 +1,5 @@
-"""Issue 12, item 10: RecoveryPlans (the newest N per topology are kept; before, every step
-left one forever) and deletion with no operator running (before, Kopf's finalizer hung it).
+"""RecoveryPlans (the newest N per topology are kept, so steps do not pile up) and deletion
+with no operator running (no finalizer that only a running operator removes).
 """
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ def test_fault10_delete_while_the_operator_is_down_removes_the_topology_and_its_
     env: Env,
 ) -> None:
     """No finalizer: the API server deletes the object at once and the garbage collector
-    its pods (owner references), with no operator running. Before, Kopf's finalizer kept
-    the object Terminating until an operator came back."""
+    its pods (owner references), with no operator running. Why: a Kopf finalizer would
+    keep the object Terminating until an operator came back."""
     env.create(topology_manifest(EXAMPLE, "orphan"))
     obj = env.wait_condition("orphan", "Ready", "True", timeout=90)
     assert env.pods("orphan"), "the topology runs"

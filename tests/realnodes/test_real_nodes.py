@@ -284,7 +284,7 @@ def test_kubectl_logs_of_task_pods_on_every_real_node(
     """The operator places a topology on the real nodes; kubectl logs works on each task pod.
 
     One of the two nodes is tainted NoSchedule and the topology's pod template tolerates
-    it (issue 16): the plan needs both nodes, so it uses the tainted one, and the task
+    it: the plan needs both nodes, so it uses the tainted one, and the task
     there sees the env value from the Secret and the file of the mounted ConfigMap.
     """
     kubectl = shutil.which("kubectl") or str(ROOT / ".tools" / "bin" / "kubectl")

@@ -1,4 +1,4 @@
-"""Issue 12, item 8: names that cannot collide, and names and algorithms checked at admission.
+"""Names that cannot collide, and names and algorithms checked at admission.
 
 The CRD generated from the spec model carries what the API server can check (v1.20 checks
 ``metadata.name`` against the schema too); the model refuses the same things, with the
@@ -80,7 +80,7 @@ def test_fault08_pod_names_are_one_to_one(a: Any, b: Any) -> None:
     if _name(a) == _name(b):
         assert a == b
     topology, operator, index, replica = a
-    for t, o in _splits(topology, operator):  # the issue's kind of neighbour
+    for t, o in _splits(topology, operator):  # the neighbours most likely to collide
         assert _name((t, o, index, replica)) != _name(a)
 
 
@@ -172,7 +172,7 @@ def test_fault08_pruned_unknown_fields_are_named_from_the_last_applied_manifest(
     assert unknown_fields({ANN_LAST_APPLIED: "{not json"}) == []
 
 
-# ---------------------------------------------------------------- the admission webhook (issue 16)
+# ------------------------------------------------------------------------ the admission webhook
 def _ops(*ops: dict[str, Any]) -> dict[str, Any]:
     return {**BASE, "operators": list(ops)}
 

@@ -498,7 +498,7 @@ def test_dag_elimination_removes_a_redundant_backup() -> None:
 
 
 def test_dag_is_within_ten_percent_on_the_seeds_dag_cases() -> None:
-    """The seed's claim (lines 386 and 388): 3-10 % extra backups on Guru and Senti, on average.
+    """The seed's claim (Sec. V.B): 3-10 % extra backups on Guru and Senti, on average.
 
     The cases are the benchmark's rebuilds of the seed's SignalGuru and Twitter
     Sentiment topologies (:mod:`backstop_testkit.cases.backups`) at the benchmark's bounds;

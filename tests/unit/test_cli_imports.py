@@ -1,5 +1,5 @@
 """The CLI starts fast because it imports the heavy libraries only in the commands that
-use them (issue 15): ``backstop --help`` and ``backstop backups`` on the example must not
+use them: ``backstop --help`` and ``backstop backups`` on the example must not
 import the solver (ortools, which pulls in pandas), the Spark job, the Kubernetes client,
 kopf or networkx. Checked on ``sys.modules`` in a fresh interpreter, not by timing."""
 

@@ -1,11 +1,11 @@
 """``backstop operator`` with a port already in use, or no cluster: one line, exit 2.
 
-Before, a busy ``--liveness`` or ``--webhook-port`` failed to bind inside Kopf's event loop:
-a traceback in the log while the process ran on without the server (a liveness probe that
-never answers, a webhook that never serves); and with no kubeconfig the operator retried
-its login for ever. The checks now come before Kopf starts: the command runs in-process
-with ``kopf.run`` replaced by a tripwire, so reaching Kopf (the old behaviour) fails the test
-at once instead of hanging it.
+Why: a busy ``--liveness`` or ``--webhook-port`` that failed to bind inside Kopf's event
+loop would leave a traceback in the log while the process ran on without the server (a
+liveness probe that never answers, a webhook that never serves), and with no kubeconfig
+Kopf retries its login for ever. So the checks come before Kopf starts: the command runs
+in-process with ``kopf.run`` replaced by a tripwire, so reaching Kopf fails the test at
+once instead of hanging it.
 """
 
 from __future__ import annotations

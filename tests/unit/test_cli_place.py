@@ -196,7 +196,7 @@ def test_a_2sp_plan_that_breaks_the_bound_is_reported(tmp_path: Path, topology: 
 
 
 def test_place_uses_a_tainted_node_only_when_the_topology_tolerates_it(tmp_path: Path) -> None:
-    """As the operator (issue 16): NoSchedule-tainted nodes count only if tolerated."""
+    """As the operator: NoSchedule-tainted nodes count only if tolerated."""
     taint = {"key": "dedicated", "value": "streams", "effect": "NoSchedule"}
     tainted = {**_node("gpu", "4", "z1"), "spec": {"taints": [taint]}}
     nodes = tmp_path / "nodes.yaml"

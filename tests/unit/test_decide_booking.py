@@ -1,8 +1,8 @@
 """The supervisor takes the capacity booking only when a recovery decision needs it.
 
-Every topology's daemon decides about once a second; each decision used to take the
-ledger's urgent booking, so in a fleet of 100 the reconciles (which let urgent bookings
-go first) waited behind 100 bookings a second. A round with nothing lost takes none; a
+Why: every topology's daemon decides about once a second; if each decision took the
+ledger's urgent booking, in a fleet of 100 the reconciles (which let urgent bookings go
+first) would wait behind 100 bookings a second. A round with nothing lost takes none; a
 node loss still plans and reserves inside one.
 """
 

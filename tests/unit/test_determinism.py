@@ -1,4 +1,4 @@
-"""Same input, same plan: every planner family, twice, and in other processes (issue 18).
+"""Same input, same plan: every planner family, twice, and in other processes.
 
 The dry run (``backstop plan``) is only worth showing if the operator then does
 the same, and a re-plan of an unchanged topology must not move pods. So every

@@ -1,7 +1,7 @@
-"""Issue 12, item 10 (Events): only deliberate Events, each posted once per window per object.
+"""Only deliberate Events, each posted once per window per object.
 
-Before, Kopf posted every log line of a handler or daemon as an Event (the supervisor's
-loop: about one a second), and ``post_event`` posted every call.
+Why: Kopf would otherwise post every log line of a handler or daemon as an Event (the
+supervisor's loop: about one a second), and ``post_event`` would post every call.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from backstop.domain.events import EventFilter
 
 def test_fault10_log_lines_do_not_become_events() -> None:
     settings = kopf.OperatorSettings()
-    settings.posting.loggers = True  # what the operator used to set
+    settings.posting.loggers = True  # switched on: the operator must switch it off
     kopf_config.apply_kopf_settings(settings)
     assert settings.posting.loggers is False
     assert settings.posting.enabled is True  # post_event's kopf.info/kopf.warn still post

@@ -109,7 +109,7 @@ def _fleet_chain() -> TaskGraph:
 def test_a_large_pool_of_equal_nodes_plans_as_the_nodes_it_needs() -> None:
     """100 empty 8-CPU nodes: the same optimum as a pool of just the nodes used, proven.
 
-    Before, CP-SAT got all 100 nodes and ran out of its budget without a proof."""
+    Why: given all 100 nodes, CP-SAT runs out of its budget without a proof."""
     graph = _fleet_chain()
     # one node cannot keep 1.5 s: the chain of four 0.5 s tasks takes 2 s to replay
     big = plan_joint(graph, NodePool.of(Node(f"n{j:03d}", 8.0) for j in range(100)), bound=1.5)

@@ -1,10 +1,10 @@
 """Kopf's executor grows with the supervise daemons: a fleet created at once all runs.
 
 Each sync daemon holds a thread of Kopf's executor for its topology's lifetime. A fleet
-of 100 topologies submits 100 daemons at once; before, the executor's limit grew as each
-started, but a ``ThreadPoolExecutor`` starts threads only on a submission, so once the
-pod and node indexes stopped submitting work (they are ``async``) only the first 16
-daemons ran (found by ``bench/bench_operator.py --scenario fleet-loss``: 16 of 100
+of 100 topologies submits 100 daemons at once. Raising the executor's limit as each
+starts is not enough: a ``ThreadPoolExecutor`` starts threads only on a submission, and
+the pod and node indexes submit no work (they are ``async``), so only the first 16
+daemons would run (``bench/bench_operator.py --scenario fleet-loss`` shows it: 16 of 100
 topologies Ready, 84 never supervised).
 """
 

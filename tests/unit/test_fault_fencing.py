@@ -1,4 +1,4 @@
-"""Issue 12, item 3: fencing by epochs the operator decides (pure assignment + the runtime)."""
+"""Fencing by epochs the operator decides (pure assignment + the runtime)."""
 
 from __future__ import annotations
 

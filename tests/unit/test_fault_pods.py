@@ -1,4 +1,4 @@
-"""Issue 12, item 4, without a cluster: ended and unschedulable task pods."""
+"""Ended and unschedulable task pods, without a cluster."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fault-injection switch (issue 12 item 5): off by default, exits at the N-th hit of
+"""The fault-injection switch: off by default, exits at the N-th hit of
 its point with its own exit code and one line naming the point, interrupts a pod batch
 halfway."""
 

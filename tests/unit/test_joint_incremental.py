@@ -1,8 +1,8 @@
 """The joint plan's incremental recovery checks agree with the failure-effect evaluator.
 
 Why: the joint plan's backup-dropping pass keeps each failure group's ``ℓ`` and
-``H`` current and updates only what one dropped backup can change (issue 15:
-planning a 500-task topology took 5 s, recomputing every group per drop). A
+``H`` current and updates only what one dropped backup can change (so that
+planning a 500-task topology does not recompute every group per drop). A
 wrong shortcut there would accept a drop that breaks the bound, or refuse one
 that keeps it. So every figure here is compared with
 :func:`planners.evaluate.recovery_latencies`, which recomputes ``ℓ`` over the

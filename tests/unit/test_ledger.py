@@ -1,4 +1,4 @@
-"""The capacity ledger (issue 12, item 6): one account of CPU, memory and pods per node.
+"""The capacity ledger: one account of CPU, memory and pods per node.
 
 The reference is plain arithmetic over what the test itself put in: every pod and
 every granted reservation is summed per node and compared with the allocatable
@@ -249,9 +249,9 @@ def test_the_pod_feed_relists_and_applies_events_into_the_ledger() -> None:
 
 def test_a_planner_booking_does_not_stop_the_pod_feed(ledger: CapacityLedger) -> None:
     """Planners wait for each other (:meth:`CapacityLedger.booking`), but the feed, the
-    holds of recorded plans and readers do not wait for a planner: before, one lock
-    served both, so every supervise tick (it re-holds its plan) and every watch event
-    stood still while any topology planned."""
+    holds of recorded plans and readers do not wait for a planner. Why: with one lock for
+    both, every supervise tick (it re-holds its plan) and every watch event would stand
+    still while any topology planned."""
     alloc = {"n": Resources(2.0, GI, 110)}
     done = threading.Event()
     with ledger.booking() as booking:
@@ -273,9 +273,9 @@ def test_a_planner_booking_does_not_stop_the_pod_feed(ledger: CapacityLedger) ->
 
 
 def test_a_recovery_books_before_waiting_reconciles(ledger: CapacityLedger) -> None:
-    """A node loss in a fleet being created: before, a recovery step waited for the
-    booking behind every queued reconcile plan (about 30 s each on a loaded host, so no
-    RecoveryPlan in minutes). Now an urgent booking goes before the waiting others."""
+    """A node loss in a fleet being created: an urgent booking goes before the waiting
+    others. Why: behind every queued reconcile plan (about 30 s each on a loaded host), a
+    recovery step would write no RecoveryPlan for minutes."""
     order: list[str] = []
     waiting = threading.Semaphore(0)
 

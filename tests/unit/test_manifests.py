@@ -159,9 +159,10 @@ def test_replay_sources_follow_the_failure_effect_model() -> None:
 
 
 def test_a_plans_pods_share_their_equal_parts_and_are_the_same_pods() -> None:
-    """Issue 15 (RSS): the pods of one plan, kept in the supervisor's memo, share their
-    per-operator parts instead of holding equal copies; each is still exactly the pod
-    built on its own (same JSON, same spec-hash), epochs and replicas included."""
+    """The pods of one plan, kept in the supervisor's memo, share their per-operator parts
+    instead of holding equal copies (this keeps the operator's RSS small); each is still
+    exactly the pod built on its own (same JSON, same spec-hash), epochs and replicas
+    included."""
     from backstop.domain.spec import expand, parse_spec
     from backstop.k8s.manifests import desired_pods, task_roles
 

@@ -1,4 +1,4 @@
-"""A re-plan of an unchanged input keeps the placement in force: zero pods move (issue 18).
+"""A re-plan of an unchanged input keeps the placement in force: zero pods move.
 
 Every result is checked by the failure-effect evaluator; "kept" is asserted
 against the input assignment, never against a figure copied from a run.
@@ -138,8 +138,8 @@ SPEC = {
 def test_operator_replan_keeps_running_pods_of_a_valid_plan() -> None:
     """plan_topology with only the pods' placement (no recorded plan) keeps it when valid.
 
-    Before issue 18 the operator re-planned from scratch and only renamed nodes,
-    so pods placed by an equally good but different partition moved.
+    Why: a re-plan from scratch that only renamed nodes would move pods placed by an
+    equally good but different partition.
     """
     spec = StreamTopologySpec.model_validate(SPEC)
     graph = expand(spec)

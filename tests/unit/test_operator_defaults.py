@@ -1,4 +1,4 @@
-"""Operator-wide recovery defaults apply field by field, not object by object (issue 16).
+"""Operator-wide recovery defaults apply field by field, not object by object.
 
 The chart's ``recovery.gracePeriodSeconds`` and ``recovery.utilizationCap`` reach the
 operator as :class:`backstop.controller.settings.Settings`; a topology that sets another

@@ -1,7 +1,7 @@
-"""pyproject.toml declares what the code imports (issue 16 item 7).
+"""pyproject.toml declares what the code imports.
 
-``backstop metrics generate`` imported pyarrow while only the ``spark`` extra installed it,
-so a plain ``pip install backstop`` broke a documented command. This test reads every
+Why: a module that imports a distribution only an extra installs (pyarrow, from ``spark``)
+breaks a documented command after a plain ``pip install backstop``. This test reads every
 module's imports (``ast``, including imports inside functions) and maps them to their
 distributions: whatever the package imports outside the Spark job must be a core
 dependency, and the Spark job may use the ``spark`` extra besides. Floors are checked by

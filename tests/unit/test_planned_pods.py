@@ -1,6 +1,6 @@
 """The pods of a recorded plan are built once per (topology, generation, plan), not per tick.
 
-At 10k tasks building them took 1.8 s, and the supervisor asks for them every second.
+Why: at 10k tasks building them costs seconds, and the supervisor asks for them every second.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 12, item 9 (task pods): restricted securityContext, no API token unless the spec asks,
+"""Task pods: restricted securityContext, no API token unless the spec asks,
 limits from the spec (and a limit below its request refused at admission, naming the field)."""
 
 from __future__ import annotations

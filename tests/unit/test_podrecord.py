@@ -1,4 +1,4 @@
-"""Issue 15 (operator RSS): the pod index keeps a slim record of each task pod.
+"""The pod index keeps a slim record of each task pod, to keep the operator's RSS small.
 
 :func:`backstop.k8s.podrecord.slim_pod` keeps only what the operator reads. Checked two
 ways: every reader of the index (the tick, the pod diff, fencing, the rollout, the pod

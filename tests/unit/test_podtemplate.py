@@ -1,5 +1,5 @@
 """Pod templates: the Flink-style merge, the operator's fields winning, what is refused,
-and which tainted nodes a topology may use (issue 16, item 1)."""
+and which tainted nodes a topology may use."""
 
 from __future__ import annotations
 
@@ -482,8 +482,8 @@ def test_topology_tolerations_are_per_operator() -> None:
     ],
 )
 def test_without_a_template_the_pod_is_what_the_full_merge_makes(extra: dict[str, Any]) -> None:
-    """The no-template shortcut of ``build_task_pod`` (the merge took 70% of building 10k
-    pods) gives the very pod spec, and so the spec-hash, that merging nothing gives:
+    """The no-template shortcut of ``build_task_pod`` (the merge is most of the cost of
+    building 10k pods) gives the very pod spec, and so the spec-hash, that merging nothing gives:
     running pods are not restarted by an operator upgrade."""
     spec = StreamTopologySpec.model_validate(
         {

@@ -1,8 +1,7 @@
-"""Issue 15, item 1: a reconcile reads the cluster from the watch caches, not by LIST.
+"""A reconcile reads the cluster from the watch caches, not by LIST.
 
-Before, every reconcile listed every node and every pod of the cluster
-(``Kube.view``) and the topology's pods again at the end; 5,000 pods took 6.4 s
-and +203 MiB per list. Here the reconcile handler runs with Kopf's arguments (the
+Why: listing every node and every pod of the cluster on each reconcile costs seconds
+and hundreds of MiB at thousands of pods. Here the reconcile handler runs with Kopf's arguments (the
 node index, the pod index, the shared ledger) against a client whose every API
 call is recorded: it must plan and create the pods with no ``list_*`` call at all.
 The expected pod count and nodes come from the test's own topology and nodes.
@@ -148,7 +147,7 @@ def test_the_pod_index_keeps_pods_without_managed_fields() -> None:
 def test_concurrent_reconciles_of_many_topologies_never_overbook(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 15, item 4: reconciles of different topologies run at once (Kopf's threads)
+    """Reconciles of different topologies run at once (Kopf's threads)
     against one ledger. Six topologies of 4 × 500m CPU race for 3 nodes of 2 CPU
     (room for three): the pods created, summed per node by the test from the manifests,
     never exceed a node, and every topology that got pods got all of them."""
@@ -229,10 +228,10 @@ def test_a_reconcile_before_the_first_pod_listing_is_retried_soon(
 
 def test_the_indexes_are_updated_while_every_executor_thread_is_busy() -> None:
     """A fleet being created holds all of Kopf's handler threads with reconciles (and
-    each supervise daemon one more). The pod and node indexes used to be sync functions,
-    so every pod event and a node's NotReady waited in the executor's queue behind them;
-    now Kopf runs them on its event loop. Invoked here as Kopf invokes a handler, with
-    the executor's only thread blocked."""
+    each supervise daemon one more). The pod and node indexes are async functions, which
+    Kopf runs on its event loop, so no pod event or node NotReady waits in the executor's
+    queue behind those threads. Invoked here as Kopf invokes a handler, with the
+    executor's only thread blocked."""
     from kopf._core.actions import invocation
 
     async def main() -> tuple[float, list[Any]]:

@@ -308,7 +308,7 @@ def test_ticks_keep_every_task_once_never_overbook_and_finish(
 
 
 def test_recovery_uses_a_tainted_node_only_when_the_topology_tolerates_it() -> None:
-    """Issue 16: the supervisor sees the node index through ``for_topology`` (its pods'
+    """The supervisor sees the node index through ``for_topology`` (its pods'
     tolerations); a NoSchedule-tainted node is a recovery target only when tolerated."""
     taint = (("dedicated", "streams", "NoSchedule"),)
     index = {f"n{i}": node(f"n{i}") for i in range(4)}

@@ -223,7 +223,7 @@ def test_unknown_selection_lists_the_names() -> None:
 
 
 def test_seed_fig4_ordering_on_a_small_workload() -> None:
-    # the seed's claim (line 179): LU and QOD beat a random selection, QOD·LU at least
+    # the seed's claim (Section 3.4, Fig. 4): LU and QOD beat a random selection, QOD·LU at least
     # matches QOD, at every p; a workload of the benchmark's generator, 60 queries
     g = workload(random.Random(3), queries=60, sources=10)
     assignment = spread(g, 20)

@@ -1,4 +1,4 @@
-"""Restoring the bound: minimum migration, checked against brute force; safe batches (issue 19).
+"""Restoring the bound: minimum migration, checked against brute force; safe batches.
 
 The reference is independent of the planner: every assignment of a tiny instance
 is enumerated and checked with the failure-effect evaluator, and the fewest moved
@@ -204,7 +204,7 @@ def test_a_step_that_restores_the_bound_ends_the_restore() -> None:
 def test_a_replan_of_an_invalid_placement_moves_as_few_tasks_as_brute_force(
     inst: tuple[TaskGraph, list[Node], dict[str, str], float, list[str]],
 ) -> None:
-    """The operator's re-plan (``place_min_migration``) uses the minimum migration (issue 19)."""
+    """The operator's re-plan (``place_min_migration``) uses the minimum migration."""
     graph, nodes, current, bound, _ = inst
     pool = NodePool.of(nodes)
     assume(not current_still_valid(graph, pool, current, bound=bound, backups=None))

@@ -1,4 +1,4 @@
-"""The restore's pure decisions and what the status says about it (issue 19), without a cluster."""
+"""The restore's pure decisions and what the status says about it, without a cluster."""
 
 from __future__ import annotations
 

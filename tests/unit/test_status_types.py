@@ -1,4 +1,4 @@
-"""The typed status (issue 12): parsed once, tolerant of other versions, one merge path."""
+"""The typed status: parsed once, tolerant of other versions, one merge path."""
 
 from __future__ import annotations
 

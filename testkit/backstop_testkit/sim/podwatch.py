@@ -1,8 +1,8 @@
 """The node simulator's view of the bound pods, kept by a watch instead of a LIST per round.
 
-The simulator used to list every bound pod once a second: at 10k pods a 33 MiB answer
-the API server encodes and the simulator parses each second, on the same two cores as
-the operator and the API server's own work (pod creations waited for it). A watch sends
+Why: a LIST of every bound pod once a second is, at 10k pods, a 33 MiB answer the API
+server encodes and the simulator parses each second, on the same two cores as the
+operator and the API server's own work (pod creations would wait for it). A watch sends
 each change once. The view keeps only what :func:`backstop_testkit.sim.nodesim.pods_to_act`
 reads.
 """
