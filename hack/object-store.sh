@@ -147,7 +147,10 @@ stop() {
   if running; then
     p=$(cat "$PIDFILE"); kill "$p"
     for _ in $(seq $((STOP_TIMEOUT * 10))); do alive "$p" || break; sleep 0.1; done
-    alive "$p" && kill -9 "$p"
+    if alive "$p"; then
+      kill -9 "$p"
+      for _ in $(seq 50); do alive "$p" || break; sleep 0.1; done
+    fi
     log "stopped weed ($p)"
   fi
   rm -f "$PIDFILE"
