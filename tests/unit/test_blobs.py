@@ -8,6 +8,7 @@ pid at the end. Without a ``weed`` binary the S3 cases fail with the script's me
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import socket
@@ -19,8 +20,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from backstop_runtime.blobs import (
     Blobs,
@@ -226,6 +230,42 @@ def test_a_reader_sees_whole_objects_only(blobs: Blobs) -> None:
     assert all(s is None or s in versions for s in seen)
 
 
+KEYS = ["a/x", "a/y", "ab", "b/a/c", "b/c"]
+"""Keys for the model test: some prefixes of others as strings, none a folder of another."""
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["put", "create", "delete"]),
+            st.sampled_from(KEYS),
+            st.binary(max_size=32),
+        ),
+        max_size=12,
+    )
+)
+def test_any_sequence_of_writes_reads_back_as_a_dictionary_would(
+    blobs: Blobs, ops: list[tuple[str, str, bytes]]
+) -> None:
+    ns = uuid.uuid4().hex  # each example in keys of its own
+    model: dict[str, bytes] = {}
+    for op, key, data in ops:
+        if op == "put":
+            blobs.put(f"{ns}/{key}", data)
+            model[key] = data
+        elif op == "create":
+            assert blobs.create(f"{ns}/{key}", data) is (key not in model)
+            model.setdefault(key, data)
+        else:
+            blobs.delete(f"{ns}/{key}")
+            model.pop(key, None)
+    assert blobs.list(f"{ns}/") == [f"{ns}/{k}" for k in sorted(model)]
+    assert {k: blobs.get(f"{ns}/{k}") for k in KEYS} == {k: model.get(k) for k in KEYS}
+
+
 # ---- the S3 store's failures ----------------------------------------------------------------
 
 
@@ -237,6 +277,103 @@ def test_an_unreachable_store_raises_store_unavailable_after_the_deadline() -> N
         with pytest.raises(StoreUnavailable, match="failed for 1 s"):
             op()
         assert 1.0 <= time.monotonic() - start < 3.0  # retried up to the deadline, not past it
+
+
+class LateProxy:
+    """A TCP proxy from a free port of 127.0.0.1 to ``target``, listening only from ``delay``
+    seconds on: a store that is down at first and back a moment later. With ``lose_first``
+    the store's first answer never reaches the client: the connection closes instead (a
+    request that took effect, while its caller saw a network failure)."""
+
+    def __init__(self, target: int, delay: float, *, lose_first: bool = False) -> None:
+        (self.port,) = free_ports(1)
+        self.target, self.delay, self.lose_first = target, delay, lose_first
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+
+    def __enter__(self) -> LateProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+    def serve(self) -> None:
+        if self.stop.wait(self.delay):
+            return
+        with socket.create_server(("127.0.0.1", self.port)) as server:
+            server.settimeout(0.1)
+            while not self.stop.is_set():
+                try:
+                    down, _ = server.accept()
+                except TimeoutError:
+                    continue
+                up = socket.create_connection(("127.0.0.1", self.target))
+                threading.Thread(target=self.pump, args=(down, up), daemon=True).start()
+                lose, self.lose_first = self.lose_first, False
+                target = self.drop if lose else self.pump
+                threading.Thread(target=target, args=(up, down), daemon=True).start()
+
+    @staticmethod
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    @staticmethod
+    def drop(src: socket.socket, dst: socket.socket) -> None:
+        """Pass interim answers on (``100 Continue``: the client then sends the body); at
+        the final answer (the request took effect) close both sides without it."""
+        buf = b""
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                buf += data
+                while buf.startswith(b"HTTP/1.1 1") and b"\r\n\r\n" in buf:
+                    head, _, buf = buf.partition(b"\r\n\r\n")
+                    dst.sendall(head + b"\r\n\r\n")
+                if len(buf) >= 12 and not buf.startswith(b"HTTP/1.1 1"):
+                    break
+        for sock in (src, dst):  # shutdown first: the other pump still reads these sockets
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+def test_a_store_back_within_the_deadline_serves_the_waiting_call(
+    object_store: dict[str, str],
+) -> None:
+    target = urlparse(object_store["BACKSTOP_S3_ENDPOINT"]).port
+    assert target is not None
+    with LateProxy(target, delay=1.5) as proxy:
+        env = {
+            **object_store,
+            "BACKSTOP_S3_ENDPOINT": f"http://127.0.0.1:{proxy.port}",
+            "BACKSTOP_S3_DEADLINE": "20",
+        }
+        store = open_blobs(f"s3://{object_store['BACKSTOP_S3_BUCKET']}/{uuid.uuid4().hex}", env)
+        start = time.monotonic()
+        assert store.create("t/epochs/1", b"mine") is True
+        assert 1.5 <= time.monotonic() - start < 10.0  # retried until the store answered
+        assert store.get("t/epochs/1") == b"mine"
+
+
+def test_a_create_whose_answer_was_lost_still_reports_its_own_write(
+    object_store: dict[str, str],
+) -> None:
+    target = urlparse(object_store["BACKSTOP_S3_ENDPOINT"]).port
+    assert target is not None
+    location = f"s3://{object_store['BACKSTOP_S3_BUCKET']}/{uuid.uuid4().hex}"
+    with LateProxy(target, delay=0.0, lose_first=True) as proxy:
+        env = {**object_store, "BACKSTOP_S3_ENDPOINT": f"http://127.0.0.1:{proxy.port}"}
+        # the retry finds the key taken, by this very call's first attempt
+        assert open_blobs(location, env).create("t/epochs/1", b"copy-a") is True
+    direct = open_blobs(location, object_store)
+    assert direct.get("t/epochs/1") == b"copy-a"
+    assert direct.create("t/epochs/1", b"copy-b") is False
 
 
 def test_wrong_credentials_raise_store_error_at_once(object_store: dict[str, str]) -> None:
