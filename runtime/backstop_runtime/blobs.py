@@ -15,7 +15,9 @@ task that claim the same epoch at once: exactly one gets it).
 
 Keys are relative, ``/``-separated paths such as ``"topo/tasks/split-0/epochs/3"``. No part
 may be empty, ``.`` or ``..``, or start with a dot: hidden names are the directory store's
-temporary files, which :meth:`Blobs.list` never shows.
+temporary files, which :meth:`Blobs.list` never shows. No key is also the folder of another
+(``a`` beside ``a/b``): a directory cannot hold both, so :class:`DirBlobs` refuses the
+second with an :class:`OSError`.
 
 :func:`open_blobs` picks the store from a location: ``s3://bucket/prefix`` or a directory.
 """
@@ -82,10 +84,15 @@ class Blobs(abc.ABC):
     def create(self, key: str, data: bytes) -> bool:
         """Write ``data`` to ``key`` only if the key is absent.
 
-        Returns ``True`` if this call created the key, ``False`` if it existed (its content
-        stays). Of several callers racing on one key, from any processes or machines,
-        exactly one gets ``True``. A caller that needs to tell its own write from an equal
-        one by another caller (after a retried request) puts a token of its own in ``data``.
+        Of several callers racing on one key, from any processes or machines, exactly one
+        gets ``True``. A caller that needs to tell its own write from an equal one by
+        another caller (after a retried request) puts a token of its own in ``data``.
+
+        Returns
+        -------
+        bool
+            ``True`` if this call created the key, ``False`` if it existed (its content
+            stays).
         """
 
     @abc.abstractmethod
@@ -245,17 +252,29 @@ def _retried(err: Any) -> bool:
 class S3Blobs(Blobs):
     """Objects in ``bucket`` under ``prefix`` of an object store, through the S3 API (boto3).
 
-    ``endpoint`` is the store's URL (``None``: AWS itself); ``access_key`` and
-    ``secret_key`` ``None`` leave the credentials to boto3's own search (its environment
-    variables, files and instance roles). :meth:`create` is a conditional ``PutObject``
-    (``If-None-Match: *``), which the store refuses with 412 if the key exists: atomic
-    across machines.
+    :meth:`create` is a conditional ``PutObject`` (``If-None-Match: *``), which the store
+    refuses with 412 if the key exists: atomic across machines. An operation that cannot
+    reach the store (refused or dropped connections, timeouts, 5xx answers) is retried with
+    a backoff (0.05 s doubling to 1 s) until ``deadline`` seconds have passed, then raises
+    :class:`StoreUnavailable`; an answer that a retry cannot change (no such bucket, wrong
+    credentials) raises :class:`StoreError` at once. boto3 is imported here, so a directory
+    store works without it.
 
-    An operation that cannot reach the store (refused or dropped connections, timeouts,
-    5xx answers) is retried with a backoff (0.05 s doubling to 1 s) until ``deadline``
-    seconds have passed, then raises :class:`StoreUnavailable`; an answer that a retry
-    cannot change (no such bucket, wrong credentials) raises :class:`StoreError` at once.
-    boto3 is imported here, so a directory store works without it.
+    Parameters
+    ----------
+    endpoint
+        The store's URL, such as ``http://10.0.0.5:18333``; ``None`` for AWS itself.
+    bucket, prefix
+        Where the keys live: key ``k`` is object ``prefix/k`` of ``bucket``.
+    access_key, secret_key
+        The credentials; ``None`` leaves them to boto3's own search (its environment
+        variables, files and instance roles).
+    region
+        The region that requests are signed for.
+    deadline
+        Seconds an operation keeps retrying before :class:`StoreUnavailable`.
+    connect_timeout, read_timeout
+        Seconds one request waits to connect and for an answer.
     """
 
     def __init__(
@@ -417,12 +436,24 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
 def open_blobs(location: str | Path, env: Mapping[str, str] | None = None) -> Blobs:
     """The store at ``location``: ``s3://bucket/prefix`` or a directory path.
 
-    For S3 the environment ``env`` (``os.environ`` if ``None``) gives the endpoint
-    (``BACKSTOP_S3_ENDPOINT``, else ``AWS_ENDPOINT_URL``, else AWS itself), the credentials
-    (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``), the region (``AWS_REGION``, else
-    ``AWS_DEFAULT_REGION``, else us-east-1) and how long an operation retries an
-    unreachable store (``BACKSTOP_S3_DEADLINE`` seconds, 30 by default).
+    Parameters
+    ----------
+    location
+        ``s3://bucket/prefix`` (:class:`S3Blobs`) or a directory (:class:`DirBlobs`).
+    env
+        The settings of an S3 store (``os.environ`` if ``None``): the endpoint
+        (``BACKSTOP_S3_ENDPOINT``, else ``AWS_ENDPOINT_URL``, else AWS itself), the
+        credentials (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``), the region
+        (``AWS_REGION``, else ``AWS_DEFAULT_REGION``, else us-east-1) and how long an
+        operation retries an unreachable store (``BACKSTOP_S3_DEADLINE`` seconds, 30).
 
+    Raises
+    ------
+    ConfigError
+        For another scheme, an ``s3://`` location without a bucket or a bad deadline.
+
+    Examples
+    --------
     >>> open_blobs("/var/lib/backstop")
     DirBlobs('/var/lib/backstop')
     >>> open_blobs("s3://state/prod", {"BACKSTOP_S3_ENDPOINT": "http://127.0.0.1:18333"})

@@ -460,6 +460,14 @@ def test_creators_with_one_pid_never_share_a_temporary_file(
     assert sorted(p.name for p in (tmp_path / "t" / "epochs").iterdir()) == ["1"]
 
 
+def test_a_directory_store_refuses_a_key_inside_another_key(tmp_path: Path) -> None:
+    blobs = DirBlobs(tmp_path)
+    blobs.put("t/status.json", b"{}")
+    with pytest.raises(OSError):
+        blobs.put("t/status.json/x", b"1")
+    assert blobs.list("t/") == ["t/status.json"]
+
+
 # ---- the factory ----------------------------------------------------------------------------
 
 
