@@ -18,18 +18,27 @@ the previous one intact. Layout under ``<store>/<topology>/``::
 from __future__ import annotations
 
 import json
+import logging
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
 from backstop_runtime.config import ConfigError, Fenced, TaskConfig
 from backstop_runtime.fencing import OperatorFence
 
+log = logging.getLogger("backstop_runtime.store")
+
 
 def write_json(path: Path, obj: Any, *, sync: bool = False) -> None:
-    """Write ``obj`` to ``path`` atomically (a temporary file renamed into place)."""
+    """Write ``obj`` to ``path`` atomically (a temporary file renamed into place).
+
+    The temporary name is unique per write (a random suffix, not the process id: the
+    task is PID 1 in every container, so two copies of one task would share a pid-named
+    file and each could rename the other's half-written one into place).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     with tmp.open("w") as f:
         json.dump(obj, f, separators=(",", ":"))
         if sync:
@@ -204,13 +213,22 @@ class Store:
         was taken before the Unix time ``taken_before`` if given. If every checkpoint is
         younger than that (a copy that kept running after its loss was declared wrote
         them), the oldest one kept: any checkpoint is consistent, and older ones are gone.
+        A checkpoint that cannot be read (torn, or not JSON) is skipped with a warning:
+        the one before it is as consistent, and failing the start would only restart the
+        task into the same file again.
         """
         oldest = None
         for r in reversed(self.checkpoint_rounds()):
             if at_most is None or r <= at_most:
+                path = self.dir / "ckpt" / f"{r:012d}.json"
                 try:
-                    doc = read_json(self.dir / "ckpt" / f"{r:012d}.json")
+                    doc = read_json(path)
                 except FileNotFoundError:  # trimmed meanwhile by the live task
+                    continue
+                except (OSError, ValueError) as err:  # torn: JSONDecodeError, UnicodeError
+                    log.warning(
+                        "%s: skipping unreadable checkpoint %s (%s)", self.cfg.task, path, err
+                    )
                     continue
                 if not isinstance(doc, dict):
                     continue
