@@ -6,7 +6,8 @@ into place, so a reader never sees half a checkpoint and a task killed mid-write
 the previous one intact. Layout under ``<store>/<topology>/``::
 
     peers/<task>.json              {"host", "port", "epoch"}: where the task listens now
-    tasks/<task>/epochs/<n>        one file per start of the task; the highest n is current
+    tasks/<task>/epochs/<n>        one file per start of the task; the highest n is current;
+                                   {"operatorEpoch"}: the BACKSTOP_EPOCH it was claimed with
     tasks/<task>/ckpt/<round>.json the task's state after mini-batch <round>
     tasks/<task>/batches.jsonl     a source's mini-batch log: its read position per batch
     tasks/<task>/dead-letters.jsonl malformed input, kept aside with the reason
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from backstop_runtime.config import ConfigError, Fenced, TaskConfig
-from backstop_runtime.fencing import OperatorFence
+from backstop_runtime.fencing import OperatorFence, claim_rank, create_claim
 
 log = logging.getLogger("backstop_runtime.store")
 
@@ -94,38 +95,61 @@ class Store:
 
     def claim_epoch(self) -> int:
         """Take the next epoch of this task: a file created exclusively, so two copies
-        starting at once still get different numbers and the later one wins."""
+        starting at once still get different numbers and the later one wins.
+
+        It checks first: a copy the operator superseded, or one outranked by a claim made
+        with a higher operator epoch, raises :class:`Fenced` without claiming (see
+        :mod:`backstop_runtime.fencing`). It checks again after claiming, for a claim of
+        a higher rank made while it claimed.
+        """
+        self._check_operator_fence()
         epochs = self.dir / "epochs"
         epochs.mkdir(exist_ok=True)
+        self._check_outranked(self.claims())
         n = self.latest_epoch() + 1
-        while True:
-            try:
-                fd = os.open(epochs / str(n), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                n += 1
-                continue
-            os.close(fd)
-            self.epoch = n
-            return n
+        while not create_claim(epochs / str(n), self.cfg.epoch):
+            n += 1
+        self.epoch = n
+        self._check_outranked(self.claims())
+        return n
 
-    def latest_epoch(self) -> int:
+    def claims(self) -> list[int]:
+        """The store epochs claimed so far, in order."""
         epochs = self.dir / "epochs"
         if not epochs.is_dir():
-            return 0
-        return max((int(p.name) for p in epochs.iterdir() if p.name.isdigit()), default=0)
+            return []
+        return sorted(int(p.name) for p in epochs.iterdir() if p.name.isdigit())
 
-    def check_fence(self) -> None:
-        """Raise :class:`Fenced` if a newer copy of this task has started: one that claimed
-        a higher epoch in the store, or one the operator published a higher epoch for
-        (:mod:`backstop_runtime.fencing`)."""
-        if (self.dir / "epochs" / str(self.epoch + 1)).exists():
-            raise Fenced(f"{self.cfg.task}: epoch {self.epoch} superseded by a newer copy")
+    def latest_epoch(self) -> int:
+        return max(self.claims(), default=0)
+
+    def _check_outranked(self, claims: list[int]) -> None:
+        for n in claims:
+            rank = claim_rank(self.dir / "epochs" / str(n))
+            if rank > self.cfg.epoch:
+                raise Fenced(
+                    f"{self.cfg.task}: BACKSTOP_EPOCH={self.cfg.epoch} is outranked by store "
+                    f"epoch {n}, claimed with operator epoch {rank}; this copy stays fenced"
+                )
+
+    def _check_operator_fence(self) -> None:
         newer = self.operator_fence.superseded_by()
         if newer is not None:
             raise Fenced(
                 f"{self.cfg.task}: BACKSTOP_EPOCH={self.cfg.epoch} superseded by epoch {newer} "
                 "published by the operator (session.json)"
             )
+
+    def check_fence(self) -> None:
+        """Raise :class:`Fenced` if a newer copy of this task has started: one that claimed
+        a later store epoch with an operator epoch at least ours (a lower one fences
+        itself), or one the operator published a higher epoch for."""
+        n = self.epoch + 1
+        while (self.dir / "epochs" / str(n)).exists():
+            if claim_rank(self.dir / "epochs" / str(n)) >= self.cfg.epoch:
+                raise Fenced(f"{self.cfg.task}: epoch {self.epoch} superseded by a newer copy")
+            n += 1
+        self._check_operator_fence()
 
     # ---- the peer registry --------------------------------------------------------------
 

@@ -62,11 +62,14 @@ class LocalTopology:
     def tasks(self) -> tuple[str, ...]:
         return self.graph.tasks
 
-    def start(self, task: str) -> None:
-        log = (self.store / "logs" / f"{task}.log").open("ab")
-        self.procs[task] = subprocess.Popen(
+    def start(self, task: str, copy: str | None = None, **env: str) -> None:
+        """Start ``task``; with ``copy``, as another copy of it under that name (its own
+        process and log), its environment changed by ``env`` (``BACKSTOP_EPOCH``, say)."""
+        key = copy or task
+        log = (self.store / "logs" / f"{key}.log").open("ab")
+        self.procs[key] = subprocess.Popen(
             [sys.executable, "-m", "backstop_runtime"],
-            env=self.env[task],
+            env={**self.env[task], **env},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -105,6 +108,7 @@ class LocalTopology:
         return {t: p.returncode for t, p in self.procs.items() if p.poll() is not None}
 
     def log(self, task: str) -> str:
+        """The output of ``task`` (or of the copy of that name), restarts included."""
         return (self.store / "logs" / f"{task}.log").read_text(errors="replace")
 
     def wait(self, what: str, cond: Callable[[], bool], timeout: float = 60.0) -> None:
