@@ -3,7 +3,10 @@
 The store is a directory every task can read and write (a host directory shared by all
 nodes locally, a ReadWriteMany volume on a cluster). Files are written whole and renamed
 into place, so a reader never sees half a checkpoint and a task killed mid-write leaves
-the previous one intact. Layout under ``<store>/<topology>/``::
+the previous one intact. Layout under ``<store>/<namespace>/<topology>/<uid>/``
+(:attr:`TaskConfig.root <backstop_runtime.config.TaskConfig.root>`: the StreamTopology's
+namespace and ``metadata.uid``, so topologies of one name in two namespaces, or a topology
+deleted and created again, never share state)::
 
     peers/<task>.json              {"host", "port", "epoch"}: where the task listens now
     tasks/<task>/epochs/<n>        one file per start of the task; the highest n is current;

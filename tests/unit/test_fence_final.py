@@ -114,7 +114,7 @@ def test_a_fenced_copy_restarted_as_before_does_not_fence_its_successor(tmp_path
         topo.start("sink-0", copy="a", BACKSTOP_EPOCH="1")  # the kubelet restarts it
         topo.wait("copy A fenced again", lambda: topo.log("a").count("fenced:") == 2)
         topo.wait("copy B going on", lambda: status("sink-0").get("round", 0) >= b_round + 20)
-        epochs = store / "wordcount" / "tasks" / "sink-0" / "epochs"
+        epochs = topo.root / "tasks" / "sink-0" / "epochs"
         assert sorted(int(p.name) for p in epochs.iterdir()) == [1, 2], "A claimed nothing"
         assert status("sink-0")["epoch"] == 2
         assert topo.procs["b"].poll() is None and topo.procs["a"].poll() is None

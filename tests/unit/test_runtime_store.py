@@ -81,3 +81,37 @@ def test_a_torn_newest_checkpoint_is_skipped_for_the_one_before(tmp_path: Path) 
     newest.write_bytes(b"\xff\xfe\x00")  # not even text
     doc = s.load_checkpoint()
     assert doc is not None and doc["round"] == 10
+
+
+def copy_of(store: Path, namespace: str, uid: str) -> Store:
+    return Store(task_config(store, BACKSTOP_NAMESPACE=namespace, BACKSTOP_TOPOLOGY_UID=uid))
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (("team-a", "uid-1"), ("team-b", "uid-2")),  # one name in two namespaces
+        (("team-a", "uid-1"), ("team-a", "uid-2")),  # deleted and created again
+    ],
+)
+def test_topologies_of_one_name_share_no_state(
+    tmp_path: Path, first: tuple[str, str], second: tuple[str, str]
+) -> None:
+    store = tmp_path / "store"
+    a = copy_of(store, *first)
+    a.claim_epoch()
+    a.claim_epoch()
+    a.save_checkpoint(10, {"op": "a"}, [])
+    a.publish_address("10.0.0.1", 7077)
+    a.publish_floor(10)
+    b = copy_of(store, *second)
+    assert b.latest_epoch() == 0 and b.checkpoint_rounds() == []
+    assert b.load_checkpoint() is None and b.peer("sink-0") is None
+    assert b.published_floor("sink-0") == 0
+    assert b.claim_epoch() == 1
+    a.check_fence()  # b's claim fences no copy of the other topology
+    b.save_checkpoint(5, {"op": "b"}, [])
+    doc = a.load_checkpoint()
+    assert doc is not None and doc["op"] == "a"
+    assert a.dir != b.dir and a.cfg.metrics_dir != b.cfg.metrics_dir
+    assert a.cfg.peers_dir != b.cfg.peers_dir

@@ -184,7 +184,7 @@ def test_sigterm_takes_a_final_checkpoint_that_the_next_copy_restores(
         assert not topo.status("sink-0").get("eos"), "stopped too late to test a resume"
         for t, r in reported.items():
             if not t.startswith("source"):  # a source's checkpoint is its batch log
-                ckpts = tmp_path / "store" / "wordcount" / "tasks" / t / "ckpt"
+                ckpts = topo.root / "tasks" / t / "ckpt"
                 assert (ckpts / f"{r:012d}.json").exists(), (t, r)
                 assert max(int(p.stem) for p in ckpts.glob("*.json")) == r
         topo.start_all()

@@ -55,6 +55,8 @@ class LocalTopology:
                 PYTHONPATH=str(ROOT / "runtime"),
             )
             self.env[role.task] = env
+        self.root = store / owner.namespace / name / owner.uid
+        """The topology's part of the store (``TaskConfig.root`` of its tasks)."""
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         (store / "logs").mkdir(parents=True, exist_ok=True)
 
@@ -97,7 +99,7 @@ class LocalTopology:
             del self.procs[task]
 
     def status(self, task: str) -> dict[str, Any]:
-        path = self.store / self.name / "tasks" / task / "status.json"
+        path = self.root / "tasks" / task / "status.json"
         try:
             doc = json.loads(path.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
@@ -123,6 +125,6 @@ class LocalTopology:
 
     def metrics(self, task: str) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
-        for p in sorted((self.store / self.name / "metrics" / "tasks").glob(f"{task}.e*.jsonl")):
+        for p in sorted((self.root / "metrics" / "tasks").glob(f"{task}.e*.jsonl")):
             rows.extend(json.loads(line) for line in p.read_text().splitlines())
         return rows
