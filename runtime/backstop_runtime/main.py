@@ -47,12 +47,22 @@ def _signals(loop: asyncio.AbstractEventLoop) -> asyncio.Event:
 
 
 async def _run(task: Any) -> None:
-    await task.run(_signals(asyncio.get_running_loop()))
-
-
-async def stand_by(task: str, reason: str) -> None:
-    """Wait, fenced, until SIGTERM or SIGINT, telling probes why (see the module doc)."""
     stop = _signals(asyncio.get_running_loop())
+    try:
+        await task.run(stop)
+    except Fenced as err:
+        log = logging.getLogger("backstop_runtime")
+        if stop.is_set():  # fenced while being stopped: nothing to wait for
+            log.error("fenced: %s", err)
+        else:
+            log.error("fenced: %s; writing nothing more, standing by until stopped", err)
+            await stand_by(task.cfg.task, str(err), stop)
+        raise
+
+
+async def stand_by(task: str, reason: str, stop: asyncio.Event) -> None:
+    """Wait, fenced, until ``stop`` (SIGTERM or SIGINT), telling probes why (see the
+    module doc)."""
     values = {"fenced": reason, "unanswered": {}}
     port = int(os.environ.get("BACKSTOP_METRICS_PORT", "9090"))
     web = None
@@ -85,8 +95,6 @@ def main() -> int:
     except ConfigError as err:
         log.error("configuration error: %s", err)
         return EXIT_CONFIG
-    except Fenced as err:
-        log.error("fenced: %s; writing nothing more, standing by until stopped", err)
-        asyncio.run(stand_by(cfg.task, str(err)))
+    except Fenced:  # logged, and stood by until stopped, by _run
         return EXIT_FENCED
     return 0

@@ -168,7 +168,7 @@ class Store:
         """The registered address of ``task`` (``None`` until it has started once)."""
         try:
             doc = read_json(self.cfg.peers_dir / f"{task}.json")
-        except (FileNotFoundError, json.JSONDecodeError):
+        except (OSError, ValueError):  # not there yet, or torn (JSON, UTF-8)
             return None
         return doc if isinstance(doc, dict) else None
 
