@@ -95,10 +95,12 @@ class Bench:
         self.store.chmod(0o1777)
         self.nodes: list[str] = []
         self.steady: dict[str, float] = {}
+        self.uids: dict[str, str] = {}  # of the topologies created
 
     def status(self, name: str, task: str) -> dict[str, Any]:
         try:
-            doc = json.loads((self.store / name / "tasks" / task / "status.json").read_text())
+            root = self.store / self.ns / name / self.uids.get(name, "-")  # TaskConfig.root
+            doc = json.loads((root / "tasks" / task / "status.json").read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             return {}
         return dict(doc) if isinstance(doc, dict) else {}
@@ -182,9 +184,10 @@ class Bench:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self.custom.create_namespaced_custom_object(
+        created = self.custom.create_namespaced_custom_object(
             GROUP, VERSION, self.ns, "streamtopologies", doc
         )
+        self.uids[name] = created["metadata"]["uid"]
 
         def plan() -> dict[str, Any] | None:
             st = self.custom.get_namespaced_custom_object(

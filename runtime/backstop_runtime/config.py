@@ -19,6 +19,8 @@ from typing import Any
 GROUPINGS = ("forward", "shuffle", "broadcast", "global")
 DEFAULT_PORT = 7077
 DEFAULT_STORE = "/var/lib/backstop"  # where manifests.py mounts spec.store
+NO_UID = "local"
+"""The uid part of the store path of a task started without ``BACKSTOP_TOPOLOGY_UID``."""
 
 
 class ConfigError(Exception):
@@ -64,6 +66,10 @@ class TaskConfig:
     metrics_interval: float = 5.0
     epoch: int = 0
     """``BACKSTOP_EPOCH``: this copy's fencing epoch decided by the operator (0 if unset)."""
+    namespace: str = "default"
+    """``BACKSTOP_NAMESPACE``: the StreamTopology's namespace."""
+    topology_uid: str = ""
+    """``BACKSTOP_TOPOLOGY_UID``: the StreamTopology's ``metadata.uid`` ("" by hand)."""
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -71,18 +77,29 @@ class TaskConfig:
         return not self.upstream
 
     @property
+    def root(self) -> Path:
+        """This topology's part of the store: ``<store>/<namespace>/<topology>/<uid>``.
+
+        Keyed by namespace and uid, so two topologies of one name in two namespaces
+        sharing a store, or a topology deleted and created again (a new uid), never read
+        each other's checkpoints, epochs or peers. A task started by hand without
+        ``BACKSTOP_TOPOLOGY_UID`` uses :data:`NO_UID` for the uid.
+        """
+        return self.store / self.namespace / self.topology / (self.topology_uid or NO_UID)
+
+    @property
     def task_dir(self) -> Path:
         """This task's checkpoints, epochs and dead letters in the shared store."""
-        return self.store / self.topology / "tasks" / self.task
+        return self.root / "tasks" / self.task
 
     @property
     def peers_dir(self) -> Path:
         """The address registry: one ``<task>.json`` per task, newest epoch wins."""
-        return self.store / self.topology / "peers"
+        return self.root / "peers"
 
     @property
     def metrics_dir(self) -> Path:
-        return self.store / self.topology / "metrics"
+        return self.root / "metrics"
 
     def consumers(self) -> list[tuple[str, Downstream]]:
         """(task id, its operator's edge) for every task this task sends to.
@@ -132,6 +149,20 @@ def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
         return int(text)
     except ValueError:
         raise ConfigError(f"{name}={text!r} is not an integer") from None
+
+
+def _component(env: Mapping[str, str], name: str, default: str) -> str:
+    """A value that is one part of a store path (a namespace, a uid): no ``/``, no ``..``.
+
+    >>> _component({"BACKSTOP_NAMESPACE": "../x"}, "BACKSTOP_NAMESPACE", "default")
+    Traceback (most recent call last):
+    ...
+    backstop_runtime.config.ConfigError: BACKSTOP_NAMESPACE='../x' is not one path component
+    """
+    value = env.get(name) or default
+    if "/" in value or value in (".", ".."):
+        raise ConfigError(f"{name}={value!r} is not one path component")
+    return value
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -191,7 +222,10 @@ def from_env(env: Mapping[str, str] | None = None) -> TaskConfig:
     ...     "BACKSTOP_UPSTREAM_TASKS": "split-0,split-1", "BACKSTOP_STORE": "/s",
     ...     "BACKSTOP_CONFIG": '{"function": "m:C"}'})
     >>> c.upstream, c.keeps_backup, c.config["function"], str(c.task_dir)
-    (('split-0', 'split-1'), False, 'm:C', '/s/wc/tasks/count-1')
+    (('split-0', 'split-1'), False, 'm:C', '/s/default/wc/local/tasks/count-1')
+    >>> str(from_env({**c.extra, "BACKSTOP_NAMESPACE": "ns", "BACKSTOP_TOPOLOGY_UID": "u1",
+    ...     "BACKSTOP_CONFIG": "{}"}).root)
+    '/s/ns/wc/u1'
     >>> try:
     ...     from_env({"BACKSTOP_TOPOLOGY": "wc"})
     ... except ConfigError as err:
@@ -227,5 +261,7 @@ def from_env(env: Mapping[str, str] | None = None) -> TaskConfig:
         batch_interval=_float(env, "BACKSTOP_BATCH_INTERVAL", 0.1),
         metrics_interval=_float(env, "BACKSTOP_METRICS_INTERVAL", 5.0),
         epoch=_int(env, "BACKSTOP_EPOCH", default=0),
+        namespace=_component(env, "BACKSTOP_NAMESPACE", "default"),
+        topology_uid=_component(env, "BACKSTOP_TOPOLOGY_UID", ""),
         extra={k: v for k, v in env.items() if k.startswith("BACKSTOP_")},
     )

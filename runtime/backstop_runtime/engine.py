@@ -18,10 +18,10 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from backstop_runtime.api import Context, Operator, Record, Sink, Source
-from backstop_runtime.config import ConfigError, TaskConfig, require
+from backstop_runtime.config import ConfigError, Fenced, TaskConfig, require
 from backstop_runtime.store import Store
 
 INF = float("inf")
@@ -113,41 +113,58 @@ class SinkWriter:
     """``<config.path>/<task>.jsonl``, truncated to its checkpointed length on restore.
 
     Lines written after the last checkpoint are written again, identically, by the replay
-    that follows a restart; truncating first makes every line appear exactly once. Each
-    write is preceded by a fence check, so a superseded copy stops before it writes.
+    that follows a restart; truncating first makes every line appear exactly once.
+
+    Each copy writes at its own offsets (``pwrite``), never appending at whatever the end
+    of the file is. A shared directory offers no lock that spans the fence check and the
+    write, so a superseded copy may still write once after the newer copy truncated the
+    file (it passed its check just before the newer copy claimed its epoch). Written at
+    its own offset, that write holds the bytes the newer copy writes there too (the output
+    is deterministic: the same rounds give the same lines at the same offsets), so it can
+    neither duplicate lines nor put them out of order; appended, it would land after the
+    newer copy's lines. A file shorter than this copy's offset was truncated by a newer
+    copy's restore: the copy is fenced, and stops before writing a hole. What remains: a
+    superseded copy's last write may show, for a moment, lines past the newer copy's
+    position (the newer copy writes the same ones there next).
     """
 
     def __init__(self, cfg: TaskConfig, store: Store) -> None:
         self.dir = Path(require(cfg.config, "path"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / f"{cfg.task}.jsonl"
+        self.task = cfg.task
         self.store = store
         self.pending: list[str] = []
-        self.file: TextIO | None = None
+        self.fd: int | None = None
+        self.pos = 0
 
     def open(self, offset: int) -> None:
         self.store.check_fence()
-        self.file = self.path.open("a+")
-        self.file.truncate(offset)
-        self.file.seek(offset)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        os.ftruncate(self.fd, offset)
+        self.pos = offset
 
     def add(self, value: Any) -> None:
         self.pending.append(json.dumps(value, separators=(",", ":")) + "\n")
 
     def flush(self) -> None:
-        if not self.pending or self.file is None:
+        if not self.pending or self.fd is None:
             return
         self.store.check_fence()
-        self.file.write("".join(self.pending))
-        self.file.flush()
+        if os.fstat(self.fd).st_size < self.pos:
+            raise Fenced(f"{self.task}: {self.path} was truncated by a newer copy's restore")
+        data = "".join(self.pending).encode()
+        done = 0
+        while done < len(data):
+            done += os.pwrite(self.fd, data[done:], self.pos + done)
+        self.pos += len(data)
         self.pending.clear()
 
     def offset(self) -> int:
         """Bytes written, synced to disk (called at checkpoints)."""
-        assert self.file is not None
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        return self.file.tell()
+        assert self.fd is not None
+        os.fsync(self.fd)
+        return self.pos
 
 
 def instantiate(cfg: TaskConfig, base: type) -> Any:

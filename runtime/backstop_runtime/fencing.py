@@ -1,23 +1,34 @@
-"""Fencing by the operator's epochs, published in the recovery session file.
+"""Fencing: the store's epoch claims, ranked by the operator's epochs.
 
-The store's own epochs (``tasks/<task>/epochs/<n>``) fence copies that share the store.
-The operator fences too, for copies that may not: when it recreates a task off a lost
-node while the old copy may still run (a partition), it gives the new pod a higher
-``BACKSTOP_EPOCH`` and publishes it in the session ConfigMap (``session.json``,
+Every start of a task claims the next store epoch (``tasks/<task>/epochs/<n>``, created
+exclusively), and a copy whose claim is no longer the newest stops writing. Each claim
+records the claimant's operator epoch (``BACKSTOP_EPOCH``, its *rank*): a claim made
+with a lower rank fences nobody, and a copy never claims while a claim of a higher rank
+exists, nor while the operator publishes a higher epoch for its task. So a superseded
+copy that the kubelet restarts with its old environment finds itself fenced before it
+claims, instead of fencing the copy that replaced it (which would then restart and fence
+it back, each takeover truncating and replaying the output).
+
+The operator fences too, for copies that may not share the store: when it recreates a
+task off a lost node while the old copy may still run (a partition), it gives the new pod
+a higher ``BACKSTOP_EPOCH`` and publishes it in the session ConfigMap (``session.json``,
 ``"epochTasks": {"<n>": <task list>}``, :mod:`backstop_runtime.tasksets`; an older
 operator wrote ``"epochs": {task: n}``) before the new pod exists. A copy whose own
 epoch is older than the one published for its task stops writing:
 :meth:`backstop_runtime.store.Store.check_fence` raises
 :class:`~backstop_runtime.config.Fenced` (before every checkpoint, sink write and address
-publication, and every 200 ms), and the task exits with code 3. The kubelet refreshes a
+publication, and every 200 ms). A fenced copy then writes nothing more and stands by
+until it is stopped (:func:`backstop_runtime.main.main`). The kubelet refreshes a
 mounted ConfigMap within about a minute of the change, or as soon as a partitioned node
 reaches the API server again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import uuid
 from pathlib import Path
 
 from backstop_runtime import tasksets
@@ -79,3 +90,45 @@ class OperatorFence:
         """The newer published epoch, if this copy's own epoch is older; else ``None``."""
         newer = self.published()
         return newer if newer > self.own else None
+
+
+def claim_rank(path: Path) -> int:
+    """The operator epoch a store epoch claim was made with (0: none recorded, or gone).
+
+    A claim is written whole before it appears (:func:`create_claim`), so an unreadable
+    one is a file of a runtime that recorded no rank: it ranks 0.
+    """
+    try:
+        doc = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return 0
+    rank = doc.get("operatorEpoch") if isinstance(doc, dict) else None
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else 0
+
+
+def create_claim(path: Path, rank: int) -> bool:
+    """Create the claim ``path`` recording ``rank``, unless it exists (then ``False``).
+
+    The content is written to a file of a unique name first and hard-linked into place,
+    which fails if the claim exists: a reader never sees a claim without its rank. A
+    store without hard links gets an exclusive create and a write.
+    """
+    body = json.dumps({"operatorEpoch": rank})
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(body)
+    try:
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # no hard links on this file system
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(body)
+        return True
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()

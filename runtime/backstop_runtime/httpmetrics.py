@@ -34,13 +34,18 @@ REASONS = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}
 
 
 def readiness(values: dict[str, Any]) -> tuple[int, str]:
-    """The ``/ready`` answer: 503 and why while a producer does not answer.
+    """The ``/ready`` answer: 503 and why while a producer does not answer, or for good
+    once the copy is fenced (a newer copy of its task runs).
 
     >>> readiness({"unanswered": {}})
     (200, 'ready\\n')
     >>> readiness({"unanswered": {"source-0": "has not registered for 31s"}})
     (503, 'no answer from source-0: has not registered for 31s\\n')
+    >>> readiness({"fenced": "sink-0: epoch 1 superseded by a newer copy"})
+    (503, 'fenced: sink-0: epoch 1 superseded by a newer copy\\n')
     """
+    if values.get("fenced"):
+        return 503, f"fenced: {values['fenced']}\n"
     silent = values.get("unanswered") or {}
     if not silent:
         return 200, "ready\n"

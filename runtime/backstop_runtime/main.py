@@ -1,14 +1,27 @@
-"""The entry point's logic, separate from ``__main__`` so tests can call it in-process."""
+"""The entry point's logic, separate from ``__main__`` so tests can call it in-process.
+
+A fenced copy (:class:`~backstop_runtime.config.Fenced`) does not exit: it logs why
+once, answers ``/ready`` with 503 and ``/status`` with the reason, writes nothing more
+and waits to be stopped, then exits with code 3. Exiting at once would have the kubelet
+restart it (``restartPolicy: Always``) into a crash loop; a restarted copy finds itself
+fenced before it claims (:meth:`backstop_runtime.store.Store.claim_epoch`) when the
+operator published a higher epoch for it or a higher one claimed the store, but one
+fenced by a copy of the same operator epoch (two pods of one task sharing the store)
+would claim again and fence that copy back. The operator deletes the fenced pod once it
+can reach its node; until then it is an idle process that holds no store epoch.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import sys
 from typing import Any
 
+from backstop_runtime import httpmetrics
 from backstop_runtime.config import ConfigError, Fenced, from_env
 
 EXIT_CONFIG = 2
@@ -25,13 +38,41 @@ def _dump_tasks(loop: asyncio.AbstractEventLoop) -> None:
         logging.getLogger("backstop_runtime").warning("%s", out.getvalue())
 
 
-async def _run(task: Any) -> None:
-    loop = asyncio.get_running_loop()
+def _signals(loop: asyncio.AbstractEventLoop) -> asyncio.Event:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, _dump_tasks, loop)
-    await task.run(stop)
+    return stop
+
+
+async def _run(task: Any) -> None:
+    stop = _signals(asyncio.get_running_loop())
+    try:
+        await task.run(stop)
+    except Fenced as err:
+        log = logging.getLogger("backstop_runtime")
+        if stop.is_set():  # fenced while being stopped: nothing to wait for
+            log.error("fenced: %s", err)
+        else:
+            log.error("fenced: %s; writing nothing more, standing by until stopped", err)
+            await stand_by(task.cfg.task, str(err), stop)
+        raise
+
+
+async def stand_by(task: str, reason: str, stop: asyncio.Event) -> None:
+    """Wait, fenced, until ``stop`` (SIGTERM or SIGINT), telling probes why (see the
+    module doc)."""
+    values = {"fenced": reason, "unanswered": {}}
+    port = int(os.environ.get("BACKSTOP_METRICS_PORT", "9090"))
+    web = None
+    with contextlib.suppress(OSError):  # the port is taken: stand by without probes
+        web = await httpmetrics.serve(port, task, lambda: values)
+    try:
+        await stop.wait()
+    finally:
+        if web is not None:
+            web.close()
 
 
 def main() -> int:
@@ -54,7 +95,6 @@ def main() -> int:
     except ConfigError as err:
         log.error("configuration error: %s", err)
         return EXIT_CONFIG
-    except Fenced as err:
-        log.error("fenced: %s", err)
+    except Fenced:  # logged, and stood by until stopped, by _run
         return EXIT_FENCED
     return 0

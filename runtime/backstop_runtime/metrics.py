@@ -1,9 +1,10 @@
 """Per-task metrics, one JSON line per interval, in the rows ``backstop reoptimize`` reads.
 
-Rows go to ``<store>/<topology>/metrics/tasks/<task>.e<epoch>.jsonl`` (the columns of
+Rows go to ``<root>/metrics/tasks/<task>.e<epoch>.jsonl`` (the columns of
 ``backstop.domain.estimates.TASK_COLUMNS`` plus the runtime's own) and, for the node the task
 runs on, ``metrics/nodes/<task>.e<epoch>.jsonl``; ``backstop reoptimize --metrics
-<store>/<topology>/metrics`` reads both folders. ``failures`` is 1 in the first interval
+<root>/metrics`` reads both folders. ``<root>`` is ``<store>/<namespace>/<topology>/<uid>``
+(:attr:`backstop_runtime.config.TaskConfig.root`). ``failures`` is 1 in the first interval
 of a copy that replaced a failed one (epoch > 1), so failure rates come from real restarts.
 """
 

@@ -3,10 +3,14 @@
 The store is a directory every task can read and write (a host directory shared by all
 nodes locally, a ReadWriteMany volume on a cluster). Files are written whole and renamed
 into place, so a reader never sees half a checkpoint and a task killed mid-write leaves
-the previous one intact. Layout under ``<store>/<topology>/``::
+the previous one intact. Layout under ``<store>/<namespace>/<topology>/<uid>/``
+(:attr:`TaskConfig.root <backstop_runtime.config.TaskConfig.root>`: the StreamTopology's
+namespace and ``metadata.uid``, so topologies of one name in two namespaces, or a topology
+deleted and created again, never share state)::
 
     peers/<task>.json              {"host", "port", "epoch"}: where the task listens now
-    tasks/<task>/epochs/<n>        one file per start of the task; the highest n is current
+    tasks/<task>/epochs/<n>        one file per start of the task; the highest n is current;
+                                   {"operatorEpoch"}: the BACKSTOP_EPOCH it was claimed with
     tasks/<task>/ckpt/<round>.json the task's state after mini-batch <round>
     tasks/<task>/batches.jsonl     a source's mini-batch log: its read position per batch
     tasks/<task>/dead-letters.jsonl malformed input, kept aside with the reason
@@ -18,18 +22,27 @@ the previous one intact. Layout under ``<store>/<topology>/``::
 from __future__ import annotations
 
 import json
+import logging
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
 from backstop_runtime.config import ConfigError, Fenced, TaskConfig
-from backstop_runtime.fencing import OperatorFence
+from backstop_runtime.fencing import OperatorFence, claim_rank, create_claim
+
+log = logging.getLogger("backstop_runtime.store")
 
 
 def write_json(path: Path, obj: Any, *, sync: bool = False) -> None:
-    """Write ``obj`` to ``path`` atomically (a temporary file renamed into place)."""
+    """Write ``obj`` to ``path`` atomically (a temporary file renamed into place).
+
+    The temporary name is unique per write (a random suffix, not the process id: the
+    task is PID 1 in every container, so two copies of one task would share a pid-named
+    file and each could rename the other's half-written one into place).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     with tmp.open("w") as f:
         json.dump(obj, f, separators=(",", ":"))
         if sync:
@@ -85,38 +98,61 @@ class Store:
 
     def claim_epoch(self) -> int:
         """Take the next epoch of this task: a file created exclusively, so two copies
-        starting at once still get different numbers and the later one wins."""
+        starting at once still get different numbers and the later one wins.
+
+        It checks first: a copy the operator superseded, or one outranked by a claim made
+        with a higher operator epoch, raises :class:`Fenced` without claiming (see
+        :mod:`backstop_runtime.fencing`). It checks again after claiming, for a claim of
+        a higher rank made while it claimed.
+        """
+        self._check_operator_fence()
         epochs = self.dir / "epochs"
         epochs.mkdir(exist_ok=True)
+        self._check_outranked(self.claims())
         n = self.latest_epoch() + 1
-        while True:
-            try:
-                fd = os.open(epochs / str(n), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                n += 1
-                continue
-            os.close(fd)
-            self.epoch = n
-            return n
+        while not create_claim(epochs / str(n), self.cfg.epoch):
+            n += 1
+        self.epoch = n
+        self._check_outranked(self.claims())
+        return n
 
-    def latest_epoch(self) -> int:
+    def claims(self) -> list[int]:
+        """The store epochs claimed so far, in order."""
         epochs = self.dir / "epochs"
         if not epochs.is_dir():
-            return 0
-        return max((int(p.name) for p in epochs.iterdir() if p.name.isdigit()), default=0)
+            return []
+        return sorted(int(p.name) for p in epochs.iterdir() if p.name.isdigit())
 
-    def check_fence(self) -> None:
-        """Raise :class:`Fenced` if a newer copy of this task has started: one that claimed
-        a higher epoch in the store, or one the operator published a higher epoch for
-        (:mod:`backstop_runtime.fencing`)."""
-        if (self.dir / "epochs" / str(self.epoch + 1)).exists():
-            raise Fenced(f"{self.cfg.task}: epoch {self.epoch} superseded by a newer copy")
+    def latest_epoch(self) -> int:
+        return max(self.claims(), default=0)
+
+    def _check_outranked(self, claims: list[int]) -> None:
+        for n in claims:
+            rank = claim_rank(self.dir / "epochs" / str(n))
+            if rank > self.cfg.epoch:
+                raise Fenced(
+                    f"{self.cfg.task}: BACKSTOP_EPOCH={self.cfg.epoch} is outranked by store "
+                    f"epoch {n}, claimed with operator epoch {rank}; this copy stays fenced"
+                )
+
+    def _check_operator_fence(self) -> None:
         newer = self.operator_fence.superseded_by()
         if newer is not None:
             raise Fenced(
                 f"{self.cfg.task}: BACKSTOP_EPOCH={self.cfg.epoch} superseded by epoch {newer} "
                 "published by the operator (session.json)"
             )
+
+    def check_fence(self) -> None:
+        """Raise :class:`Fenced` if a newer copy of this task has started: one that claimed
+        a later store epoch with an operator epoch at least ours (a lower one fences
+        itself), or one the operator published a higher epoch for."""
+        n = self.epoch + 1
+        while (self.dir / "epochs" / str(n)).exists():
+            if claim_rank(self.dir / "epochs" / str(n)) >= self.cfg.epoch:
+                raise Fenced(f"{self.cfg.task}: epoch {self.epoch} superseded by a newer copy")
+            n += 1
+        self._check_operator_fence()
 
     # ---- the peer registry --------------------------------------------------------------
 
@@ -132,7 +168,7 @@ class Store:
         """The registered address of ``task`` (``None`` until it has started once)."""
         try:
             doc = read_json(self.cfg.peers_dir / f"{task}.json")
-        except (FileNotFoundError, json.JSONDecodeError):
+        except (OSError, ValueError):  # not there yet, or torn (JSON, UTF-8)
             return None
         return doc if isinstance(doc, dict) else None
 
@@ -204,13 +240,22 @@ class Store:
         was taken before the Unix time ``taken_before`` if given. If every checkpoint is
         younger than that (a copy that kept running after its loss was declared wrote
         them), the oldest one kept: any checkpoint is consistent, and older ones are gone.
+        A checkpoint that cannot be read (torn, or not JSON) is skipped with a warning:
+        the one before it is as consistent, and failing the start would only restart the
+        task into the same file again.
         """
         oldest = None
         for r in reversed(self.checkpoint_rounds()):
             if at_most is None or r <= at_most:
+                path = self.dir / "ckpt" / f"{r:012d}.json"
                 try:
-                    doc = read_json(self.dir / "ckpt" / f"{r:012d}.json")
+                    doc = read_json(path)
                 except FileNotFoundError:  # trimmed meanwhile by the live task
+                    continue
+                except (OSError, ValueError) as err:  # torn: JSONDecodeError, UnicodeError
+                    log.warning(
+                        "%s: skipping unreadable checkpoint %s (%s)", self.cfg.task, path, err
+                    )
                     continue
                 if not isinstance(doc, dict):
                     continue

@@ -1,6 +1,7 @@
 """One running task: restore, listen, consume, process, publish, checkpoint, report.
 
-Start-up order matters for fencing: the copy claims a new epoch first, then restores
+Start-up order matters for fencing: the copy claims a new epoch first (unless it finds
+itself fenced already: :mod:`backstop_runtime.fencing`), then restores
 its newest checkpoint (a sink truncates its output to the checkpointed length),
 then binds its port and publishes the address. Consumers and producers find it through
 the registry and re-subscribe; anything they already have is dropped by batch number,
@@ -137,6 +138,7 @@ class Task:
         ]
         work = asyncio.ensure_future(main)
         stopping = asyncio.ensure_future(stop.wait())
+        fenced = False
         try:
             done, _ = await asyncio.wait(
                 [work, stopping, *helpers], return_when=asyncio.FIRST_COMPLETED
@@ -146,14 +148,18 @@ class Task:
                     raise f.exception()
             if stopping in done:  # SIGTERM: the operator stops this pod on purpose
                 stopping_.final_checkpoint(self)
+        except Fenced:
+            fenced = True  # the newer copy owns status.json now: write nothing more
+            raise
         finally:
             for f in [work, stopping, *helpers]:
                 f.cancel()
             server.close()
             web.close()
-            with contextlib.suppress(Exception):
-                writer.write()
-            self._status()
+            if not fenced:
+                with contextlib.suppress(Exception):
+                    writer.write()
+                self._status()
 
     def _restore(self) -> Any:
         if self.cfg.is_source:

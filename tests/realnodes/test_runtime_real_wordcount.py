@@ -29,7 +29,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,7 @@ class Env:
     input: Path
     operator_log: Path
     operator: subprocess.Popen[bytes]
+    uids: dict[str, str] = field(default_factory=dict)  # of the topologies created
 
     @property
     def custom(self) -> client.CustomObjectsApi:
@@ -92,8 +93,12 @@ class Env:
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.kube)
 
+    def root(self, topology: str) -> Path:
+        """The topology's part of the store: ``<store>/<namespace>/<name>/<uid>``."""
+        return self.store / self.namespace / topology / self.uids.get(topology, "-")
+
     def status(self, topology: str, task: str) -> dict[str, Any]:
-        path = self.store / topology / "tasks" / task / "status.json"
+        path = self.root(topology) / "tasks" / task / "status.json"
         try:
             doc = json.loads(path.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
@@ -132,9 +137,10 @@ class Env:
                 op["config"]["path"] = f"{IN_POD}/{name}/output"
             if op["name"] == "count" and broken_count:
                 op["config"]["windowSeconds"] = -1  # a config error: the task exits (code 2)
-        self.custom.create_namespaced_custom_object(
+        created = self.custom.create_namespaced_custom_object(
             GROUP, VERSION, self.namespace, "streamtopologies", doc
         )
+        self.uids[name] = created["metadata"]["uid"]
 
     def wait_end(self, name: str, timeout: float) -> None:
         def ended() -> bool:

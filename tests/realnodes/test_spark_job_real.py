@@ -10,7 +10,8 @@ CI is at 25 of its 30 minutes): ``make test-spark-job`` runs it. What it runs, e
   chart's Job ServiceAccount (it may only create ConfigMaps) and the metrics volume the
   chart mounts (``reoptimization.metricsHostPath``: the shared store's host directory);
 - the word count example on the task runtime, its tasks writing their metrics
-  (``<store>/<topology>/metrics/{tasks,nodes}/*.jsonl``, every second here) while words flow;
+  (``<store>/<namespace>/<topology>/<uid>/metrics/{tasks,nodes}/*.jsonl``, every second
+  here) while words flow;
 - then ``spec.reoptimization`` (``apply: suggest``): the operator creates the Job, its pod runs
   ``python -m backstop.jobs.reoptimize`` in the Spark image on a real node, reads the metrics
   from the mounted volume, and hands the recommendation back through the result ConfigMap;
@@ -227,8 +228,9 @@ def test_a_job_in_the_spark_image_on_a_real_node_recommends_and_the_approval_app
 ) -> None:
     t0 = time.monotonic()
     doc = _wordcount(env.store)
-    env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, doc)
-    metrics = env.store / NAME / "metrics"
+    created = env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, doc)
+    # the runtime's part of the store: <store>/<namespace>/<name>/<uid> (TaskConfig.root)
+    metrics = env.store / env.namespace / NAME / created["metadata"]["uid"] / "metrics"
 
     def metered() -> bool:  # every task has written a few rows
         env.alive()
@@ -240,9 +242,10 @@ def test_a_job_in_the_spark_image_on_a_real_node_recommends_and_the_approval_app
 
     wait_for(metered, 300, f"every task of {NAME} writing metrics", 1.0)
     print(f"topology running, metrics written: {time.monotonic() - t0:.0f}s")
+    in_pod = IN_POD + "/{namespace}/{name}/{uid}/metrics"  # the operator fills them in
     env.custom.patch_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, NAME, {
         "spec": {"reoptimization": {"apply": "suggest", "intervalSeconds": 86400,
-                                    "metricsPath": f"{IN_POD}/{NAME}/metrics"}}})  # fmt: skip
+                                    "metricsPath": in_pod}}})  # fmt: skip
     job = job_name(env.namespace, NAME)
     batch = client.BatchV1Api(env.kube)
     wait_for(lambda: batch.read_namespaced_job(job, env.namespace), 60, "the Job")

@@ -118,8 +118,9 @@ def test_a_k8s_master_runs_executor_pods_on_real_nodes_and_the_operator_suggests
 ) -> None:
     t0 = time.monotonic()
     doc = _wordcount(env.store)
-    env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, doc)
-    metrics = env.store / NAME / "metrics"
+    created = env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, doc)
+    # the runtime's part of the store: <store>/<namespace>/<name>/<uid> (TaskConfig.root)
+    metrics = env.store / env.namespace / NAME / created["metadata"]["uid"] / "metrics"
 
     def metered() -> bool:  # every task has written a few rows
         env.alive()
@@ -131,9 +132,10 @@ def test_a_k8s_master_runs_executor_pods_on_real_nodes_and_the_operator_suggests
 
     wait_for(metered, 300, f"every task of {NAME} writing metrics", 1.0)
     print(f"topology running, metrics written: {time.monotonic() - t0:.0f}s")
+    in_pod = IN_POD + "/{namespace}/{name}/{uid}/metrics"  # the operator fills them in
     env.custom.patch_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, NAME, {
         "spec": {"reoptimization": {"apply": "suggest", "intervalSeconds": 86400,
-                                    "metricsPath": f"{IN_POD}/{NAME}/metrics"}}})  # fmt: skip
+                                    "metricsPath": in_pod}}})  # fmt: skip
     job = job_name(env.namespace, NAME)
     batch = client.BatchV1Api(env.kube)
     wait_for(lambda: batch.read_namespaced_job(job, env.namespace), 60, "the Job")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +82,8 @@ def test_fault03_a_task_recreated_off_a_lost_node_gets_a_newer_epoch() -> None:
 def test_fault03_old_copy_stops_writing_once_a_newer_epoch_is_published(tmp_path: Path) -> None:
     """The old copy of the sink (BACKSTOP_EPOCH=1) runs with a store of its own, as behind a
     partition: the store's epochs cannot reach it. Once the session file publishes epoch 2
-    for its task, it exits with code 3 and writes nothing more."""
+    for its task, it writes nothing more and stands by until stopped (then exits with
+    code 3)."""
     data = tmp_path / "input"
     data.mkdir()
     write_input(data, files=2, per_file=4000)
@@ -102,13 +105,15 @@ def test_fault03_old_copy_stops_writing_once_a_newer_epoch_is_published(tmp_path
         tmp.write_text(json.dumps({"phase": "Recovering", "epochs": {"sink-0": 2}}))
         tmp.replace(session)  # as the kubelet swaps a ConfigMap volume's files
         published = sink_file.stat().st_size
-        assert old.wait(timeout=10) == 3
-        assert "superseded by epoch 2" in topo.log("sink-0")
+        topo.wait("the old copy fenced", lambda: "superseded by epoch 2" in topo.log("sink-0"))
         stopped = sink_file.stat().st_size
         assert stopped - published < 4096, "at most the write in flight when it was published"
+        time.sleep(1.0)
+        assert sink_file.stat().st_size == stopped, "a fenced copy writes nothing more"
         for task, proc in topo.procs.items():
-            if task != "sink-0":
-                assert proc.poll() is None, f"{task} is not fenced"
+            assert proc.poll() is None, f"{task} runs (the fenced copy stands by)"
+        old.send_signal(signal.SIGTERM)
+        assert old.wait(timeout=10) == 3
     finally:
         topo.stop_all()
 

@@ -87,6 +87,9 @@ def test_task_pod_carries_the_runtime_contract() -> None:
         {"operator": "sink", "parallelism": 1, "grouping": "broadcast"},
     ]
     assert env["BACKSTOP_PARALLELISM"] == "2" and env["BACKSTOP_CHECKPOINT_INTERVAL"] == "1.0"
+    # the runtime keys its store state by the topology's namespace and uid, not its name
+    assert (env["BACKSTOP_TOPOLOGY"], env["BACKSTOP_NAMESPACE"]) == ("topo", "ns")
+    assert env["BACKSTOP_TOPOLOGY_UID"] == "uid-1"
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
         "data": 7077,

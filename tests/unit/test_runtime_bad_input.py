@@ -136,7 +136,7 @@ def test_malformed_lines_are_kept_aside_and_the_rest_is_exact(tmp_path: Path) ->
         for word in "".join(c if c.isalpha() else " " for c in doc["text"].lower()).split():
             expected[(int(doc["ts"] // 10) * 10, word)] += 1
     assert counts_of(output_lines(tmp_path / "out")) == dict(expected)
-    kept = tmp_path / "store" / "bad" / "tasks" / "source-0" / "dead-letters.jsonl"
+    kept = topo.root / "tasks" / "source-0" / "dead-letters.jsonl"
     letters = [json.loads(x) for x in kept.read_text().splitlines()]
     assert [
         (d["payload"]["line"], d["reason"][: len(r)])
@@ -158,7 +158,8 @@ def test_a_peer_that_never_answers_is_reported(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "backstop_runtime"], env=env, stderr=err_file, text=True
     )
-    status = tmp_path / "store" / "t" / "tasks" / "tokenize-0" / "status.json"
+    root = Path(env["BACKSTOP_STORE"], env["BACKSTOP_NAMESPACE"], "t", env["BACKSTOP_TOPOLOGY_UID"])
+    status = root / "tasks" / "tokenize-0" / "status.json"
     try:
 
         def reported() -> bool:

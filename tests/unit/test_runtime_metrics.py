@@ -48,7 +48,7 @@ def test_reoptimize_runs_on_metrics_of_real_tasks(tmp_path: Path) -> None:
     assert sum(r["tuples_in"] for r in rows["sink-0"]) == len(output_lines(tmp_path / "out"))
     assert [r["failures"] for r in rows["count-0"]].count(1) == 1  # the one restart
     assert all(r["cpu"] >= 0 and r["checkpoint_interval"] > 0 for rs in rows.values() for r in rs)
-    metrics = tmp_path / "store" / "wordcount" / "metrics"
+    metrics = topo.root / "metrics"
     res = subprocess.run(
         [
             sys.executable,

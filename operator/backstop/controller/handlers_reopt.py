@@ -223,7 +223,8 @@ async def reoptimize_once(
     approve.record(namespace, name, {"reoptimization": running})
     started = datetime.now(UTC)
     try:
-        rec = await _run(namespace, name, manifest, nodes, plan, policy.metrics_path, running)
+        metrics = metrics_dir(policy.metrics_path, namespace, name, str(meta.get("uid", "")))
+        rec = await _run(namespace, name, manifest, nodes, plan, metrics, running)
     except RuntimeError as err:
         logger.warning("re-optimization failed: %s", err)
         approve.record(namespace, name, {"reoptimization": {**base, "running": None,
@@ -234,6 +235,20 @@ async def reoptimize_once(
               "message": rec.get("message", ""), "improvement": rec.get("improvement"),
               "recommendation": _stored(rec, plan, str(base["lastRun"]))}  # fmt: skip
     await _conclude(body, namespace, name, generation, plan, model, policy, rec, result)
+
+
+def metrics_dir(path: str, namespace: str, name: str, uid: str) -> str:
+    """``spec.reoptimization.metricsPath`` with ``{namespace}``, ``{name}`` and ``{uid}``
+    replaced by the topology's own: the task runtime keeps its metrics under
+    ``<store>/<namespace>/<name>/<uid>/metrics``, and a uid is known only once the
+    topology exists.
+
+    >>> metrics_dir("/var/lib/backstop/{namespace}/{name}/{uid}/metrics", "ns", "wc", "u1")
+    '/var/lib/backstop/ns/wc/u1/metrics'
+    """
+    for key, value in (("{namespace}", namespace), ("{name}", name), ("{uid}", uid)):
+        path = path.replace(key, value)
+    return path
 
 
 def _skipped(policy: ReoptimizationPolicy) -> dict[str, Any] | None:

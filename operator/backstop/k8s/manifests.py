@@ -211,7 +211,7 @@ def build_task_pod(
         else replica_name(owner.name, role.task, replica)
     )
     env = [
-        {"name": "BACKSTOP_TOPOLOGY", "value": owner.name},
+        *_topology_env(owner),
         {"name": "BACKSTOP_TASK_ID", "value": role.task},
         {"name": "BACKSTOP_OPERATOR", "value": role.operator},
         {"name": "BACKSTOP_TASK_INDEX", "value": str(role.index)},
@@ -333,6 +333,17 @@ def _pinned(node: str) -> dict[str, Any]:
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
         }
     }
+
+
+def _topology_env(owner: Owner) -> list[dict[str, Any]]:
+    """Which topology the task belongs to. The runtime keys its state in the store by
+    namespace and uid too (``<store>/<namespace>/<name>/<uid>``): topologies of one name
+    in two namespaces, or one deleted and created again, share no checkpoints."""
+    return [
+        {"name": "BACKSTOP_TOPOLOGY", "value": owner.name},
+        {"name": "BACKSTOP_NAMESPACE", "value": owner.namespace},
+        {"name": "BACKSTOP_TOPOLOGY_UID", "value": owner.uid},
+    ]
 
 
 def _task_ports() -> list[dict[str, Any]]:

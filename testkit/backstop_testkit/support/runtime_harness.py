@@ -55,6 +55,8 @@ class LocalTopology:
                 PYTHONPATH=str(ROOT / "runtime"),
             )
             self.env[role.task] = env
+        self.root = store / owner.namespace / name / owner.uid
+        """The topology's part of the store (``TaskConfig.root`` of its tasks)."""
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         (store / "logs").mkdir(parents=True, exist_ok=True)
 
@@ -62,11 +64,14 @@ class LocalTopology:
     def tasks(self) -> tuple[str, ...]:
         return self.graph.tasks
 
-    def start(self, task: str) -> None:
-        log = (self.store / "logs" / f"{task}.log").open("ab")
-        self.procs[task] = subprocess.Popen(
+    def start(self, task: str, copy: str | None = None, **env: str) -> None:
+        """Start ``task``; with ``copy``, as another copy of it under that name (its own
+        process and log), its environment changed by ``env`` (``BACKSTOP_EPOCH``, say)."""
+        key = copy or task
+        log = (self.store / "logs" / f"{key}.log").open("ab")
+        self.procs[key] = subprocess.Popen(
             [sys.executable, "-m", "backstop_runtime"],
-            env=self.env[task],
+            env={**self.env[task], **env},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -94,7 +99,7 @@ class LocalTopology:
             del self.procs[task]
 
     def status(self, task: str) -> dict[str, Any]:
-        path = self.store / self.name / "tasks" / task / "status.json"
+        path = self.root / "tasks" / task / "status.json"
         try:
             doc = json.loads(path.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
@@ -105,6 +110,7 @@ class LocalTopology:
         return {t: p.returncode for t, p in self.procs.items() if p.poll() is not None}
 
     def log(self, task: str) -> str:
+        """The output of ``task`` (or of the copy of that name), restarts included."""
         return (self.store / "logs" / f"{task}.log").read_text(errors="replace")
 
     def wait(self, what: str, cond: Callable[[], bool], timeout: float = 60.0) -> None:
@@ -119,6 +125,6 @@ class LocalTopology:
 
     def metrics(self, task: str) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
-        for p in sorted((self.store / self.name / "metrics" / "tasks").glob(f"{task}.e*.jsonl")):
+        for p in sorted((self.root / "metrics" / "tasks").glob(f"{task}.e*.jsonl")):
             rows.extend(json.loads(line) for line in p.read_text().splitlines())
         return rows
