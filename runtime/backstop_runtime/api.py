@@ -115,6 +115,13 @@ class Source:
         """A bounded source has read everything (the stream ends)."""
         return False
 
+    def idle(self) -> bool:
+        """This task has no input to read now (it owns no split), so its
+        :meth:`watermark` says nothing about event time: the runtime then logs the lowest
+        watermark of the operator's other source tasks instead, so that an idle task does
+        not hold back the windows of the whole topology."""
+        return False
+
     def caught_up(self) -> bool:
         """Everything written to the input so far has been read (no backlog).
 

@@ -315,8 +315,18 @@ class BatchLog:
                             return doc
         raise ReplayGone(f"batch {r} of the source is not in its batch log any more")
 
-    def append(self, r: int, state: Any, wm: float, eos: bool, at: float | None = None) -> None:
+    def append(
+        self,
+        r: int,
+        state: Any,
+        wm: float,
+        eos: bool,
+        at: float | None = None,
+        idle: bool = False,
+    ) -> None:
         e = {"r": r, "state": state, "wm": wm, "eos": eos, "at": time.time() if at is None else at}
+        if idle:
+            e["idle"] = True  # the source owned no input: ``wm`` is its peers'
         if self.path is not None:
             with self.path.open("a") as f:
                 f.write(json.dumps(e, separators=(",", ":")) + "\n")
@@ -334,12 +344,16 @@ class SourceProcessor:
         log: BatchLog,
         counters: Counters,
         only: str | None = None,
+        peers: Callable[[], float | None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.source = source
         self.log = log
         self.counters = counters
         self.only = only
+        self.peers = peers
+        """The lowest watermark of the operator's other source tasks that read input
+        (``None`` if none does): what an idle source logs as its own."""
         self.part = Partitioner(cfg)
 
     def _split(
@@ -362,11 +376,21 @@ class SourceProcessor:
         recs = self.source.read(max_records)
         self.counters.tuples_in += len(recs)
         eos = self.source.at_end()
-        wm = INF if eos else self.source.watermark()
+        idle = not eos and self.source.idle()
+        wm = INF if eos else self._idle_watermark() if idle else self.source.watermark()
         caught_up = eos or paced or self.source.caught_up()
         at = time.time() if caught_up else behind_since
-        self.log.append(r, self.source.snapshot(), wm, eos, at)
+        self.log.append(r, self.source.snapshot(), wm, eos, at, idle)
         return self._split(r, recs, wm, eos, at)
+
+    def _idle_watermark(self) -> float:
+        """An idle source follows the other sources of its operator (the slowest one that
+        reads input), so it never holds back event time; with none, it keeps its own."""
+        theirs = self.peers() if self.peers is not None else None
+        if theirs is not None:
+            return theirs
+        last = self.log.entries.get(self.log.last)
+        return float(last["wm"]) if last is not None else -INF
 
     def step_replay(self, r: int) -> dict[str, Batch]:
         prev, cur = self.log.entry(r - 1), self.log.entry(r)

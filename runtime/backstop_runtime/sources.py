@@ -1,10 +1,18 @@
 """The replayable partitioned log source: JSONL segment files under ``config.path``.
 
-Source task ``i`` of ``n`` reads the files (sorted by path) whose position ``k`` has
-``k % n == i``; files that appear later join in that order. Its position is a byte offset
-per file, which is all a replay needs. Lines that are not JSON objects, or lack a field
-the config requires, or whose event time is not a number, are counted and kept aside in
-the task's dead-letter file with the reason, file and offset; they are never dropped.
+Each file (a split) belongs to exactly one source task, chosen by a hash of its path
+relative to ``config.path`` modulo the number of source tasks (:func:`owner`): every task
+computes the same owner without coordination, a file that appears or disappears moves no
+other file, and a new file is read once, by its owner, from its start. A task's position
+is the byte offset of every file it owns, which is all a replay needs and what its
+snapshot (the batch log entry) records, so a restart resumes exactly where it stopped. A
+file deleted after it was fully read leaves its owner's state and watermark; one deleted
+before that is read to its end through the handle still open on it, or, with no handle
+left (after a restart), kept aside as a dead letter with the offset this task had reached.
+
+Lines that are not JSON objects, or lack a field the config requires, or whose event time
+is not a number, are counted and kept aside in the task's dead-letter file with the
+reason, file and offset; they are never dropped.
 
 Config: ``path`` (required), ``bounded`` (stop at the end of the files, default false),
 ``timestampField`` (default ``ts``), ``keyField``, ``requiredFields`` (list),
@@ -13,8 +21,10 @@ Config: ``path`` (required), ``bounded`` (stop at the end of the files, default 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -23,6 +33,20 @@ from backstop_runtime.api import Context, Record, Source
 from backstop_runtime.config import ConfigError, require
 
 INF = float("inf")
+
+
+def owner(name: str, parallelism: int) -> int:
+    """The index of the source task that reads the file ``name`` (relative to
+    ``config.path``): a hash of the name alone, the same in every process, so it does not
+    depend on which other files exist (SHA-256 spreads similar names evenly).
+
+    >>> [owner(f"part-{k:02d}.jsonl", 2) for k in range(6)]
+    [1, 0, 0, 1, 1, 0]
+    >>> owner("part-01.jsonl", 1)
+    0
+    """
+    digest = hashlib.sha256(name.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % parallelism
 
 
 class JsonlSource(Source):
@@ -50,12 +74,37 @@ class JsonlSource(Source):
             raise ConfigError(f"config.path {self.root} is not a directory")
 
     def _files(self) -> list[str]:
-        names = sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*.jsonl"))
+        """The files this task owns and still reads, in name order: the listed ones it
+        owns (a new one starts at offset 0) and deleted ones it has not read to the end."""
         assert self.ctx is not None
-        mine = [n for k, n in enumerate(names) if k % self.ctx.parallelism == self.ctx.index]
-        for n in mine:
-            self.offsets.setdefault(n, 0)
-        return mine
+        listed = {str(p.relative_to(self.root)) for p in self.root.rglob("*.jsonl")}
+        for n in listed:
+            if n not in self.offsets and owner(n, self.ctx.parallelism) == self.ctx.index:
+                self.offsets[n] = 0
+        for n in [n for n in self.offsets if n not in listed]:
+            self._deleted(n)
+        return sorted(self.offsets)
+
+    def _deleted(self, name: str) -> None:
+        """``name`` was deleted: keep reading it through an open handle until its end,
+        then forget it. With no handle (a restart since) nobody can read on, so the offset
+        this task had reached is kept aside as a dead letter: any rest after it is lost."""
+        f = self.handles.get(name)
+        if f is not None and self.offsets[name] < os.fstat(f.fileno()).st_size:
+            return
+        if f is None:
+            assert self.ctx is not None
+            where = {"file": name, "offset": self.offsets[name]}
+            self.ctx.dead_letter("file deleted: nothing after this offset can be read", where)
+        else:
+            f.close()
+            del self.handles[name]
+        del self.offsets[name]
+        self.max_ts.pop(name, None)
+
+    def _size(self, name: str) -> int:
+        f = self.handles.get(name)
+        return os.fstat(f.fileno()).st_size if f is not None else (self.root / name).stat().st_size
 
     def _handle(self, name: str) -> BinaryIO:
         if name not in self.handles:
@@ -87,7 +136,7 @@ class JsonlSource(Source):
 
     def _final(self, name: str, line: bytes) -> bool:
         """In a bounded log an unterminated last line is complete."""
-        return self.bounded and self.offsets[name] + len(line) == (self.root / name).stat().st_size
+        return self.bounded and self.offsets[name] + len(line) == self._size(name)
 
     def _parse(self, name: str, offset: int, line: bytes) -> Record | None:
         text = line.decode("utf-8", errors="replace").rstrip("\n")
@@ -126,15 +175,14 @@ class JsonlSource(Source):
             return -INF
         return min(self.max_ts.get(n, -INF) for n in files) - self.max_delay
 
+    def idle(self) -> bool:
+        return not self.offsets
+
     def at_end(self) -> bool:
-        if not self.bounded:
-            return False
-        files = self._files()
-        return all(self.offsets[n] >= (self.root / n).stat().st_size for n in files)
+        return self.bounded and self.caught_up()
 
     def caught_up(self) -> bool:
-        files = self._files()
-        return all(self.offsets[n] >= (self.root / n).stat().st_size for n in files)
+        return all(self.offsets[n] >= self._size(n) for n in self._files())
 
     def snapshot(self) -> Any:
         return {"offsets": dict(self.offsets), "maxTs": dict(self.max_ts)}

@@ -56,21 +56,36 @@ def newest_at_or_before(rounds: list[int], bound: int) -> int:
     return max((r for r in rounds if r <= bound), default=0)
 
 
-def last_logged_round(path: Path) -> int:
-    """The round of the last complete line of a batch log (0 if none can be read)."""
+def last_logged_entry(path: Path) -> dict[str, Any] | None:
+    """The last complete entry of a batch log (``None`` if none can be read): read from
+    the end, a growing tail at a time, so a long log costs no more than its last line."""
     try:
         with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 4096))
-            tail = f.read()
+            size = f.seek(0, os.SEEK_END)
+            span = 4096
+            while True:
+                f.seek(max(0, size - span))
+                lines = f.read().split(b"\n")[:-1]  # the part after the last newline is cut
+                whole = lines if span >= size else lines[1:]  # so may the first one be
+                for line in reversed(whole):
+                    try:
+                        doc = json.loads(line)
+                        int(doc["r"])
+                    except (ValueError, KeyError, TypeError):
+                        continue
+                    if isinstance(doc, dict):
+                        return doc
+                if span >= size:
+                    return None
+                span *= 4
     except OSError:
-        return 0
-    for line in reversed(tail.split(b"\n")[:-1]):  # the part after the last newline is cut
-        try:
-            return int(json.loads(line)["r"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return 0
+        return None
+
+
+def last_logged_round(path: Path) -> int:
+    """The round of the last complete line of a batch log (0 if none can be read)."""
+    entry = last_logged_entry(path)
+    return int(entry["r"]) if entry is not None else 0
 
 
 def read_json(path: Path) -> Any:
@@ -279,6 +294,19 @@ class Store:
             if path.parent != self.dir:
                 best = max(best, last_logged_round(path))
         return best
+
+    def source_watermark(self, tasks: list[str]) -> float | None:
+        """The lowest watermark that the newest batch-log entries of the source tasks
+        ``tasks`` logged, idle ones left out (``None`` if every one is idle); a task that
+        has logged nothing yet counts as ``-inf``: it has not said how far it is."""
+        marks = []
+        for task in tasks:
+            entry = last_logged_entry(self.dir.parent / task / "batches.jsonl")
+            if entry is None:
+                marks.append(float("-inf"))
+            elif not entry.get("idle"):
+                marks.append(float(entry["wm"]))
+        return min(marks, default=None)
 
     # ---- status and dead letters --------------------------------------------------------
 

@@ -7,6 +7,7 @@ from the input (``runtime_data.expected_counts``), not with the runtime's own co
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import urllib.request
@@ -197,3 +198,40 @@ def test_sigterm_takes_a_final_checkpoint_that_the_next_copy_restores(
         topo.stop_all()
     lines = output_lines(tmp_path / "out")
     assert counts_of(lines) == dict(expected_counts(data)) and len(lines) == len(set(lines))
+
+
+def test_a_segment_that_appears_mid_stream_is_counted_once(tmp_path: Path) -> None:
+    """A fourth segment whose name sorts between two others appears while the stream
+    runs: each of its lines is counted once, and no other segment is read again (a file
+    that changed owner would be read twice, or hold back the windows of its old owner)."""
+    staging, inp = tmp_path / "staging", tmp_path / "input"
+    write_input(staging, files=4, per_file=1500)
+    inp.mkdir()
+    for k in (0, 2, 3):
+        os.replace(staging / f"part-{k:02d}.jsonl", inp / f"part-{k:02d}.jsonl")
+    # the new segment goes on where the others' event time ends: none of its lines is late
+    docs = [json.loads(line) for p in inp.glob("*.jsonl") for line in p.read_text().splitlines()]
+    end = max(d["ts"] for d in docs)
+    new = [json.loads(line) for line in (staging / "part-01.jsonl").read_text().splitlines()]
+    (staging / "part-01.jsonl").write_text(
+        "".join(json.dumps({**d, "ts": d["ts"] + end}) + "\n" for d in new)
+    )
+    topo = LocalTopology(
+        "wordcount",
+        wordcount_spec(inp, tmp_path / "out", rate=1000.0, batch=20),
+        tmp_path / "store",
+    )
+    topo.start_all()
+    try:
+        topo.wait("the stream to be under way", lambda: topo.status("sink-0").get("round", 0) >= 3)
+        assert not any(topo.status(f"source-{i}").get("eos") for i in (0, 1)), "too late"
+        os.replace(staging / "part-01.jsonl", inp / "part-01.jsonl")  # whole, at once
+        topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True)
+        assert topo.crashed() == {}
+    finally:
+        topo.stop_all()
+    lines = output_lines(tmp_path / "out")
+    expected = expected_counts(inp)
+    assert sum(expected[k] for k in expected if k[0] >= end // 10 * 10 + 10) > 0  # it counts
+    assert len(lines) == len(set(lines)) == len(expected)
+    assert counts_of(lines) == dict(expected)
