@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from backstop_runtime.api import Context, Operator, Record, Sink, Source
+from backstop_runtime.batchlog import BatchLog, ReplayGone
 from backstop_runtime.config import ConfigError, Fenced, TaskConfig, require
 from backstop_runtime.store import Store
 
@@ -253,85 +254,6 @@ class Processor:
         via = tuple(sorted({x for b in inputs for x in b.via}))  # a replay passes through
         wm = self.ctx.watermark
         return {t: Batch(r, recs, wm, eos, at, via) for t, recs in self.out.items()}
-
-
-class ReplayGone(Exception):
-    """A replay asked for a batch whose position is no longer logged (a protocol error:
-    the consumer asked for less than its published replay floor promised)."""
-
-
-class BatchLog:
-    """A source's mini-batch log: its read position and watermark after every batch.
-
-    Together with the replayable input it *is* the source's output buffer: batch ``r`` is
-    re-read as ``restore(position[r-1]); read(until=position[r])``. Memory keeps the
-    entries from the lowest replay floor of the consumers on (``Store.consumer_floor``);
-    an older entry is read back from the file, which keeps every entry.
-    """
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.entries: dict[int, dict[str, Any]] = {}
-        self._last = -1
-        if path is not None and path.exists():
-            with path.open() as f:
-                for line in f:
-                    if line.endswith("\n"):  # a line cut by a kill is not committed
-                        e = json.loads(line)
-                        self.entries[int(e["r"])] = e
-                        self._last = max(self._last, int(e["r"]))
-
-    @property
-    def last(self) -> int:
-        return self._last
-
-    @property
-    def eos_round(self) -> int | None:
-        """The round that ended a bounded stream, if it has ended."""
-        last = self.last
-        return last if last >= 0 and self.entries[last]["eos"] else None
-
-    def forget_before(self, r: int) -> None:
-        """Drop entries before round ``r`` from memory (the file keeps them).
-
-        A replay of round ``r`` needs entry ``r - 1``: to keep every round after a
-        consumer's floor ``f`` replayable, call this with ``f``, not ``f + 1``.
-        """
-        for old in [k for k in self.entries if k < r and k != self.last]:
-            del self.entries[old]
-
-    def entry(self, r: int) -> dict[str, Any]:
-        """Entry ``r``, from memory or else from the file; :class:`ReplayGone` if neither
-        has it (a log kept only in memory, or a round never logged)."""
-        e = self.entries.get(r)
-        if e is not None:
-            return e
-        if self.path is not None and self.path.exists():
-            with self.path.open() as f:
-                for line in f:
-                    if line.endswith("\n"):
-                        doc: dict[str, Any] = json.loads(line)
-                        if int(doc["r"]) == r:
-                            return doc
-        raise ReplayGone(f"batch {r} of the source is not in its batch log any more")
-
-    def append(
-        self,
-        r: int,
-        state: Any,
-        wm: float,
-        eos: bool,
-        at: float | None = None,
-        idle: bool = False,
-    ) -> None:
-        e = {"r": r, "state": state, "wm": wm, "eos": eos, "at": time.time() if at is None else at}
-        if idle:
-            e["idle"] = True  # the source owned no input: ``wm`` is its peers'
-        if self.path is not None:
-            with self.path.open("a") as f:
-                f.write(json.dumps(e, separators=(",", ":")) + "\n")
-        self.entries[r] = e
-        self._last = max(self._last, r)
 
 
 class SourceProcessor:

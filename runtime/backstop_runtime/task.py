@@ -525,8 +525,9 @@ class Task:
 
     async def _trim_loop(self) -> None:
         """Publish our replay floor, and trim what no consumer can ask for any more: each
-        backup buffer up to its consumer's floor, a source's in-memory batch log before
-        the lowest one (a replay of batch ``f + 1`` needs the log entry of ``f``). See
+        backup buffer up to its consumer's floor, a source's batch log (in memory and on
+        disk) before the lowest one (a replay of batch ``f + 1`` needs the log entry of
+        ``f``). See
         :meth:`Store.replay_floor` for why this is exactly what a replay may still need."""
         consumers = list(self.channels)
         while True:
