@@ -66,6 +66,7 @@ class JsonlSource(Source):
         self.offsets: dict[str, int] = {}
         self.max_ts: dict[str, float] = {}
         self.handles: dict[str, BinaryIO] = {}
+        self.gone: set[str] = set()  # deleted files still read through their handles
         self.ctx: Context | None = None
 
     def open(self, ctx: Context) -> None:
@@ -81,7 +82,8 @@ class JsonlSource(Source):
         for n in listed:
             if n not in self.offsets and owner(n, self.ctx.parallelism) == self.ctx.index:
                 self.offsets[n] = 0
-        for n in [n for n in self.offsets if n not in listed]:
+        self.gone = {n for n in self.offsets if n not in listed}
+        for n in sorted(self.gone):
             self._deleted(n)
         return sorted(self.offsets)
 
@@ -135,8 +137,9 @@ class JsonlSource(Source):
         return out
 
     def _final(self, name: str, line: bytes) -> bool:
-        """In a bounded log an unterminated last line is complete."""
-        return self.bounded and self.offsets[name] + len(line) == self._size(name)
+        """In a bounded log, or a deleted file, an unterminated last line is complete."""
+        done = self.bounded or name in self.gone
+        return done and self.offsets[name] + len(line) == self._size(name)
 
     def _parse(self, name: str, offset: int, line: bytes) -> Record | None:
         text = line.decode("utf-8", errors="replace").rstrip("\n")

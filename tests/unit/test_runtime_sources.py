@@ -105,6 +105,9 @@ def test_a_deleted_file_stops_holding_back_its_owners_watermark(tmp_path: Path) 
     write(tmp_path, "slow.jsonl", range(5))  # ts 0..4
     write(tmp_path, "fast.jsonl", range(100), t0=100.0)  # ts 100..199
     expected = ids_in(tmp_path)
+    with (tmp_path / "slow.jsonl").open("a") as f:
+        f.write(json.dumps({"id": "slow.jsonl:5", "ts": 5}))  # its writer stopped here
+    expected["slow.jsonl:5"] = 1
     only = src.tasks[0]
     first = only.read(4)  # two lines of each: "slow" is half read
     src.read.update(str(r.value["id"]) for r in first)
