@@ -239,3 +239,34 @@ def test_a_segment_that_appears_mid_stream_is_counted_once(tmp_path: Path) -> No
     assert sum(expected[k] for k in expected if k[0] >= end // 10 * 10 + 10) > 0  # it counts
     assert len(lines) == len(set(lines)) == len(expected)
     assert counts_of(lines) == dict(expected)
+
+
+def test_a_source_task_without_input_lets_the_windows_close(tmp_path: Path) -> None:
+    """Two source tasks, one segment, an endless stream: the task that owns no file is
+    idle and follows the other's watermark, so every window that ends by the segment's
+    last event time is written (an idle task at -inf would hold every window open)."""
+    assert owner("part-01.jsonl", 2) == 0  # sources.owner: task 1 gets nothing
+    write_input(tmp_path / "staging", files=2, per_file=1500)
+    inp = tmp_path / "input"
+    inp.mkdir()
+    os.replace(tmp_path / "staging" / "part-01.jsonl", inp / "part-01.jsonl")
+    end = max(json.loads(line)["ts"] for line in (inp / "part-01.jsonl").read_text().splitlines())
+    expected = {k: n for k, n in expected_counts(inp).items() if k[0] + 10 <= end}
+    assert len(expected) > 20
+    out = tmp_path / "out"
+    topo = LocalTopology(
+        "wordcount",
+        wordcount_spec(inp, out, rate=3000.0, batch=50, bounded=False),
+        tmp_path / "store",
+    )
+    topo.start_all()
+    try:
+        topo.wait(
+            "the closed windows", lambda: out.exists() and len(output_lines(out)) >= len(expected)
+        )
+        assert topo.crashed() == {}
+    finally:
+        topo.stop_all()
+    lines = output_lines(out)
+    assert len(lines) == len(set(lines)) == len(expected)
+    assert counts_of(lines) == expected

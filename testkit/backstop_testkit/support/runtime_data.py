@@ -67,7 +67,8 @@ def wordcount_spec(
     parallelism: int | None = None,
     **source: Any,
 ) -> StreamTopologySpec:
-    """``examples/wordcount.yaml`` on local folders, with a bounded, rate-limited source."""
+    """``examples/wordcount.yaml`` on local folders, with a bounded (unless ``source`` says
+    otherwise), rate-limited source."""
     spec = yaml.safe_load(WORDCOUNT.read_text())["spec"]
     spec.pop("store")
     for op in spec["operators"]:
@@ -75,11 +76,13 @@ def wordcount_spec(
             op["parallelism"] = parallelism
         if op["name"] == "source":
             op["config"].update(
-                path=str(inp),
-                bounded=True,
-                maxRecordsPerSecond=rate,
-                maxRecordsPerBatch=batch,
-                **source,
+                {
+                    "path": str(inp),
+                    "bounded": True,
+                    "maxRecordsPerSecond": rate,
+                    "maxRecordsPerBatch": batch,
+                    **source,  # may override the above (bounded=False: an endless stream)
+                }
             )
         if op["name"] == "sink":
             op["config"]["path"] = str(out)
