@@ -266,16 +266,15 @@ class SourceProcessor:
         log: BatchLog,
         counters: Counters,
         only: str | None = None,
-        peers: Callable[[], float | None] | None = None,
+        store: Store | None = None,
     ) -> None:
         self.cfg = cfg
         self.source = source
         self.log = log
         self.counters = counters
         self.only = only
-        self.peers = peers
-        """The lowest watermark of the operator's other source tasks that read input
-        (``None`` if none does): what an idle source logs as its own."""
+        self.store = store
+        """Where the operator's other source tasks log their watermarks (a live task)."""
         self.part = Partitioner(cfg)
 
     def _split(
@@ -308,7 +307,9 @@ class SourceProcessor:
     def _idle_watermark(self) -> float:
         """An idle source follows the other sources of its operator (the slowest one that
         reads input), so it never holds back event time; with none, it keeps its own."""
-        theirs = self.peers() if self.peers is not None else None
+        cfg = self.cfg
+        peers = [f"{cfg.operator}-{i}" for i in range(cfg.parallelism) if i != cfg.index]
+        theirs = self.store.source_watermark(peers) if self.store is not None else None
         if theirs is not None:
             return theirs
         last = self.log.entries.get(self.log.last)

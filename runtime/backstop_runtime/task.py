@@ -176,17 +176,8 @@ class Task:
                 # the previous copy had read its input up to then at the latest: what was
                 # written since is a backlog, and the lag counts from there
                 self.behind_since = float(last["at"])
-            peers = [
-                f"{self.cfg.operator}-{i}"
-                for i in range(self.cfg.parallelism)
-                if i != self.cfg.index
-            ]
             self.proc_src = SourceProcessor(
-                self.cfg,
-                self.source,
-                self.log,
-                self.counters,
-                peers=lambda: self.store.source_watermark(peers),
+                self.cfg, self.source, self.log, self.counters, store=self.store
             )
             return self._source_loop()
         before = self.session.before if self.session.recovering(self.cfg.task) else None

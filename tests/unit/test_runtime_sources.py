@@ -181,8 +181,7 @@ def source_task(store: Path, folder: Path, index: int, n: int) -> SourceProcesso
     src.open(Context(cfg.task, index, n, lambda r: None, lambda why, x: None))
     log = BatchLog(st.dir / "batches.jsonl")
     log.append(0, src.snapshot(), -INF, False)
-    peers = [f"source-{i}" for i in range(n) if i != index]
-    return SourceProcessor(cfg, src, log, Counters(), peers=lambda: st.source_watermark(peers))
+    return SourceProcessor(cfg, src, log, Counters(), store=st)
 
 
 def test_a_source_without_files_follows_the_others_watermark(tmp_path: Path) -> None:
