@@ -57,7 +57,8 @@ class TaskConfig:
     keeps_backup: bool
     role: str
     config: Mapping[str, Any]
-    store: Path
+    store: str
+    """``BACKSTOP_STORE``: ``s3://bucket/prefix`` or a directory (see :func:`store_location`)."""
     host: str
     port: int
     recovery_dir: Path | None
@@ -77,29 +78,34 @@ class TaskConfig:
         return not self.upstream
 
     @property
-    def root(self) -> Path:
-        """This topology's part of the store: ``<store>/<namespace>/<topology>/<uid>``.
+    def root(self) -> str:
+        """This topology's part of the store, a key prefix: ``<namespace>/<topology>/<uid>``.
 
         Keyed by namespace and uid, so two topologies of one name in two namespaces
         sharing a store, or a topology deleted and created again (a new uid), never read
         each other's checkpoints, epochs or peers. A task started by hand without
         ``BACKSTOP_TOPOLOGY_UID`` uses :data:`NO_UID` for the uid.
         """
-        return self.store / self.namespace / self.topology / (self.topology_uid or NO_UID)
+        return f"{self.namespace}/{self.topology}/{self.topology_uid or NO_UID}"
 
     @property
-    def task_dir(self) -> Path:
-        """This task's checkpoints, epochs and dead letters in the shared store."""
-        return self.root / "tasks" / self.task
+    def task_key(self) -> str:
+        """The key prefix of this task's checkpoints, epochs and logs (no trailing ``/``)."""
+        return self.task_key_of(self.task)
+
+    def task_key_of(self, task: str) -> str:
+        """The key prefix of ``task`` of this topology."""
+        return f"{self.root}/tasks/{task}"
 
     @property
-    def peers_dir(self) -> Path:
-        """The address registry: one ``<task>.json`` per task, newest epoch wins."""
-        return self.root / "peers"
+    def peers_key(self) -> str:
+        """The address registry: one ``<peers_key>/<task>.json`` per task."""
+        return f"{self.root}/peers"
 
     @property
-    def metrics_dir(self) -> Path:
-        return self.root / "metrics"
+    def metrics_key(self) -> str:
+        """The metrics rows: ``<metrics_key>/{tasks,nodes}/*.jsonl``."""
+        return f"{self.root}/metrics"
 
     def consumers(self) -> list[tuple[str, Downstream]]:
         """(task id, its operator's edge) for every task this task sends to.
@@ -165,6 +171,28 @@ def _component(env: Mapping[str, str], name: str, default: str) -> str:
     return value
 
 
+def store_location(env: Mapping[str, str]) -> str:
+    """``BACKSTOP_STORE``: ``s3://bucket/prefix`` or a directory path (default
+    :data:`DEFAULT_STORE`).
+
+    >>> store_location({"BACKSTOP_STORE": "s3://state/prod"})
+    's3://state/prod'
+    >>> store_location({"BACKSTOP_STORE": "s3:///x"})
+    Traceback (most recent call last):
+    ...
+    backstop_runtime.config.ConfigError: BACKSTOP_STORE='s3:///x' has no bucket (expected s3://bucket/prefix)
+    """
+    value = env.get("BACKSTOP_STORE") or DEFAULT_STORE
+    if value.startswith("s3://"):
+        if not value.removeprefix("s3://").partition("/")[0]:
+            raise ConfigError(
+                f"BACKSTOP_STORE={value!r} has no bucket (expected s3://bucket/prefix)"
+            )
+    elif "://" in value:
+        raise ConfigError(f"BACKSTOP_STORE={value!r}: use s3://bucket/prefix or a directory")
+    return value
+
+
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name)
     if raw in (None, ""):
@@ -221,11 +249,11 @@ def from_env(env: Mapping[str, str] | None = None) -> TaskConfig:
     ...     "BACKSTOP_OPERATOR": "count", "BACKSTOP_TASK_INDEX": "1",
     ...     "BACKSTOP_UPSTREAM_TASKS": "split-0,split-1", "BACKSTOP_STORE": "/s",
     ...     "BACKSTOP_CONFIG": '{"function": "m:C"}'})
-    >>> c.upstream, c.keeps_backup, c.config["function"], str(c.task_dir)
-    (('split-0', 'split-1'), False, 'm:C', '/s/default/wc/local/tasks/count-1')
-    >>> str(from_env({**c.extra, "BACKSTOP_NAMESPACE": "ns", "BACKSTOP_TOPOLOGY_UID": "u1",
-    ...     "BACKSTOP_CONFIG": "{}"}).root)
-    '/s/ns/wc/u1'
+    >>> c.upstream, c.keeps_backup, c.config["function"], c.store, c.task_key
+    (('split-0', 'split-1'), False, 'm:C', '/s', 'default/wc/local/tasks/count-1')
+    >>> from_env({**c.extra, "BACKSTOP_NAMESPACE": "ns", "BACKSTOP_TOPOLOGY_UID": "u1",
+    ...     "BACKSTOP_CONFIG": "{}"}).root
+    'ns/wc/u1'
     >>> try:
     ...     from_env({"BACKSTOP_TOPOLOGY": "wc"})
     ... except ConfigError as err:
@@ -253,7 +281,7 @@ def from_env(env: Mapping[str, str] | None = None) -> TaskConfig:
         keeps_backup=env.get("BACKSTOP_UPSTREAM_BACKUP", "false").lower() == "true",
         role=env.get("BACKSTOP_ROLE", "primary"),
         config=config,
-        store=Path(env.get("BACKSTOP_STORE") or DEFAULT_STORE),
+        store=store_location(env),
         host=env.get("BACKSTOP_POD_IP") or "127.0.0.1",
         port=_int(env, "BACKSTOP_PORT", default=DEFAULT_PORT),
         recovery_dir=Path(recovery) if recovery else None,

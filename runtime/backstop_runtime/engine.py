@@ -95,19 +95,35 @@ class Counters:
 
 
 class DeadLetters:
-    """Malformed input, counted and appended to ``dead-letters.jsonl`` (never dropped)."""
+    """Malformed input, counted and kept aside (never dropped) as JSON Lines objects
+    ``tasks/<task>/dead-letters/<epoch>-<seq>.jsonl``.
+
+    Rows gather in memory and :meth:`flush` stores them as one object; the task flushes
+    before each checkpoint, so the rows of the input a checkpoint covers are stored before
+    it, and rows lost with a crash are found again when the input after it is read again.
+    """
 
     def __init__(self, store: Store | None, counters: Counters, task: str) -> None:
-        self.path = store.dead_letter_path() if store is not None else None
+        self.store = store
         self.counters = counters
         self.task = task
+        self.rows: list[str] = []
+        self.seq = 0
 
     def __call__(self, reason: str, payload: Any) -> None:
         self.counters.dead_letters += 1
-        if self.path is None:  # a replay: the live task already kept these aside
+        if self.store is None:  # a replay: the live task already kept these aside
             return
-        with self.path.open("a") as f:
-            f.write(json.dumps({"task": self.task, "reason": reason, "payload": payload}) + "\n")
+        self.rows.append(json.dumps({"task": self.task, "reason": reason, "payload": payload}))
+
+    def flush(self) -> None:
+        """Store the rows gathered since the last flush as one object (none if none)."""
+        if self.store is None or not self.rows:
+            return
+        self.seq += 1
+        key = f"{self.store.key}/dead-letters/{self.store.epoch}-{self.seq:08d}.jsonl"
+        self.store.blobs.put(key, "".join(r + "\n" for r in self.rows).encode())
+        self.rows = []
 
 
 class SinkWriter:

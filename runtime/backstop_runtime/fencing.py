@@ -25,13 +25,13 @@ reaches the API server again.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import uuid
 from pathlib import Path
 
 from backstop_runtime import tasksets
+from backstop_runtime.blobs import Blobs
 
 
 def published_epoch(doc: object, task: str) -> int:
@@ -92,43 +92,27 @@ class OperatorFence:
         return newer if newer > self.own else None
 
 
-def claim_rank(path: Path) -> int:
+def claim_rank(blobs: Blobs, key: str) -> int:
     """The operator epoch a store epoch claim was made with (0: none recorded, or gone).
 
     A claim is written whole before it appears (:func:`create_claim`), so an unreadable
-    one is a file of a runtime that recorded no rank: it ranks 0.
+    one is an object of a runtime that recorded no rank: it ranks 0.
     """
     try:
-        doc = json.loads(path.read_text() or "{}")
-    except (OSError, ValueError):
+        doc = json.loads(blobs.get(key) or b"{}")
+    except ValueError:
         return 0
     rank = doc.get("operatorEpoch") if isinstance(doc, dict) else None
     return rank if isinstance(rank, int) and not isinstance(rank, bool) else 0
 
 
-def create_claim(path: Path, rank: int) -> bool:
-    """Create the claim ``path`` recording ``rank``, unless it exists (then ``False``).
+def create_claim(blobs: Blobs, key: str, rank: int) -> bool:
+    """Create the claim ``key`` recording ``rank``, unless it exists (then ``False``).
 
-    The content is written to a file of a unique name first and hard-linked into place,
-    which fails if the claim exists: a reader never sees a claim without its rank. A
-    store without hard links gets an exclusive create and a write.
+    :meth:`Blobs.create <backstop_runtime.blobs.Blobs.create>` writes it whole and only if
+    absent, so a reader never sees a claim without its rank, and of two copies racing for
+    one epoch exactly one gets it. The claim holds a token of this call's own, so a
+    retried conditional write tells its own claim from an equal one of another copy.
     """
-    body = json.dumps({"operatorEpoch": rank})
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(body)
-    try:
-        os.link(tmp, path)
-        return True
-    except FileExistsError:
-        return False
-    except OSError:  # no hard links on this file system
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as f:
-            f.write(body)
-        return True
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    body = json.dumps({"operatorEpoch": rank, "token": uuid.uuid4().hex})
+    return blobs.create(key, body.encode())

@@ -9,6 +9,13 @@ operator published a higher epoch for it or a higher one claimed the store, but 
 fenced by a copy of the same operator epoch (two pods of one task sharing the store)
 would claim again and fence that copy back. The operator deletes the fenced pod once it
 can reach its node; until then it is an idle process that holds no store epoch.
+
+A store that stays unreachable for longer than its deadline
+(:class:`~backstop_runtime.blobs.StoreUnavailable`, ``BACKSTOP_S3_DEADLINE``) ends the
+task with one line and exit code 4: it has sent nothing its store does not hold, and the
+kubelet's restart recovers it from its checkpoint once the store answers again. A store
+that refuses the task for good (:class:`~backstop_runtime.blobs.StoreError`: no such
+bucket, wrong credentials) ends it the same way.
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ import sys
 from typing import Any
 
 from backstop_runtime import httpmetrics
+from backstop_runtime.blobs import StoreError
 from backstop_runtime.config import ConfigError, Fenced, from_env
 
 EXIT_CONFIG = 2
 EXIT_FENCED = 3
+EXIT_STORE = 4
 
 
 def _dump_tasks(loop: asyncio.AbstractEventLoop) -> None:
@@ -90,11 +99,17 @@ def main() -> int:
     except ConfigError as err:
         log.error("configuration error: %s", err)
         return EXIT_CONFIG
+    except StoreError as err:
+        log.error("store error: %s", err)
+        return EXIT_STORE
     try:
         asyncio.run(_run(task))
     except ConfigError as err:
         log.error("configuration error: %s", err)
         return EXIT_CONFIG
+    except StoreError as err:
+        log.error("store error: %s", err)
+        return EXIT_STORE
     except Fenced:  # logged, and stood by until stopped, by _run
         return EXIT_FENCED
     return 0

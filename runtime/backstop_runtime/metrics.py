@@ -1,9 +1,11 @@
 """Per-task metrics, one JSON line per interval, in the rows ``backstop reoptimize`` reads.
 
-Rows go to ``<root>/metrics/tasks/<task>.e<epoch>.jsonl`` (the columns of
+Each interval's row is an object of its own (a store has no append), in JSON Lines:
+``<root>/metrics/tasks/<task>.e<epoch>.<seq>.jsonl`` (the columns of
 ``backstop.domain.estimates.TASK_COLUMNS`` plus the runtime's own) and, for the node the task
-runs on, ``metrics/nodes/<task>.e<epoch>.jsonl``; ``backstop reoptimize --metrics
-<root>/metrics`` reads both folders. ``<root>`` is ``<store>/<namespace>/<topology>/<uid>``
+runs on, ``metrics/nodes/<task>.e<epoch>.<seq>.jsonl``; ``backstop reoptimize --metrics
+<root>/metrics`` reads both folders (a directory store holds them as files).
+``<root>`` is ``<namespace>/<topology>/<uid>`` in the store
 (:attr:`backstop_runtime.config.TaskConfig.root`). ``failures`` is 1 in the first interval
 of a copy that replaced a failed one (epoch > 1), so failure rates come from real restarts.
 """
@@ -11,13 +13,12 @@ of a copy that replaced a failed one (epoch > 1), so failure rates come from rea
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
+from backstop_runtime.blobs import Blobs
 from backstop_runtime.engine import Counters
 
 
@@ -48,9 +49,12 @@ def rfc3339(t: float) -> str:
 
 
 class MetricsWriter:
+    """Writes a row per :meth:`write` under the key prefix ``root`` of ``blobs``."""
+
     def __init__(
         self,
-        root: Path,
+        blobs: Blobs,
+        root: str,
         topology: str,
         task: str,
         node: str,
@@ -59,10 +63,10 @@ class MetricsWriter:
         counters: Counters,
         metrics: Metrics,
     ) -> None:
-        (root / "tasks").mkdir(parents=True, exist_ok=True)
-        (root / "nodes").mkdir(parents=True, exist_ok=True)
-        self.task_path = root / "tasks" / f"{task}.e{epoch}.jsonl"
-        self.node_path = root / "nodes" / f"{task}.e{epoch}.jsonl"
+        self.blobs = blobs
+        self.task_key = f"{root}/tasks/{task}.e{epoch}"
+        self.node_key = f"{root}/nodes/{task}.e{epoch}"
+        self.seq = 0
         self.topology, self.task, self.node, self.epoch = topology, task, node, epoch
         self.interval = checkpoint_interval
         self.counters, self.metrics = counters, metrics
@@ -107,13 +111,12 @@ class MetricsWriter:
 
     def write(self) -> dict[str, Any]:
         row = self.row()
-        _append(self.task_path, row)
-        _append(self.node_path, {"node": self.node, "timestamp": row["timestamp"], "failures": 0})
+        self.seq += 1
+        node = {"node": self.node, "timestamp": row["timestamp"], "failures": 0}
+        self.blobs.put(f"{self.task_key}.{self.seq:06d}.jsonl", _line(row))
+        self.blobs.put(f"{self.node_key}.{self.seq:06d}.jsonl", _line(node))
         return row
 
 
-def _append(path: Path, row: dict[str, Any]) -> None:
-    with path.open("a") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+def _line(row: dict[str, Any]) -> bytes:
+    return (json.dumps(row) + "\n").encode()

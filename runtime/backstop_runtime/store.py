@@ -1,22 +1,29 @@
 """The shared store: checkpoints, epochs (fencing), the peer registry, source batch logs.
 
-The store is a directory every task can read and write (a host directory shared by all
-nodes locally, a ReadWriteMany volume on a cluster). Files are written whole and renamed
-into place, so a reader never sees half a checkpoint and a task killed mid-write leaves
-the previous one intact. Layout under ``<store>/<namespace>/<topology>/<uid>/``
+The store is a blob store every task reaches (:mod:`backstop_runtime.blobs`): a bucket of
+an object store (``BACKSTOP_STORE=s3://bucket/prefix``) or a directory shared by all nodes
+(a host directory locally, a ReadWriteMany volume on a cluster). Objects are written whole,
+so a reader never sees half a checkpoint and a task killed mid-write leaves the previous
+one intact. Keys under ``<namespace>/<topology>/<uid>/``
 (:attr:`TaskConfig.root <backstop_runtime.config.TaskConfig.root>`: the StreamTopology's
 namespace and ``metadata.uid``, so topologies of one name in two namespaces, or a topology
 deleted and created again, never share state)::
 
     peers/<task>.json              {"host", "port", "epoch"}: where the task listens now
-    tasks/<task>/epochs/<n>        one file per start of the task; the highest n is current;
-                                   {"operatorEpoch"}: the BACKSTOP_EPOCH it was claimed with
+    tasks/<task>/epochs/<n>        one object per start of the task; the highest n is
+                                   current; {"operatorEpoch", "token"}: the BACKSTOP_EPOCH
+                                   it was claimed with, and the claiming copy's own token
     tasks/<task>/ckpt/<round>.json the task's state after mini-batch <round>
-    tasks/<task>/batches.jsonl     a source's mini-batch log: its read position per batch
-    tasks/<task>/dead-letters.jsonl malformed input, kept aside with the reason
+    tasks/<task>/batches/<round>   a source's mini-batch log: its read position per batch
+    tasks/<task>/dead-letters/<epoch>-<seq>.jsonl  malformed input, kept aside with the reason
     tasks/<task>/status.json       round, epoch and whether the stream ended
     tasks/<task>/floor.json        {"round"}: the task never asks for a batch <= round again
     metrics/{tasks,nodes}/*.jsonl  rows for ``backstop reoptimize``
+
+An operation on an object store that cannot reach it retries until its deadline
+(``BACKSTOP_S3_DEADLINE``), then raises
+:class:`~backstop_runtime.blobs.StoreUnavailable`; the task stops there, with nothing sent
+that its store does not hold, and the process exits (see :mod:`backstop_runtime.main`).
 """
 
 from __future__ import annotations
@@ -24,31 +31,28 @@ from __future__ import annotations
 import json
 import logging
 import os
-import uuid
-from pathlib import Path
+import time
 from typing import Any
 
+from backstop_runtime.batchlog import last_logged_entry
+from backstop_runtime.blobs import Blobs, DirBlobs, open_blobs
 from backstop_runtime.config import ConfigError, Fenced, TaskConfig
 from backstop_runtime.fencing import OperatorFence, claim_rank, create_claim
 
 log = logging.getLogger("backstop_runtime.store")
 
+SOURCES_REFRESH = 5.0
+"""Seconds :meth:`Store.leading_source_round` keeps the list of the other sources."""
 
-def write_json(path: Path, obj: Any, *, sync: bool = False) -> None:
-    """Write ``obj`` to ``path`` atomically (a temporary file renamed into place).
 
-    The temporary name is unique per write (a random suffix, not the process id: the
-    task is PID 1 in every container, so two copies of one task would share a pid-named
-    file and each could rename the other's half-written one into place).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with tmp.open("w") as f:
-        json.dump(obj, f, separators=(",", ":"))
-        if sync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+def dump(obj: Any) -> bytes:
+    """``obj`` as compact JSON bytes."""
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def load(data: bytes | None) -> Any:
+    """The JSON document ``data`` (``None`` if absent); :class:`ValueError` if torn."""
+    return None if data is None else json.loads(data)
 
 
 def newest_at_or_before(rounds: list[int], bound: int) -> int:
@@ -56,64 +60,60 @@ def newest_at_or_before(rounds: list[int], bound: int) -> int:
     return max((r for r in rounds if r <= bound), default=0)
 
 
-def last_logged_entry(path: Path) -> dict[str, Any] | None:
-    """The last complete entry of a batch log (``None`` if none can be read): read from
-    the end, a growing tail at a time, so a long log costs no more than its last line."""
+def _rounds(keys: list[str], suffix: str = "") -> list[int]:
+    names = (k.rpartition("/")[2].removesuffix(suffix) for k in keys)
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def _writable(blobs: Blobs, cfg: TaskConfig) -> None:
+    """Refuse, with one line naming ``BACKSTOP_STORE``, a store directory this task
+    cannot create (a volume the task's user cannot write, say)."""
+    if not isinstance(blobs, DirBlobs):
+        return
+    path = blobs.root / cfg.task_key
     try:
-        with path.open("rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            span = 4096
-            while True:
-                f.seek(max(0, size - span))
-                lines = f.read().split(b"\n")[:-1]  # the part after the last newline is cut
-                whole = lines if span >= size else lines[1:]  # so may the first one be
-                for line in reversed(whole):
-                    try:
-                        doc = json.loads(line)
-                        int(doc["r"])
-                    except (ValueError, KeyError, TypeError):
-                        continue
-                    if isinstance(doc, dict):
-                        return doc
-                if span >= size:
-                    return None
-                span *= 4
-    except OSError:
-        return None
-
-
-def last_logged_round(path: Path) -> int:
-    """The round of the last complete line of a batch log (0 if none can be read)."""
-    entry = last_logged_entry(path)
-    return int(entry["r"]) if entry is not None else 0
-
-
-def read_json(path: Path) -> Any:
-    with path.open() as f:
-        return json.load(f)
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            f"BACKSTOP_STORE={cfg.store}: cannot create {path} ({err.strerror}); the "
+            f"store must be a shared directory writable by uid {os.getuid()}"
+        ) from None
 
 
 class Store:
-    """One task's view of the shared store."""
+    """One task's view of the shared store.
 
-    def __init__(self, cfg: TaskConfig) -> None:
+    ``blobs`` is the store itself, opened once per task: the sink and the sources may
+    keep their own objects in it too.
+    """
+
+    def __init__(self, cfg: TaskConfig, blobs: Blobs | None = None) -> None:
         self.cfg = cfg
-        self.dir = cfg.task_dir
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as err:  # a store volume the task's user cannot write, say
-            raise ConfigError(
-                f"BACKSTOP_STORE={cfg.store}: cannot create {self.dir} ({err.strerror}); the "
-                f"store must be a shared directory writable by uid {os.getuid()}"
-            ) from None
+        self.blobs = open_blobs(cfg.store) if blobs is None else blobs
+        self.key = cfg.task_key
+        _writable(self.blobs, cfg)
         self.epoch = 0
+        self._sources: tuple[float, list[str]] | None = None
         self.operator_fence = OperatorFence(cfg.recovery_dir, cfg.task, cfg.epoch)
+
+    def _task(self, task: str | None) -> str:
+        return self.key if task is None else self.cfg.task_key_of(task)
+
+    def get_json(self, key: str) -> Any:
+        """The JSON document at ``key`` (``None`` if absent or unreadable)."""
+        try:
+            return load(self.blobs.get(key))
+        except ValueError:
+            return None
+
+    def put_json(self, key: str, obj: Any) -> None:
+        self.blobs.put(key, dump(obj))
 
     # ---- epochs and fencing ---------------------------------------------------------
 
     def claim_epoch(self) -> int:
-        """Take the next epoch of this task: a file created exclusively, so two copies
-        starting at once still get different numbers and the later one wins.
+        """Take the next epoch of this task: an object created only if absent, so two
+        copies starting at once still get different numbers and the later one wins.
 
         It checks first: a copy the operator superseded, or one outranked by a claim made
         with a higher operator epoch, raises :class:`Fenced` without claiming (see
@@ -121,29 +121,31 @@ class Store:
         a higher rank made while it claimed.
         """
         self._check_operator_fence()
-        epochs = self.dir / "epochs"
-        epochs.mkdir(exist_ok=True)
         self._check_outranked(self.claims())
         n = self.latest_epoch() + 1
-        while not create_claim(epochs / str(n), self.cfg.epoch):
+        while not create_claim(self.blobs, self._epoch_key(n), self.cfg.epoch):
             n += 1
         self.epoch = n
         self._check_outranked(self.claims())
         return n
 
+    def _epoch_key(self, n: int) -> str:
+        return f"{self.key}/epochs/{n}"
+
     def claims(self) -> list[int]:
         """The store epochs claimed so far, in order."""
-        epochs = self.dir / "epochs"
-        if not epochs.is_dir():
-            return []
-        return sorted(int(p.name) for p in epochs.iterdir() if p.name.isdigit())
+        return _rounds(self.blobs.list(f"{self.key}/epochs/"))
 
     def latest_epoch(self) -> int:
         return max(self.claims(), default=0)
 
+    def claim_rank(self, n: int) -> int:
+        """The operator epoch store epoch ``n`` was claimed with (0 if none)."""
+        return claim_rank(self.blobs, self._epoch_key(n))
+
     def _check_outranked(self, claims: list[int]) -> None:
         for n in claims:
-            rank = claim_rank(self.dir / "epochs" / str(n))
+            rank = self.claim_rank(n)
             if rank > self.cfg.epoch:
                 raise Fenced(
                     f"{self.cfg.task}: BACKSTOP_EPOCH={self.cfg.epoch} is outranked by store "
@@ -161,10 +163,11 @@ class Store:
     def check_fence(self) -> None:
         """Raise :class:`Fenced` if a newer copy of this task has started: one that claimed
         a later store epoch with an operator epoch at least ours (a lower one fences
-        itself), or one the operator published a higher epoch for."""
+        itself), or one the operator published a higher epoch for. One ``exists`` of
+        the next epoch's key while no newer copy has claimed."""
         n = self.epoch + 1
-        while (self.dir / "epochs" / str(n)).exists():
-            if claim_rank(self.dir / "epochs" / str(n)) >= self.cfg.epoch:
+        while self.blobs.exists(self._epoch_key(n)):
+            if self.claim_rank(n) >= self.cfg.epoch:
                 raise Fenced(f"{self.cfg.task}: epoch {self.epoch} superseded by a newer copy")
             n += 1
         self._check_operator_fence()
@@ -174,48 +177,41 @@ class Store:
     def publish_address(self, host: str, port: int) -> None:
         """Tell consumers and producers where this copy listens (after :meth:`claim_epoch`)."""
         self.check_fence()
-        write_json(
-            self.cfg.peers_dir / f"{self.cfg.task}.json",
-            {"host": host, "port": port, "epoch": self.epoch},
-        )
+        doc = {"host": host, "port": port, "epoch": self.epoch}
+        self.put_json(f"{self.cfg.peers_key}/{self.cfg.task}.json", doc)
 
     def peer(self, task: str) -> dict[str, Any] | None:
         """The registered address of ``task`` (``None`` until it has started once)."""
-        try:
-            doc = read_json(self.cfg.peers_dir / f"{task}.json")
-        except (OSError, ValueError):  # not there yet, or torn (JSON, UTF-8)
-            return None
+        doc = self.get_json(f"{self.cfg.peers_key}/{task}.json")
         return doc if isinstance(doc, dict) else None
 
     # ---- checkpoints --------------------------------------------------------------------
+
+    def _ckpt_key(self, round_: int, task: str | None = None) -> str:
+        return f"{self._task(task)}/ckpt/{round_:012d}.json"
 
     def save_checkpoint(self, round_: int, state: dict[str, Any], consumers: list[str]) -> None:
         """Write the checkpoint of ``round_``, then delete those no replay can restore
         any more: the ones before our replay floor (see :meth:`replay_floor`)."""
         self.check_fence()
-        ckpt = self.dir / "ckpt"
-        write_json(ckpt / f"{round_:012d}.json", {**state, "round": round_}, sync=True)
+        self.put_json(self._ckpt_key(round_), {**state, "round": round_})
         floor = self.replay_floor(consumers)
         for old in self.checkpoint_rounds():
             if old < floor:
-                (ckpt / f"{old:012d}.json").unlink(missing_ok=True)
+                self.blobs.delete(self._ckpt_key(old))
 
     def checkpoint_rounds(self, task: str | None = None) -> list[int]:
         """Checkpointed rounds of this task (or of ``task``)."""
-        base = self.dir if task is None else self.dir.parent / task
-        ckpt = base / "ckpt"
-        if not ckpt.is_dir():
-            return []
-        return sorted(int(p.stem) for p in ckpt.glob("*.json") if p.stem.isdigit())
+        return _rounds(self.blobs.list(f"{self._task(task)}/ckpt/"), ".json")
 
     # ---- replay floors: what may still be asked for ------------------------------------
 
     def published_floor(self, task: str) -> int:
         """The floor ``task`` published; 0 while it has published none (not started yet)."""
+        doc = self.get_json(f"{self._task(task)}/floor.json")
         try:
-            doc = read_json(self.dir.parent / task / "floor.json")
             return int(doc["round"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             return 0
 
     def consumer_floor(self, consumers: list[str]) -> int:
@@ -232,7 +228,7 @@ class Store:
         floor of our consumers (a sink: its newest checkpoint), and every checkpoint from
         it on must be kept. A consumer that has not published a floor counts as 0, so a
         task that has not started yet keeps everything it will need. Floors only grow, and
-        a stale (lower) one read from a file only keeps more.
+        a stale (lower) one read from the store only keeps more.
 
         Examples
         --------
@@ -246,7 +242,7 @@ class Store:
         return newest_at_or_before(rounds, bound)
 
     def publish_floor(self, floor: int) -> None:
-        write_json(self.dir / "floor.json", {"round": floor})
+        self.put_json(f"{self.key}/floor.json", {"round": floor})
 
     def load_checkpoint(
         self, at_most: int | None = None, taken_before: float | None = None
@@ -262,17 +258,15 @@ class Store:
         oldest = None
         for r in reversed(self.checkpoint_rounds()):
             if at_most is None or r <= at_most:
-                path = self.dir / "ckpt" / f"{r:012d}.json"
+                key = self._ckpt_key(r)
                 try:
-                    doc = read_json(path)
-                except FileNotFoundError:  # trimmed meanwhile by the live task
-                    continue
-                except (OSError, ValueError) as err:  # torn: JSONDecodeError, UnicodeError
+                    doc = load(self.blobs.get(key))
+                except ValueError as err:  # torn: JSONDecodeError, UnicodeError
                     log.warning(
-                        "%s: skipping unreadable checkpoint %s (%s)", self.cfg.task, path, err
+                        "%s: skipping unreadable checkpoint %s (%s)", self.cfg.task, key, err
                     )
                     continue
-                if not isinstance(doc, dict):
+                if not isinstance(doc, dict):  # None: trimmed meanwhile by the live task
                     continue
                 if taken_before is None or float(doc.get("at", 0.0)) <= taken_before:
                     return doc
@@ -290,10 +284,30 @@ class Store:
         rounds while it is behind.
         """
         best = 0
-        for path in self.dir.parent.glob("*/batches.jsonl"):
-            if path.parent != self.dir:
-                best = max(best, last_logged_round(path))
+        for task in self._other_sources():
+            entry = last_logged_entry(self.blobs, self.batches_key(task))
+            best = max(best, int(entry["r"]) if entry is not None else 0)
         return best
+
+    def _other_sources(self) -> list[str]:
+        """The other tasks of the topology that keep a batch log, found by listing the
+        topology's tasks at most every :data:`SOURCES_REFRESH` seconds (a listing of
+        every task's objects is too dear for every round)."""
+        now = time.monotonic()
+        if self._sources is None or now - self._sources[0] > SOURCES_REFRESH:
+            prefix = f"{self.cfg.root}/tasks/"
+            found = {
+                k[len(prefix) :].partition("/")[0]
+                for k in self.blobs.list(prefix)
+                if "/batches/" in k
+            }
+            found.discard(self.cfg.task)
+            self._sources = (now, sorted(found))
+        return self._sources[1]
+
+    def batches_key(self, task: str | None = None) -> str:
+        """The key prefix of the batch log of this task (or of ``task``)."""
+        return f"{self._task(task)}/batches"
 
     def source_watermark(self, tasks: list[str]) -> float | None:
         """The lowest watermark that the newest batch-log entries of the source tasks
@@ -301,17 +315,16 @@ class Store:
         has logged nothing yet counts as ``-inf``: it has not said how far it is."""
         marks = []
         for task in tasks:
-            entry = last_logged_entry(self.dir.parent / task / "batches.jsonl")
+            entry = last_logged_entry(self.blobs, self.batches_key(task))
             if entry is None:
                 marks.append(float("-inf"))
             elif not entry.get("idle"):
                 marks.append(float(entry["wm"]))
         return min(marks, default=None)
 
-    # ---- status and dead letters --------------------------------------------------------
+    # ---- status ---------------------------------------------------------------------
 
     def write_status(self, **fields: Any) -> None:
-        write_json(self.dir / "status.json", {"task": self.cfg.task, "epoch": self.epoch, **fields})
-
-    def dead_letter_path(self) -> Path:
-        return self.dir / "dead-letters.jsonl"
+        self.put_json(
+            f"{self.key}/status.json", {"task": self.cfg.task, "epoch": self.epoch, **fields}
+        )

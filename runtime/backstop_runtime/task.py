@@ -76,7 +76,7 @@ class Task:
         self.period = max(1, round(cfg.checkpoint_interval / cfg.batch_interval))
         self.catch_up_lag = float(os.environ.get("BACKSTOP_CAUGHT_UP_LAG", "0.5"))
         self.channels = {c: OutChannel(c, self.cap) for c, _ in cfg.consumers()}
-        self.log = BatchLog(self.store.dir / "batches.jsonl" if cfg.is_source else None)
+        self.log = BatchLog(self.store.blobs if cfg.is_source else None, self.store.batches_key())
         self.logged_cond = asyncio.Condition()
         self.dead = DeadLetters(self.store, self.counters, cfg.task)
         # validate the user's class now: a config error must fail the start, not a replay
@@ -121,7 +121,8 @@ class Task:
         )
         node = os.environ.get("BACKSTOP_NODE_NAME") or "localhost"
         writer = MetricsWriter(
-            self.cfg.metrics_dir,
+            self.store.blobs,
+            self.cfg.metrics_key,
             self.cfg.topology,
             self.cfg.task,
             node,
@@ -211,6 +212,7 @@ class Task:
             outs = self.proc_src.step_live(
                 r, self.max_records, self.behind_since, paced=self.rate > 0
             )
+            self.dead.flush()  # the rows of the batch just logged, which no restart reads again
             self.behind_since = float(self.log.entries[r]["at"])
             async with self.logged_cond:
                 self.logged_cond.notify_all()
@@ -331,6 +333,7 @@ class Task:
         if self.sink is not None:
             state["sink"] = self.sink.offset()
         state.update(epoch=self.epoch, at=time.time())  # ``at``: for checkpoint.before
+        self.dead.flush()
         self.store.save_checkpoint(r, state, list(self.channels))
         self.metrics.checkpoint_seconds += time.monotonic() - t0
         self.metrics.checkpoints += 1

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from backstop_runtime.blobs import DirBlobs
 from backstop_runtime.config import Fenced, TaskConfig, from_env
 from backstop_runtime.fencing import claim_rank, create_claim
 from backstop_runtime.store import Store
@@ -40,10 +41,13 @@ def publish(recovery: Path, epoch: int) -> None:
 def test_a_claim_records_the_operator_epoch_it_was_made_with(tmp_path: Path) -> None:
     s = Store(sink_config(tmp_path, epoch=4))
     n = s.claim_epoch()
-    assert claim_rank(s.dir / "epochs" / str(n)) == 4
-    assert not create_claim(s.dir / "epochs" / str(n), 9), "a claim is exclusive"
-    assert claim_rank(s.dir / "epochs" / str(n)) == 4
-    assert [p.name for p in (s.dir / "epochs").iterdir()] == [str(n)], "no temporary left"
+    key = f"{s.key}/epochs/{n}"
+    assert claim_rank(s.blobs, key) == 4
+    assert not create_claim(s.blobs, key, 9), "a claim is exclusive"
+    assert claim_rank(s.blobs, key) == 4
+    assert isinstance(s.blobs, DirBlobs)
+    epochs = s.blobs.path(key).parent
+    assert [p.name for p in epochs.iterdir()] == [str(n)], "no temporary left"
 
 
 def test_a_restarted_superseded_copy_with_a_stale_session_does_not_claim(tmp_path: Path) -> None:
@@ -76,7 +80,7 @@ def test_a_later_claim_of_a_lower_rank_fences_nobody(tmp_path: Path) -> None:
     store epoch. It finds itself outranked right after claiming; the other runs on."""
     b = Store(sink_config(tmp_path, epoch=2))
     b.claim_epoch()
-    assert create_claim(b.dir / "epochs" / str(b.epoch + 1), 1)  # the racing old copy's
+    assert create_claim(b.blobs, f"{b.key}/epochs/{b.epoch + 1}", 1)  # the racing old copy's
     b.check_fence()
     same_rank = Store(sink_config(tmp_path, epoch=2))
     same_rank.claim_epoch()  # a restart of the same operator epoch: the later copy wins

@@ -136,8 +136,8 @@ def test_malformed_lines_are_kept_aside_and_the_rest_is_exact(tmp_path: Path) ->
         for word in "".join(c if c.isalpha() else " " for c in doc["text"].lower()).split():
             expected[(int(doc["ts"] // 10) * 10, word)] += 1
     assert counts_of(output_lines(tmp_path / "out")) == dict(expected)
-    kept = topo.root / "tasks" / "source-0" / "dead-letters.jsonl"
-    letters = [json.loads(x) for x in kept.read_text().splitlines()]
+    kept = topo.objects("tasks/source-0/dead-letters/")
+    letters = [json.loads(x) for data in kept for x in data.decode().splitlines()]
     assert [
         (d["payload"]["line"], d["reason"][: len(r)])
         for d, (_, r) in zip(letters, MALFORMED, strict=True)

@@ -1,8 +1,8 @@
-"""The source's batch log on disk: synced before a batch leaves, compacted below the floor.
+"""The source's batch log in the store: stored before a batch leaves, compacted below the floor.
 
 A consumer that holds batch ``r`` may ask for it again after the source crashed, so the
-log entry of ``r`` must be on disk before the batch is sent; and a replay never asks for a
-batch at or before the consumers' floor, so the file keeps nothing older (a restart reads
+log entry of ``r`` must be stored before the batch is sent; and a replay never asks for a
+batch at or before the consumers' floor, so the store keeps nothing older (a restart reads
 only what it keeps). These tests drive a real ``JsonlSource`` through its log, and the
 live source loop of a ``Task`` with the network replaced by a recorder.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ from typing import Any
 import pytest
 
 from backstop_runtime.api import Context
+from backstop_runtime.batchlog import logged_rounds
+from backstop_runtime.blobs import Blobs, DirBlobs
 from backstop_runtime.config import from_env
 from backstop_runtime.engine import Batch, BatchLog, Counters, SourceProcessor
 from backstop_runtime.sources import JsonlSource
@@ -68,36 +69,40 @@ def processor(tmp_path: Path, log: BatchLog, restore: bool = False) -> SourcePro
     return SourceProcessor(cfg, src, log, Counters())
 
 
-def rounds_in(path: Path) -> list[int]:
-    return [int(json.loads(line)["r"]) for line in path.read_text().splitlines()]
+def rounds_in(blobs: Blobs) -> list[int]:
+    return logged_rounds(blobs, "batches")
+
+
+def store(tmp_path: Path) -> DirBlobs:
+    return DirBlobs(tmp_path / "store")
 
 
 def ids(batches: list[dict[str, Batch]]) -> Counter[int]:
     return Counter(int(rec.value["id"]) for out in batches for b in out.values() for rec in b.recs)
 
 
-def test_the_file_keeps_only_the_entries_from_the_floor_on(tmp_path: Path) -> None:
-    path = tmp_path / "batches.jsonl"
+def test_the_store_keeps_only_the_entries_from_the_floor_on(tmp_path: Path) -> None:
+    path = store(tmp_path)
     proc = processor(tmp_path, BatchLog(path))
     for r in range(1, 11):
         proc.step_live(r, 4, behind_since=0.0)
     assert rounds_in(path) == list(range(11))
     proc.log.forget_before(6)  # the consumers' floor is 6: batch 7 needs entry 6
     assert rounds_in(path) == [6, 7, 8, 9, 10]
-    for r in range(11, 14):  # appends go on into the rewritten file
+    for r in range(11, 14):  # appends go on after the compaction
         proc.step_live(r, 4, behind_since=0.0)
     proc.log.forget_before(9)
     assert rounds_in(path) == [9, 10, 11, 12, 13]
-    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    assert [p.name for p in path.root.rglob("*") if p.name.endswith(".tmp")] == []
     assert sorted(BatchLog(path).entries) == [9, 10, 11, 12, 13]
 
 
 def test_a_restart_after_compaction_replays_and_resumes_exactly(tmp_path: Path) -> None:
-    path = tmp_path / "batches.jsonl"
+    path = store(tmp_path)
     proc = processor(tmp_path, BatchLog(path))
     live = [proc.step_live(r, 4, behind_since=0.0) for r in range(1, 9)]
     proc.log.forget_before(5)
-    # the source is killed and starts again from its file
+    # the source is killed and starts again from its log
     again = processor(tmp_path, BatchLog(path), restore=True)
     assert sorted(again.log.entries) == [5, 6, 7, 8]
     replayed = [again.step_replay(r) for r in (6, 7, 8)]
@@ -112,12 +117,11 @@ def test_a_restart_after_compaction_replays_and_resumes_exactly(tmp_path: Path) 
     assert ids(live + rest) == Counter(range(LINES))  # every line once, none lost
 
 
-def test_a_line_cut_by_a_kill_is_dropped_and_the_log_goes_on(tmp_path: Path) -> None:
-    path = tmp_path / "batches.jsonl"
+def test_an_unreadable_entry_is_dropped_and_the_log_goes_on(tmp_path: Path) -> None:
+    path = store(tmp_path)
     proc = processor(tmp_path, BatchLog(path))
     proc.step_live(1, 4, behind_since=0.0)
-    with path.open("a") as f:
-        f.write('{"r":2,"state":{"offs')  # killed while writing entry 2
+    path.path("batches/000000000002").write_text('{"r":2,"state":{"offs')  # lost half
     log = BatchLog(path)
     assert log.last == 1
     again = processor(tmp_path, log, restore=True)
@@ -129,21 +133,21 @@ class Sent(Exception):
     """Stops the source loop at the end of the stream."""
 
 
-def test_an_entry_is_on_disk_before_its_batch_is_sent(
+def test_an_entry_is_stored_before_its_batch_is_sent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The live loop of a source task: every batch it sends had its log entry written
-    and fsynced before (the fsync is recorded with what the log file held then)."""
+    """The live loop of a source task: every batch it sends had its log entry stored
+    before (the store's ``put`` of the entry had returned)."""
     task = Task(from_env(env(tmp_path)))
     task.epoch = task.store.claim_epoch()
-    path = task.store.dir / "batches.jsonl"
+    blobs = task.store.blobs
     events: list[tuple[str, int]] = []
-    real_fsync = os.fsync
+    real_put = blobs.put
 
-    def fsync(fd: int) -> None:
-        real_fsync(fd)
-        if path.exists() and os.path.samefile(f"/proc/self/fd/{fd}", path):
-            events.append(("synced", rounds_in(path)[-1]))
+    def put(key: str, data: bytes) -> None:
+        real_put(key, data)
+        if "/batches/" in key:
+            events.append(("stored", int(json.loads(data)["r"])))
 
     async def publish(outs: dict[str, Batch]) -> None:
         (batch,) = outs.values()
@@ -151,7 +155,7 @@ def test_an_entry_is_on_disk_before_its_batch_is_sent(
         if batch.eos:
             raise Sent
 
-    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(blobs, "put", put)
     monkeypatch.setattr(task, "_publish", publish)
     loop: Any = task._restore()
     with pytest.raises(Sent):
@@ -159,5 +163,5 @@ def test_an_entry_is_on_disk_before_its_batch_is_sent(
     sent = [r for kind, r in events if kind == "sent"]
     assert sent == list(range(1, len(sent) + 1)) and len(sent) > 3
     for r in sent:
-        synced = events.index(("synced", r))
-        assert synced < events.index(("sent", r)), (r, events)
+        stored = events.index(("stored", r))
+        assert stored < events.index(("sent", r)), (r, events)

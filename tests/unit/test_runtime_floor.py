@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from backstop_runtime.api import Context
+from backstop_runtime.blobs import DirBlobs
 from backstop_runtime.config import TaskConfig, from_env
 from backstop_runtime.engine import Batch, BatchLog, Counters, ReplayGone, SourceProcessor
 from backstop_runtime.sources import JsonlSource
@@ -32,7 +33,7 @@ def config(store: Path, task: str, **extra: str) -> TaskConfig:
     return from_env(env)
 
 
-def source(tmp_path: Path, log_path: Path | None) -> SourceProcessor:
+def source(tmp_path: Path, blobs: DirBlobs | None) -> SourceProcessor:
     inp = tmp_path / "in"
     inp.mkdir()
     with (inp / "part-00.jsonl").open("w") as f:
@@ -47,7 +48,7 @@ def source(tmp_path: Path, log_path: Path | None) -> SourceProcessor:
     )
     src = JsonlSource(cfg.config)
     src.open(Context("source-0", 0, 1, lambda r: None, lambda why, x: None))
-    log = BatchLog(log_path)
+    log = BatchLog(blobs)
     log.append(0, src.snapshot(), float("-inf"), False)  # as Task._restore does
     return SourceProcessor(cfg, src, log, Counters())
 
@@ -59,7 +60,7 @@ def unmarked(out: dict[str, Batch]) -> dict[str, Batch]:
 
 @pytest.mark.parametrize("on_disk", [True, False], ids=["log-file", "memory-only"])
 def test_a_replay_right_after_a_trim(tmp_path: Path, on_disk: bool) -> None:
-    proc = source(tmp_path, tmp_path / "batches.jsonl" if on_disk else None)
+    proc = source(tmp_path, DirBlobs(tmp_path / "log") if on_disk else None)
     live = [proc.step_live(r, 5, behind_since=0.0) for r in range(1, 8)]
     # a consumer whose floor is 4 asks for batch 5 and later: entry 4 must stay
     proc.log.forget_before(4)
@@ -70,7 +71,7 @@ def test_a_replay_right_after_a_trim(tmp_path: Path, on_disk: bool) -> None:
     with pytest.raises(ReplayGone, match="batch 3 of the source"):  # protocol error
         proc.step_replay(4)
     if on_disk:  # a restart keeps what the log kept, and no more
-        assert sorted(BatchLog(proc.log.path).entries) == [6, 7]
+        assert sorted(BatchLog(proc.log.blobs).entries) == [6, 7]
 
 
 def checkpoints(store: Store, rounds: list[int], consumers: list[str]) -> None:
@@ -122,12 +123,12 @@ def test_a_source_sees_the_newest_round_of_the_other_sources(tmp_path: Path) -> 
     must know it (it then produces its next rounds without pausing)."""
     root = tmp_path / "store"
     a, b = Store(config(root, "source-0")), Store(config(root, "source-1"))
-    log_a, log_b = BatchLog(a.dir / "batches.jsonl"), BatchLog(b.dir / "batches.jsonl")
+    log_a = BatchLog(a.blobs, a.batches_key())
+    log_b = BatchLog(b.blobs, b.batches_key())
     for r in range(6):
         log_a.append(r, {}, 0.0, False)
     for r in range(3):
         log_b.append(r, {}, 0.0, False)
-    with (b.dir / "batches.jsonl").open("a") as f:
-        f.write('{"r":3,"sta')  # a line cut by a kill is not a logged round
+    b.blobs.put(f"{b.batches_key()}/{3:012d}", b'{"r":3,"sta')  # unreadable: not logged
     assert b.leading_source_round() == 5
     assert a.leading_source_round() == 2

@@ -179,7 +179,7 @@ def source_task(store: Path, folder: Path, index: int, n: int) -> SourceProcesso
     st = Store(cfg)
     src = JsonlSource(cfg.config)
     src.open(Context(cfg.task, index, n, lambda r: None, lambda why, x: None))
-    log = BatchLog(st.dir / "batches.jsonl")
+    log = BatchLog(st.blobs, st.batches_key())
     log.append(0, src.snapshot(), -INF, False)
     return SourceProcessor(cfg, src, log, Counters(), store=st)
 

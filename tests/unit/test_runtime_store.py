@@ -1,22 +1,18 @@
-"""The shared store under concurrent copies: temporary names, torn checkpoints."""
+"""The shared store: torn checkpoints, topologies kept apart, configuration errors."""
 
 from __future__ import annotations
 
-import json
-import os
-import threading
-import types
+import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from backstop_runtime import store as store_mod
-from backstop_runtime.config import TaskConfig, from_env
-from backstop_runtime.store import Store, write_json
+from backstop_runtime.blobs import DirBlobs
+from backstop_runtime.config import ConfigError, TaskConfig, from_env
+from backstop_runtime.store import Store
 
 
-def task_config(store: Path, task: str = "sink-0", **env: str) -> TaskConfig:
+def task_config(store: Path | str, task: str = "sink-0", **env: str) -> TaskConfig:
     return from_env(
         {
             "BACKSTOP_TOPOLOGY": "wc",
@@ -29,44 +25,6 @@ def task_config(store: Path, task: str = "sink-0", **env: str) -> TaskConfig:
     )
 
 
-def test_two_writers_with_the_same_pid_do_not_share_a_temporary_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Two copies of a task are both PID 1 in their containers: a write of one that is
-    half done when the other writes the same file must still land whole."""
-    monkeypatch.setattr(os, "getpid", lambda: 1)
-    halfway, resume = threading.Event(), threading.Event()
-
-    def dump(obj: Any, f: Any, **kw: Any) -> None:
-        text = json.dumps(obj, **kw)
-        f.write(text[:3])
-        if obj.get("who") == "first":  # the first writer pauses mid-file
-            f.flush()
-            halfway.set()
-            resume.wait(5)
-        f.write(text[3:])
-
-    monkeypatch.setattr(store_mod, "json", types.SimpleNamespace(dump=dump, load=json.load))
-    target = tmp_path / "status.json"
-    errors: list[BaseException] = []
-
-    def first() -> None:
-        try:
-            write_json(target, {"who": "first", "pad": "x" * 100})
-        except BaseException as err:  # reported by the assertion below
-            errors.append(err)
-
-    t = threading.Thread(target=first)
-    t.start()
-    assert halfway.wait(5)
-    write_json(target, {"who": "second"})
-    resume.set()
-    t.join(5)
-    assert errors == []
-    assert json.loads(target.read_text()) == {"who": "first", "pad": "x" * 100}
-    assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
-
-
 def test_a_torn_newest_checkpoint_is_skipped_for_the_one_before(tmp_path: Path) -> None:
     s = Store(task_config(tmp_path / "store"))
     s.claim_epoch()
@@ -74,7 +32,8 @@ def test_a_torn_newest_checkpoint_is_skipped_for_the_one_before(tmp_path: Path) 
     s.save_checkpoint(10, {"op": "ten"}, ["next-0"])
     s.save_checkpoint(20, {"op": "twenty"}, ["next-0"])
     assert s.checkpoint_rounds() == [10, 20]
-    newest = s.dir / "ckpt" / f"{20:012d}.json"
+    assert isinstance(s.blobs, DirBlobs)
+    newest = s.blobs.path(f"{s.key}/ckpt/{20:012d}.json")
     newest.write_text('{"op": "twen')  # cut mid-write
     doc = s.load_checkpoint()
     assert doc is not None and doc["round"] == 10 and doc["op"] == "ten"
@@ -113,5 +72,34 @@ def test_topologies_of_one_name_share_no_state(
     b.save_checkpoint(5, {"op": "b"}, [])
     doc = a.load_checkpoint()
     assert doc is not None and doc["op"] == "a"
-    assert a.dir != b.dir and a.cfg.metrics_dir != b.cfg.metrics_dir
-    assert a.cfg.peers_dir != b.cfg.peers_dir
+    assert a.key != b.key and a.cfg.metrics_key != b.cfg.metrics_key
+    assert a.cfg.peers_key != b.cfg.peers_key
+
+
+@pytest.mark.parametrize(
+    ("store", "message"),
+    [
+        ("gs://bucket/x", "BACKSTOP_STORE='gs://bucket/x': use s3://bucket/prefix or a directory"),
+        ("s3://", "BACKSTOP_STORE='s3://' has no bucket"),
+    ],
+)
+def test_a_store_location_of_another_form_is_refused_naming_the_variable(
+    tmp_path: Path, store: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        task_config(store)
+
+
+def test_an_s3_location_keeps_the_same_keys_as_a_directory(tmp_path: Path) -> None:
+    s3 = from_env(
+        {
+            "BACKSTOP_TOPOLOGY": "wc",
+            "BACKSTOP_TASK_ID": "sink-0",
+            "BACKSTOP_OPERATOR": "sink",
+            "BACKSTOP_TASK_INDEX": "0",
+            "BACKSTOP_STORE": "s3://state/prod",
+        }
+    )
+    local = task_config(tmp_path)
+    assert (s3.store, local.store) == ("s3://state/prod", str(tmp_path))
+    assert s3.task_key == local.task_key == "default/wc/local/tasks/sink-0"

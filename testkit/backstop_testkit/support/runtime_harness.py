@@ -20,12 +20,18 @@ from typing import Any
 
 from backstop.domain.spec import StreamTopologySpec, expand
 from backstop.k8s.manifests import Owner, build_task_pod, task_roles
+from backstop_runtime.blobs import open_blobs
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 class LocalTopology:
-    """The tasks of ``spec`` as processes sharing the store directory ``store``."""
+    """The tasks of ``spec`` as processes sharing the store directory ``store``.
+
+    With ``location`` (``s3://bucket/prefix``, its settings in ``env``) the tasks keep
+    their state in that object store instead; ``store`` then holds only the logs and the
+    recovery session.
+    """
 
     def __init__(
         self,
@@ -34,6 +40,7 @@ class LocalTopology:
         store: Path,
         backups: Iterable[str] = (),
         env: Mapping[str, str] | None = None,
+        location: str | None = None,
     ) -> None:
         self.name, self.spec, self.store = name, spec, store
         self.graph = expand(spec)
@@ -46,7 +53,7 @@ class LocalTopology:
             for e in pod["spec"]["containers"][0]["env"]:
                 env[e["name"]] = e.get("value", "")
             env.update(
-                BACKSTOP_STORE=str(store),
+                BACKSTOP_STORE=location or str(store),
                 BACKSTOP_PORT="0",
                 BACKSTOP_METRICS_PORT="0",
                 BACKSTOP_POD_IP="127.0.0.1",
@@ -56,7 +63,10 @@ class LocalTopology:
             )
             self.env[role.task] = env
         self.root = store / owner.namespace / name / owner.uid
-        """The topology's part of the store (``TaskConfig.root`` of its tasks)."""
+        """The topology's part of a directory store (``TaskConfig.root`` of its tasks)."""
+        self.root_key = f"{owner.namespace}/{name}/{owner.uid}"
+        self.blobs = open_blobs(location or store, {**os.environ, **(env or {})})
+        """The store the tasks use, to read what they wrote."""
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         (store / "logs").mkdir(parents=True, exist_ok=True)
 
@@ -99,12 +109,17 @@ class LocalTopology:
             del self.procs[task]
 
     def status(self, task: str) -> dict[str, Any]:
-        path = self.root / "tasks" / task / "status.json"
+        data = self.blobs.get(f"{self.root_key}/tasks/{task}/status.json")
         try:
-            doc = json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+            doc = json.loads(data or b"{}")
+        except ValueError:
             return {}
         return doc if isinstance(doc, dict) else {}
+
+    def objects(self, prefix: str) -> list[bytes]:
+        """The objects under ``<root>/<prefix>`` in key order."""
+        keys = self.blobs.list(f"{self.root_key}/{prefix}")
+        return [data for k in keys if (data := self.blobs.get(k)) is not None]
 
     def crashed(self) -> dict[str, int]:
         return {t: p.returncode for t, p in self.procs.items() if p.poll() is not None}
@@ -125,6 +140,6 @@ class LocalTopology:
 
     def metrics(self, task: str) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
-        for p in sorted((self.root / "metrics" / "tasks").glob(f"{task}.e*.jsonl")):
-            rows.extend(json.loads(line) for line in p.read_text().splitlines())
+        for data in self.objects(f"metrics/tasks/{task}.e"):
+            rows.extend(json.loads(line) for line in data.decode().splitlines())
         return rows
