@@ -124,6 +124,7 @@ def test_a_store_outage_within_the_deadline_is_waited_out(
     topo.start_all()
     try:
         topo.wait("the stream to be under way", under_way(topo))
+        assert not topo.status("sink-0").get("eos"), "the outage came too late"
         store.down()
         time.sleep(8)
         store.up()
@@ -143,6 +144,7 @@ def test_an_outage_past_the_deadline_stops_the_tasks_and_they_recover(
     topo.start_all()
     try:
         topo.wait("the stream to be under way", under_way(topo))
+        assert not topo.status("sink-0").get("eos"), "the outage came too late"
         store.down()
         deadline = time.monotonic() + 60
         while len(topo.crashed()) < len(topo.tasks) and time.monotonic() < deadline:
