@@ -41,6 +41,8 @@ from backstop_runtime.fencing import OperatorFence, claim_rank, create_claim
 
 log = logging.getLogger("backstop_runtime.store")
 
+PEER_TTL = 0.25
+"""Seconds :meth:`Store.peer` reuses an address read from an object store."""
 SOURCES_REFRESH = 5.0
 """Seconds :meth:`Store.leading_source_round` keeps the list of the other sources."""
 
@@ -94,6 +96,8 @@ class Store:
         _writable(self.blobs, cfg)
         self.epoch = 0
         self._sources: tuple[float, list[str]] | None = None
+        self._peers: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self._peer_ttl = 0.0 if isinstance(self.blobs, DirBlobs) else PEER_TTL
         self.operator_fence = OperatorFence(cfg.recovery_dir, cfg.task, cfg.epoch)
 
     def _task(self, task: str | None) -> str:
@@ -181,9 +185,20 @@ class Store:
         self.put_json(f"{self.cfg.peers_key}/{self.cfg.task}.json", doc)
 
     def peer(self, task: str) -> dict[str, Any] | None:
-        """The registered address of ``task`` (``None`` until it has started once)."""
+        """The registered address of ``task`` (``None`` until it has started once).
+
+        Readers poll this every 50 ms; on an object store, where each read is a request
+        over the network that the task's loop waits for, an answer is reused for
+        :data:`PEER_TTL` seconds.
+        """
+        now = time.monotonic()
+        cached = self._peers.get(task)
+        if cached is not None and now - cached[0] < self._peer_ttl:
+            return cached[1]
         doc = self.get_json(f"{self.cfg.peers_key}/{task}.json")
-        return doc if isinstance(doc, dict) else None
+        found = doc if isinstance(doc, dict) else None
+        self._peers[task] = (now, found)
+        return found
 
     # ---- checkpoints --------------------------------------------------------------------
 
