@@ -81,16 +81,22 @@ def finish(topo: LocalTopology, base: Path, data: Path) -> None:
     assert counts_of(lines) == dict(expected_counts(data))
 
 
-def test_the_state_lives_in_the_bucket_and_the_output_is_exact(
-    s3: tuple[ObjectStore, dict[str, str]], data: Path, tmp_path: Path
+@pytest.mark.parametrize("kind", ["dir", "s3"])
+def test_the_state_lives_in_the_store_and_the_output_is_exact(
+    request: pytest.FixtureRequest, data: Path, tmp_path: Path, kind: str
 ) -> None:
-    topo = topology(tmp_path, data, s3[1])
+    """One run on each kind of store: the same keys, the same output."""
+    if kind == "s3":
+        topo = topology(tmp_path, data, request.getfixturevalue("s3")[1])
+    else:
+        spec = wordcount_spec(data, tmp_path / "out", rate=RATE, batch=BATCH)
+        topo = LocalTopology("wordcount", spec, tmp_path / "local")
     topo.start_all()
     try:
         finish(topo, tmp_path, data)
     finally:
         topo.stop_all()
-    assert not topo.root.exists(), "nothing of the state is kept in the local directory"
+    assert topo.root.exists() == (kind == "dir"), "an S3 store keeps nothing locally"
     keys = topo.blobs.list(topo.root_key + "/")
     assert f"{topo.root_key}/tasks/sink-0/epochs/1" in keys
     assert any("/tasks/source-0/batches/" in k for k in keys)
