@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from backstop.domain.constants import ANN_LAST_APPLIED
 from backstop.domain.names import field_path
 from backstop.domain.spec import StreamTopologySpec, parse_spec
+from backstop.domain.storespec import node_local_problem
 from planners import InvalidTopology
 
 
@@ -81,6 +82,7 @@ def admission_problem(
     annotations: Mapping[str, str],
     old_spec: Any = None,
     old_annotations: Mapping[str, str] | None = None,
+    allow_node_local_store: bool = False,
 ) -> str | None:
     """Why a create/update of a StreamTopology must be refused, in one line; ``None``: admit.
 
@@ -107,7 +109,7 @@ def admission_problem(
     if dropped:
         return "; ".join(f"{path}: unknown field" for path in dropped)
     try:
-        parse_spec(spec, name)
+        model = parse_spec(spec, name)
     except InvalidTopology as err:
         return one_line(str(err))
-    return None
+    return None if allow_node_local_store else node_local_problem(model)
