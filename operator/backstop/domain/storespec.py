@@ -112,8 +112,8 @@ class StoreSpec(_Model):
     object_store: ObjectStore | None = Field(
         None, description="An S3-compatible object store (no volume is mounted)."
     )
-    volume: dict[str, Any] | None = Field(
-        None,
+    volume: dict[str, Any] = Field(
+        default_factory=dict,
         description="A Kubernetes volume source mounted at /var/lib/backstop in every task "
         "(`{persistentVolumeClaim: {claimName: x}}`, ReadWriteMany); the source may also be "
         "written directly under spec.store.",
@@ -137,9 +137,9 @@ class StoreSpec(_Model):
 
     @model_validator(mode="after")
     def _one_form(self) -> StoreSpec:
-        if self.object_store is not None and self.volume is not None:
+        if self.object_store is not None and self.volume:
             raise ValueError("give objectStore or volume, not both")
-        if self.volume is not None and len(self.volume) > 1:
+        if len(self.volume) > 1:
             raise ValueError(f"volume: one volume source, got {', '.join(sorted(self.volume))}")
         return self
 
@@ -147,7 +147,7 @@ class StoreSpec(_Model):
         """The volume mounted at /var/lib/backstop; ``None`` with an object store."""
         if self.object_store is not None:
             return None
-        return dict(self.volume or {}) or {"emptyDir": {}}
+        return dict(self.volume) or {"emptyDir": {}}
 
     def kind(self) -> str:
         """``objectStore`` or the volume source's kind (``emptyDir`` when none is given)."""
