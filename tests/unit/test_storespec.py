@@ -11,9 +11,8 @@ import pytest
 from backstop.controller import admission as webhook
 from backstop.controller import settings as config
 from backstop.controller.settings import Settings
-from backstop.domain.admission import admission_problem
+from backstop.domain.admission import admission_problem, node_local_problem
 from backstop.domain.spec import StreamTopologySpec, parse_spec
-from backstop.domain.storespec import node_local_problem
 from backstop.k8s.crd import spec_schema
 from backstop.k8s.manifests import Owner, TaskRole, build_task_pod
 from planners import InvalidTopology

@@ -36,7 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 
 from backstop.domain import spec as spec_model
-from backstop.domain.storespec import node_local_problem
+from backstop.domain.admission import node_local_problem
 from planners import InvalidTopology
 
 #: field name → environment variable
@@ -142,7 +142,7 @@ class Settings(BaseModel):
     """The operator's (release) namespace: where ``job`` runs create their Jobs."""
     allow_node_local_store: bool = False
     """Admit an ``emptyDir`` or ``hostPath`` store on topologies whose tasks may run on
-    several nodes (:func:`backstop.domain.storespec.node_local_problem`): only for a
+    several nodes (:func:`backstop.domain.admission.node_local_problem`): only for a
     single-host development cluster, where every node shares the host's directories."""
 
     @classmethod
@@ -206,7 +206,7 @@ def parse_spec(spec: Any, name: str | None = None) -> spec_model.StreamTopologyS
     """A topology's spec as the operator runs it: validated, then resolved against the
     operator-wide defaults (every handler parses through here).
 
-    A store the tasks cannot share (:func:`~backstop.domain.storespec.node_local_problem`)
+    A store the tasks cannot share (:func:`~backstop.domain.admission.node_local_problem`)
     is an invalid spec unless :attr:`Settings.allow_node_local_store`: the same line the
     admission webhook answers, for a topology applied while no webhook ran.
     """

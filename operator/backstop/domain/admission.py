@@ -8,6 +8,10 @@ operator would mark ``InvalidSpec`` fails at once instead, with the same words. 
 server shows one line of the answer per refusal, so several problems are joined with
 ``; `` on one line.
 
+A store the tasks cannot share (:func:`node_local_problem`: an ``emptyDir``, or a
+``hostPath`` of tasks that may run on several nodes) is refused as well, unless the operator
+allows node-local stores (a single-host development cluster).
+
 Unknown fields: the CRD's schema is structural, so the API server prunes what it does not
 know *before* any webhook sees the object. What the user wrote is still in the
 ``kubectl apply`` annotation (client-side apply writes it), and the webhook refuses a spec
@@ -25,10 +29,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from backstop.domain.constants import ANN_LAST_APPLIED
+from backstop.domain.constants import ANN_LAST_APPLIED, HOSTNAME
 from backstop.domain.names import field_path
 from backstop.domain.spec import StreamTopologySpec, parse_spec
-from backstop.domain.storespec import node_local_problem
 from planners import InvalidTopology
 
 
@@ -113,3 +116,51 @@ def admission_problem(
     except InvalidTopology as err:
         return one_line(str(err))
     return None if allow_node_local_store else node_local_problem(model)
+
+
+def _spread(spec: StreamTopologySpec) -> str | None:
+    """Why the topology's pods may run on several nodes (``None``: one node at most).
+
+    Kept simple on purpose: one task without replicas runs in one pod, and a
+    ``nodeSelector`` on ``kubernetes.io/hostname`` pins every pod to one node; anything
+    else may be spread by the placement (and moved by recovery) across nodes.
+    """
+    tasks = sum(op.parallelism for op in spec.operators)
+    if HOSTNAME in spec.node_selector:
+        return None
+    if tasks > 1:
+        return f"its {tasks} tasks may run on different nodes"
+    if spec.replication is not None:
+        return "its replicas run on other nodes"
+    return None
+
+
+ADVICE = (
+    "use spec.store.objectStore or a ReadWriteMany persistentVolumeClaim "
+    "(a single-host development cluster: run the operator with "
+    "BACKSTOP_ALLOW_NODE_LOCAL_STORE=true)"
+)
+
+
+def node_local_problem(spec: StreamTopologySpec) -> str | None:
+    """Why the store cannot be shared by the topology's tasks, in one line; ``None``: it can.
+
+    An ``emptyDir`` (also the store when ``spec.store`` is unset) is private to one pod, so
+    two tasks never see each other's state, wherever they run; a ``hostPath`` is a
+    different directory on every node, which is enough only when every pod runs on one node.
+    """
+    kind = spec.store.kind()
+    tasks = sum(op.parallelism for op in spec.operators)
+    if kind == "emptyDir" and (tasks > 1 or spec.replication is not None):
+        unset = "" if spec.store.volume else " (the default when spec.store is unset)"
+        return (
+            f"spec.store: an emptyDir{unset} is private to each pod; {tasks} tasks cannot "
+            f"share state: {ADVICE}"
+        )
+    why = _spread(spec) if kind == "hostPath" else None
+    if why is not None:
+        return (
+            f"spec.store: a hostPath is a different directory on every node, and {why}; "
+            f"tasks on different nodes cannot share state: {ADVICE}"
+        )
+    return None

@@ -51,6 +51,7 @@ from backstop.domain.names import (
 from backstop.domain.podmerge import check_templates, pod_weight
 from backstop.domain.podtemplate import OPERATOR_TEMPLATE, TOPOLOGY_TEMPLATE, PodTemplate
 from backstop.domain.quantity import parse_quantity
+from backstop.domain.storespec import DESCRIPTION as STORE_DESCRIPTION
 from backstop.domain.storespec import StoreSpec
 from backstop.domain.yamlio import load_all
 from planners import InvalidTopology, TaskGraph
@@ -313,17 +314,7 @@ class StreamTopologySpec(_Model, LifecycleFields):
         max_length=LABEL_KEY_MAX,
         description="Node label of a failure domain (zone/rack) the plan must survive.",
     )
-    store: StoreSpec = Field(
-        default_factory=StoreSpec,
-        description="Where the tasks keep their durable state (checkpoints, source positions, "
-        "sink commits, dead letters, metrics, the peer registry): `objectStore` (an "
-        "S3-compatible object store, credentials from a Secret) or `volume` (a Kubernetes "
-        "volume source mounted at /var/lib/backstop, e.g. a ReadWriteMany "
-        "`{persistentVolumeClaim: {claimName: x}}`); a volume source written directly here "
-        "(`{hostPath: {path: /srv/backstop}}`) is the volume form. Empty: each pod's own "
-        "emptyDir. An emptyDir or hostPath store of tasks that may run on several nodes is "
-        "refused unless the operator allows node-local stores (single-host development).",
-    )
+    store: StoreSpec = Field(default_factory=StoreSpec, description=STORE_DESCRIPTION)
     service_account_name: str | None = Field(
         None,
         pattern=DNS_SUBDOMAIN,

@@ -12,23 +12,20 @@ Two forms, one model (:class:`StoreSpec`):
   ``/var/lib/backstop``. Empty: an ``emptyDir`` per pod.
 
 A volume private to a pod (``emptyDir``) or to a node (``hostPath``) cannot hold state that
-tasks on several nodes share: :func:`node_local_problem` says so in one line, and the
-admission webhook and the reconcile refuse such a topology unless the operator runs with
-``BACKSTOP_ALLOW_NODE_LOCAL_STORE`` (a single-host development cluster).
+tasks on several nodes share: :func:`backstop.domain.admission.node_local_problem` says so in
+one line, and the admission webhook and the reconcile refuse such a topology unless the
+operator runs with ``BACKSTOP_ALLOW_NODE_LOCAL_STORE`` (a single-host development cluster).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from backstop.domain.constants import DNS_SUBDOMAIN, HOSTNAME, STORE_MOUNT
-
-if TYPE_CHECKING:
-    from backstop.domain.spec import StreamTopologySpec
+from backstop.domain.constants import DNS_SUBDOMAIN, STORE_MOUNT
 
 BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 """An S3 bucket name (also a valid GCS bucket name)."""
@@ -38,8 +35,17 @@ SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
 """A key of a Secret's data."""
 FORMS = ("objectStore", "volume")
 """The keys of the explicit forms; any other key is a volume source at the top level."""
-NODE_LOCAL = ("emptyDir", "hostPath")
-"""Volume sources private to a pod (emptyDir) or to a node (hostPath)."""
+DESCRIPTION = (
+    "Where the tasks keep their durable state (checkpoints, source positions, sink commits, "
+    "dead letters, metrics, the peer registry): `objectStore` (an S3-compatible object store, "
+    "credentials from a Secret) or `volume` (a Kubernetes volume source mounted at "
+    "/var/lib/backstop, e.g. a ReadWriteMany `{persistentVolumeClaim: {claimName: x}}`); a "
+    "volume source written directly here (`{hostPath: {path: /srv/backstop}}`) is the volume "
+    "form. Empty: each pod's own emptyDir. An emptyDir or hostPath store of tasks that may run "
+    "on several nodes is refused unless the operator allows node-local stores (single-host "
+    "development)."
+)
+"""The description of ``spec.store`` (CRD and docs)."""
 
 
 class _Model(BaseModel):
@@ -184,51 +190,3 @@ def store_env(store: StoreSpec) -> list[dict[str, Any]]:
         env.append(_secret_env("AWS_ACCESS_KEY_ID", ref.name, ref.access_key_id_key))
         env.append(_secret_env("AWS_SECRET_ACCESS_KEY", ref.name, ref.secret_access_key_key))
     return env
-
-
-def _spread(spec: StreamTopologySpec) -> str | None:
-    """Why the topology's pods may run on several nodes (``None``: one node at most).
-
-    Kept simple on purpose: one task without replicas runs in one pod, and a
-    ``nodeSelector`` on ``kubernetes.io/hostname`` pins every pod to one node; anything
-    else may be spread by the placement (and moved by recovery) across nodes.
-    """
-    tasks = sum(op.parallelism for op in spec.operators)
-    if HOSTNAME in spec.node_selector:
-        return None
-    if tasks > 1:
-        return f"its {tasks} tasks may run on different nodes"
-    if spec.replication is not None:
-        return "its replicas run on other nodes"
-    return None
-
-
-ADVICE = (
-    "use spec.store.objectStore or a ReadWriteMany persistentVolumeClaim "
-    "(a single-host development cluster: run the operator with "
-    "BACKSTOP_ALLOW_NODE_LOCAL_STORE=true)"
-)
-
-
-def node_local_problem(spec: StreamTopologySpec) -> str | None:
-    """Why the store cannot be shared by the topology's tasks, in one line; ``None``: it can.
-
-    An ``emptyDir`` (also the store when ``spec.store`` is unset) is private to one pod, so
-    two tasks never see each other's state, wherever they run; a ``hostPath`` is a
-    different directory on every node, which is enough only when every pod runs on one node.
-    """
-    kind = spec.store.kind()
-    tasks = sum(op.parallelism for op in spec.operators)
-    if kind == "emptyDir" and (tasks > 1 or spec.replication is not None):
-        unset = "" if spec.store.volume else " (the default when spec.store is unset)"
-        return (
-            f"spec.store: an emptyDir{unset} is private to each pod; {tasks} tasks cannot "
-            f"share state: {ADVICE}"
-        )
-    why = _spread(spec) if kind == "hostPath" else None
-    if why is not None:
-        return (
-            f"spec.store: a hostPath is a different directory on every node, and {why}; "
-            f"tasks on different nodes cannot share state: {ADVICE}"
-        )
-    return None
