@@ -3,7 +3,7 @@ the refusal of a store the tasks cannot share (with the single-host escape hatch
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import pytest
@@ -215,7 +215,7 @@ def test_the_operator_setting_is_the_escape_hatch_of_webhook_and_reconcile(
     allowed = Settings.from_env({"BACKSTOP_ALLOW_NODE_LOCAL_STORE": "true"})
     assert allowed.allow_node_local_store is True
     doc = spec({"hostPath": {"path": "/srv"}})
-    body = {"metadata": {"name": "t"}, "spec": doc}
+    body = kopf.Body(cast(Any, {"metadata": {"name": "t"}, "spec": doc}))
 
     monkeypatch.setattr(config, "settings", lambda: Settings())
     with pytest.raises(InvalidTopology, match=r"^spec\.store: a hostPath"):
