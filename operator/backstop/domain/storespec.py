@@ -48,6 +48,12 @@ DESCRIPTION = (
 """The description of ``spec.store`` (CRD and docs)."""
 
 
+def _no_crd_default(schema: dict[str, Any]) -> None:
+    """No default in the CRD: Kubernetes 1.20 reads an empty string default as null and
+    refuses the CRD; the model's default applies instead."""
+    schema.pop("default", None)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
@@ -87,7 +93,8 @@ class ObjectStore(_Model):
         "",
         max_length=512,
         pattern=f"^$|{PREFIX}",
-        description="Key prefix inside the bucket (`prod`, `team/prod`); empty: the root.",
+        description="Key prefix inside the bucket (`prod`, `team/prod`); unset: the root.",
+        json_schema_extra=_no_crd_default,
     )
     region: str | None = Field(
         None,
