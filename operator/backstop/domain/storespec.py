@@ -177,7 +177,7 @@ def store_env(store: StoreSpec) -> list[dict[str, Any]]:
 
     Examples
     --------
-    >>> s = StoreSpec.model_validate({"objectStore": {"bucket": "b", "prefix": "p",
+    >>> s = StoreSpec.model_validate({"objectStore": {"bucket": "state", "prefix": "p",
     ...     "secretRef": {"name": "creds"}}})
     >>> [e["name"] for e in store_env(s)]
     ['BACKSTOP_STORE', 'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY']
