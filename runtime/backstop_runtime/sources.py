@@ -171,10 +171,22 @@ class JsonlSource(Source):
         return Record(obj, None if key is None else str(key), ts)
 
     def watermark(self) -> float:
+        """The least of the files' newest event times, less ``maxDelaySeconds``. A file
+        may grow, so each holds the watermark back; an object never does, so of the
+        objects read to their end only the newest event time among them counts (the
+        segments of one stream follow one another in time)."""
         files = list(self.offsets)
         if not files:
             return -INF
-        return min(self.max_ts.get(n, -INF) for n in files) - self.max_delay
+        done = [n for n in files if self.segs.complete and self._read_out(n)]
+        marks = [self.max_ts.get(n, -INF) for n in files if n not in done]
+        if done:
+            marks.append(max(self.max_ts.get(n, -INF) for n in done))
+        return min(marks) - self.max_delay
+
+    def _read_out(self, name: str) -> bool:
+        """Whether ``name``, held, is read to its end (no fetch for one not held)."""
+        return self.segs.held(name) and self.offsets[name] >= self._size(name)
 
     def idle(self) -> bool:
         return not self.offsets

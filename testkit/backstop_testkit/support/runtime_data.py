@@ -69,15 +69,15 @@ def counts_of(lines: list[str]) -> dict[tuple[int, str], int]:
 
 
 def wordcount_spec(
-    inp: Path,
-    out: Path,
+    inp: str | Path,
+    out: str | Path,
     *,
     rate: float,
     batch: int,
     parallelism: int | None = None,
     **source: Any,
 ) -> StreamTopologySpec:
-    """``examples/wordcount.yaml`` on local folders, with a bounded (unless ``source`` says
+    """``examples/wordcount.yaml`` on local folders or ``s3://`` locations, with a bounded (unless ``source`` says
     otherwise), rate-limited source."""
     spec = yaml.safe_load(WORDCOUNT.read_text())["spec"]
     spec.pop("store")
