@@ -2,7 +2,7 @@
 
 Start-up order matters for fencing: the copy claims a new epoch first (unless it finds
 itself fenced already: :mod:`backstop_runtime.fencing`), then restores
-its newest checkpoint (a sink truncates its output to the checkpointed length),
+its newest checkpoint (a sink deletes its output objects after the checkpointed round),
 then binds its port and publishes the address. Consumers and producers find it through
 the registry and re-subscribe; anything they already have is dropped by batch number,
 anything nobody holds is regenerated (``replay``). Checkpoints are taken after every

@@ -77,8 +77,8 @@ def wordcount_spec(
     parallelism: int | None = None,
     **source: Any,
 ) -> StreamTopologySpec:
-    """``examples/wordcount.yaml`` on local folders or ``s3://`` locations, with a bounded (unless ``source`` says
-    otherwise), rate-limited source."""
+    """``examples/wordcount.yaml`` on local folders or ``s3://`` locations, with a bounded
+    (unless ``source`` says otherwise), rate-limited source."""
     spec = yaml.safe_load(WORDCOUNT.read_text())["spec"]
     spec.pop("store")
     for op in spec["operators"]:
