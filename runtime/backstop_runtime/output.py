@@ -28,6 +28,7 @@ in (task, round) order; the tests and the docs read the sink's output through
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -149,10 +150,11 @@ def main(argv: Iterable[str] | None = None) -> int:
         help="only this task (sink-0) or operator (sink); repeatable",
     )
     args = parser.parse_args(None if argv is None else list(argv))
-    out = sys.stdout
-    for line in read_lines(args.location, args.task):
-        out.write(line + "\n")
-    out.flush()
+    try:
+        sys.stdout.writelines(line + "\n" for line in read_lines(args.location, args.task))
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped early (``| head``): not an error
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more is written
     return 0
 
 
