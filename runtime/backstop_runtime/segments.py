@@ -18,7 +18,9 @@ the same for every source task, whatever its host, which is what ownership hashe
 from __future__ import annotations
 
 import abc
+import math
 import os
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
@@ -98,17 +100,28 @@ class FileSegments(Segments):
 
 
 class BlobSegments(Segments):
-    """The ``*.jsonl`` objects of ``blobs``, each fetched once from the offset reached."""
+    """The ``*.jsonl`` objects of ``blobs``, each fetched once from the offset reached.
+
+    The store is listed at most once every ``list_seconds`` (a source asks for the names
+    at every mini-batch, and a listing is a paid request on a public cloud): a new
+    segment is seen that much later at most."""
 
     complete = True
 
-    def __init__(self, blobs: Blobs) -> None:
+    def __init__(self, blobs: Blobs, list_seconds: float = 0.0) -> None:
         self.blobs = blobs
+        self.list_seconds = list_seconds
+        self.listed: tuple[float, set[str]] = (-math.inf, set())
         self.rest: dict[str, tuple[int, bytes]] = {}
         """Per fetched object: the offset the held bytes start at, and those bytes."""
 
     def names(self) -> set[str]:
-        return {k for k in self.blobs.list() if k.endswith(SUFFIX)}
+        at, names = self.listed
+        now = time.monotonic()
+        if now - at >= self.list_seconds:
+            names = {k for k in self.blobs.list() if k.endswith(SUFFIX)}
+            self.listed = (now, names)
+        return set(names)
 
     def _fetch(self, name: str, offset: int) -> tuple[int, bytes]:
         """The held bytes of ``name`` from ``offset`` on (fetched if not held yet)."""
@@ -141,12 +154,15 @@ class BlobSegments(Segments):
         self.rest.pop(name, None)
 
 
-def open_segments(location: str, env: Mapping[str, str] | None = None) -> Segments:
-    """The segments at ``location``: ``s3://bucket/prefix`` or a directory.
+def open_segments(
+    location: str, env: Mapping[str, str] | None = None, list_seconds: float = 0.0
+) -> Segments:
+    """The segments at ``location``: ``s3://bucket/prefix`` (listed at most once every
+    ``list_seconds``) or a directory.
 
     >>> open_segments("/data/in").__class__.__name__
     'FileSegments'
     """
     if location.startswith("s3://"):
-        return BlobSegments(open_blobs(location, env))
+        return BlobSegments(open_blobs(location, env), list_seconds)
     return FileSegments(Path(location))

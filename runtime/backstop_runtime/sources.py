@@ -20,7 +20,9 @@ reason, file and offset; they are never dropped.
 
 Config: ``path`` (required), ``bounded`` (stop at the end of the files, default false),
 ``timestampField`` (default ``ts``), ``keyField``, ``requiredFields`` (list),
-``maxDelaySeconds`` (allowed disorder of event time within a file, default 0).
+``maxDelaySeconds`` (allowed disorder of event time within a file, default 0),
+``listIntervalSeconds`` (how often an ``s3://`` location is listed for new objects,
+default 1).
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class JsonlSource(Source):
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)
         self.location = str(require(config, "path"))
-        self.segs = open_segments(self.location)
+        every = float(config.get("listIntervalSeconds", 1.0))
+        self.segs = open_segments(self.location, list_seconds=every)
         self.bounded = bool(config.get("bounded", False))
         self.ts_field = str(config.get("timestampField", "ts"))
         self.key_field = config.get("keyField")

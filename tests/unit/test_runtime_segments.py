@@ -19,6 +19,7 @@ import pytest
 from backstop_runtime.api import Context
 from backstop_runtime.blobs import Blobs, open_blobs
 from backstop_runtime.input import SegmentExists, put_segment, segment_name
+from backstop_runtime.segments import BlobSegments
 from backstop_runtime.sources import JsonlSource
 
 Where = tuple[str, dict[str, str]]
@@ -45,7 +46,7 @@ class Tasks:
         self.read: Counter[str] = Counter()
 
     def new(self, i: int) -> JsonlSource:
-        src = JsonlSource({"path": self.location})
+        src = JsonlSource({"path": self.location, "listIntervalSeconds": 0})
         src.open(Context(f"source-{i}", i, self.n, lambda r: None, self._dead))
         return src
 
@@ -127,6 +128,17 @@ def test_read_out_objects_do_not_hold_the_watermark_back(
     assert src.watermark() == 29.0  # the read-out ones hold at 29 until it passes them
     tasks.drain()
     assert src.watermark() == 39.0
+
+
+def test_a_bucket_is_listed_at_most_once_per_interval(object_store_env: dict[str, str]) -> None:
+    env = object_store_env
+    blobs = open_blobs(f"s3://{env['BACKSTOP_S3_BUCKET']}/ls-{uuid.uuid4().hex[:8]}", env)
+    put_segment(blobs, segment_name(0), b"{}\n")
+    slow, fast = BlobSegments(blobs, list_seconds=3600.0), BlobSegments(blobs)
+    assert slow.names() == fast.names() == {segment_name(0)}
+    put_segment(blobs, segment_name(1), b"{}\n")
+    assert slow.names() == {segment_name(0)}  # listed less than an hour ago
+    assert fast.names() == {segment_name(0), segment_name(1)}
 
 
 def test_a_segment_never_changes(where: Where) -> None:
