@@ -42,7 +42,7 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop_testkit.support.docsection import write_section
-from backstop_testkit.support.kubetools import free_port, stop_operator, wait_for
+from backstop_testkit.support.kubetools import SINGLE_HOST_ENV, free_port, stop_operator, wait_for
 from bench.opharness import DEFAULT_KUBECONFIG, POOL_LABEL, Bench, bench, fmt_s, log
 
 HEADING = "## Operator failover"
@@ -62,7 +62,7 @@ def start(b: Bench, tag: str) -> subprocess.Popen[bytes]:
         f"--leader-elect-name={LEASE}",
         *(f"--{k.replace('_', '-')}={v}" for k, v in TIMING.items()),
     ]  # fmt: skip
-    env = {**os.environ, "KUBECONFIG": b.kubeconfig}
+    env = {**os.environ, "KUBECONFIG": b.kubeconfig, **SINGLE_HOST_ENV}
     return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
 
 

@@ -37,6 +37,7 @@ from backstop.domain.constants import GROUP, VERSION
 from backstop.k8s.cluster import api_client
 from backstop_testkit.sim.nodesim import NodeShape, Simulator
 from backstop_testkit.support.kubetools import (
+    SINGLE_HOST_ENV,
     create_namespace,
     free_port,
     install_crds,
@@ -341,7 +342,7 @@ class Bench:
 
     def start_operator(self, extra_env: dict[str, str] | None = None) -> None:
         port = free_port()
-        env = {**os.environ, "KUBECONFIG": self.kubeconfig, **(extra_env or {})}
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig, **SINGLE_HOST_ENV, **(extra_env or {})}
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
                 [

@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import StreamTopologySpec, expand
 from backstop.k8s.cluster import api_client
+from backstop_runtime.output import read_lines
 from backstop_testkit.support.kubetools import (
     node_ready,
 )
@@ -127,8 +128,7 @@ class Bench:
         time.sleep(seconds)  # a rate needs an interval
         after = self.tuples(name)
         rates = {t: (after[t] - before[t]) / seconds for t in after if t in before}
-        sink = sorted((self.store / name / "output").glob("*.jsonl"))
-        last = sink[-1].read_text().splitlines()[-1:] if sink else []
+        last = read_lines(self.store / name / "output")[-1:]
         print(f"records flowing {when} (tuples in per second, from each task's /metrics):")
         print("  " + ", ".join(f"{t} {r:.0f}" for t, r in sorted(rates.items())))
         if last:

@@ -161,6 +161,7 @@ phase install "helm install $RELEASE charts/backstop"
 helm install $RELEASE charts/backstop --namespace $RELEASE_NS --create-namespace \
   --set "watchNamespaces={$NS}" --set recovery.gracePeriodSeconds=5 --set logFormat=plain \
   --set metrics.enabled=true --set metrics.port=$METRICS_PORT \
+  --set store.allowNodeLocal=true \
   --wait --timeout 5m >/dev/null || fail "helm install"
 # the replica holding the Lease (the other is a standby): the one whose /metrics says so
 wait_until 60 "an operator replica leading (backstop_leader 1 on /metrics)" leader_pod

@@ -108,6 +108,13 @@ class Blobs(abc.ABC):
         """Whether ``key`` exists."""
         return self.get(key) is not None
 
+    def get_range(self, key: str, start: int) -> bytes | None:
+        """The content of ``key`` from byte ``start`` to its end (empty at or past the
+        end), or ``None`` if there is no such key: a reader of a long object resumes at
+        an offset without fetching what it read already."""
+        data = self.get(key)
+        return None if data is None else data[start:]
+
 
 def _fsync_dir(path: Path) -> None:
     """Make a rename or link in the directory ``path`` durable (where the OS allows it)."""
@@ -160,6 +167,14 @@ class DirBlobs(Blobs):
     def get(self, key: str) -> bytes | None:
         try:
             return self.path(key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def get_range(self, key: str, start: int) -> bytes | None:
+        try:
+            with self.path(key).open("rb") as f:
+                f.seek(start)
+                return f.read()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
@@ -238,6 +253,7 @@ conditional writes, S3 may answer 409 ``ConditionalRequestConflict`` to all but 
 retried write then fails its condition or succeeds."""
 _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 _EXISTS_CODES = frozenset({"PreconditionFailed", "412"})
+_RANGE_CODES = frozenset({"InvalidRange", "416"})
 
 
 def _code(err: Any) -> str:
@@ -358,6 +374,26 @@ class S3Blobs(Blobs):
             return bytes(obj["Body"].read())
 
         return self._call(f"get {key}", attempt)
+
+    def get_range(self, key: str, start: int) -> bytes | None:
+        """See :meth:`Blobs.get_range`: a ranged ``GetObject``; the store answers 416
+        ``InvalidRange`` for a start at or past the end, which reads as empty."""
+        if start <= 0:
+            return self.get(key)
+        full = self.prefix + check_key(key)
+
+        def attempt() -> bytes | None:
+            try:
+                obj = self._client.get_object(Bucket=self.bucket, Key=full, Range=f"bytes={start}-")
+            except self._client_error as err:
+                if _code(err) in _MISSING_CODES:
+                    return None
+                if _code(err) in _RANGE_CODES:
+                    return b""
+                raise
+            return bytes(obj["Body"].read())
+
+        return self._call(f"get {key} from {start}", attempt)
 
     def put(self, key: str, data: bytes) -> None:
         full = self.prefix + check_key(key)

@@ -12,20 +12,22 @@ never Python's per-process salted ``hash``.
 from __future__ import annotations
 
 import json
-import os
+import logging
 import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from backstop_runtime.api import Context, Operator, Record, Sink, Source
 from backstop_runtime.batchlog import BatchLog, ReplayGone
-from backstop_runtime.config import ConfigError, Fenced, TaskConfig, require
+from backstop_runtime.blobs import open_blobs
+from backstop_runtime.config import ConfigError, TaskConfig, require
+from backstop_runtime.output import OutputLog
 from backstop_runtime.store import Store
 
 INF = float("inf")
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -127,61 +129,43 @@ class DeadLetters:
 
 
 class SinkWriter:
-    """``<config.path>/<task>.jsonl``, truncated to its checkpointed length on restore.
+    """A sink task's output: the lines of each checkpoint interval, committed as one object
+    per checkpoint round under ``config.path`` (:mod:`backstop_runtime.output`).
 
-    Lines written after the last checkpoint are written again, identically, by the replay
-    that follows a restart; truncating first makes every line appear exactly once.
-
-    Each copy writes at its own offsets (``pwrite``), never appending at whatever the end
-    of the file is. A shared directory offers no lock that spans the fence check and the
-    write, so a superseded copy may still write once after the newer copy truncated the
-    file (it passed its check just before the newer copy claimed its epoch). Written at
-    its own offset, that write holds the bytes the newer copy writes there too (the output
-    is deterministic: the same rounds give the same lines at the same offsets), so it can
-    neither duplicate lines nor put them out of order; appended, it would land after the
-    newer copy's lines. A file shorter than this copy's offset was truncated by a newer
-    copy's restore: the copy is fenced, and stops before writing a hole. What remains: a
-    superseded copy's last write may show, for a moment, lines past the newer copy's
-    position (the newer copy writes the same ones there next).
+    Lines stay in memory until the checkpoint of their round, which writes them (after
+    checking the fence) before it saves the checkpoint, so a saved checkpoint always
+    covers output that is durable. A restore deletes the objects after the restored round;
+    the replay writes them again, with the same content.
     """
 
     def __init__(self, cfg: TaskConfig, store: Store) -> None:
-        self.dir = Path(require(cfg.config, "path"))
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.dir / f"{cfg.task}.jsonl"
+        self.location = str(require(cfg.config, "path"))
+        self.out = OutputLog(open_blobs(self.location), cfg.task)
         self.task = cfg.task
         self.store = store
         self.pending: list[str] = []
-        self.fd: int | None = None
-        self.pos = 0
 
-    def open(self, offset: int) -> None:
+    def open(self, r: int) -> None:
+        """Start after checkpoint round ``r``: drop the objects no checkpoint covers."""
         self.store.check_fence()
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        os.ftruncate(self.fd, offset)
-        self.pos = offset
+        dropped = self.out.discard_after(r)
+        if dropped:
+            _log.info("%s: deleted output of rounds %s after round %d", self.task, dropped, r)
+        self.pending.clear()
 
     def add(self, value: Any) -> None:
         self.pending.append(json.dumps(value, separators=(",", ":")) + "\n")
 
-    def flush(self) -> None:
-        if not self.pending or self.fd is None:
-            return
-        self.store.check_fence()
-        if os.fstat(self.fd).st_size < self.pos:
-            raise Fenced(f"{self.task}: {self.path} was truncated by a newer copy's restore")
-        data = "".join(self.pending).encode()
-        done = 0
-        while done < len(data):
-            done += os.pwrite(self.fd, data[done:], self.pos + done)
-        self.pos += len(data)
-        self.pending.clear()
-
-    def offset(self) -> int:
-        """Bytes written, synced to disk (called at checkpoints)."""
-        assert self.fd is not None
-        os.fsync(self.fd)
-        return self.pos
+    def commit(self, r: int) -> int:
+        """Write the lines since the previous checkpoint as round ``r``'s object (none if
+        there are no lines) and return ``r``, the round the checkpoint records."""
+        if self.pending:
+            self.store.check_fence()
+            how = self.out.commit(r, "".join(self.pending).encode())
+            if how == "replaced":
+                _log.warning("%s: replaced another copy's other output of round %d", self.task, r)
+            self.pending.clear()
+        return r
 
 
 def instantiate(cfg: TaskConfig, base: type) -> Any:
@@ -264,8 +248,6 @@ class Processor:
             self.ctx.watermark = wm
             self.op.on_watermark(wm, self.ctx)
         self.eos = eos
-        if self.sink is not None:
-            self.sink.flush()
         at = min((b.at for b in inputs), default=0.0)  # as far behind as the oldest input
         via = tuple(sorted({x for b in inputs for x in b.via}))  # a replay passes through
         wm = self.ctx.watermark

@@ -1,4 +1,8 @@
-"""The replayable partitioned log source: JSONL segment files under ``config.path``.
+"""The replayable partitioned log source: JSONL segments under ``config.path``.
+
+``config.path`` is a directory of ``*.jsonl`` files, which may grow while they are read, or
+``s3://bucket/prefix``, whose ``*.jsonl`` objects are immutable segments: new input comes
+as new objects (:mod:`backstop_runtime.segments`). Below, a file is either.
 
 Each file (a split) belongs to exactly one source task, chosen by a hash of its path
 relative to ``config.path`` modulo the number of source tasks (:func:`owner`): every task
@@ -16,7 +20,9 @@ reason, file and offset; they are never dropped.
 
 Config: ``path`` (required), ``bounded`` (stop at the end of the files, default false),
 ``timestampField`` (default ``ts``), ``keyField``, ``requiredFields`` (list),
-``maxDelaySeconds`` (allowed disorder of event time within a file, default 0).
+``maxDelaySeconds`` (allowed disorder of event time within a file, default 0),
+``listIntervalSeconds`` (how often an ``s3://`` location is listed for new objects,
+default 1).
 """
 
 from __future__ import annotations
@@ -24,13 +30,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from backstop_runtime.api import Context, Record, Source
 from backstop_runtime.config import ConfigError, require
+from backstop_runtime.segments import open_segments
 
 INF = float("inf")
 
@@ -54,7 +59,9 @@ class JsonlSource(Source):
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)
-        self.root = Path(require(config, "path"))
+        self.location = str(require(config, "path"))
+        every = float(config.get("listIntervalSeconds", 1.0))
+        self.segs = open_segments(self.location, list_seconds=every)
         self.bounded = bool(config.get("bounded", False))
         self.ts_field = str(config.get("timestampField", "ts"))
         self.key_field = config.get("keyField")
@@ -65,20 +72,21 @@ class JsonlSource(Source):
         self.max_delay = float(config.get("maxDelaySeconds", 0.0))
         self.offsets: dict[str, int] = {}
         self.max_ts: dict[str, float] = {}
-        self.handles: dict[str, BinaryIO] = {}
-        self.gone: set[str] = set()  # deleted files still read through their handles
+        self.gone: set[str] = set()  # deleted files still read through what is held
         self.ctx: Context | None = None
 
     def open(self, ctx: Context) -> None:
         self.ctx = ctx
-        if not self.root.is_dir():
-            raise ConfigError(f"config.path {self.root} is not a directory")
+        try:
+            self.segs.check()
+        except OSError as err:
+            raise ConfigError(str(err)) from err
 
     def _files(self) -> list[str]:
         """The files this task owns and still reads, in name order: the listed ones it
         owns (a new one starts at offset 0) and deleted ones it has not read to the end."""
         assert self.ctx is not None
-        listed = {str(p.relative_to(self.root)) for p in self.root.rglob("*.jsonl")}
+        listed = self.segs.names()
         for n in listed:
             if n not in self.offsets and owner(n, self.ctx.parallelism) == self.ctx.index:
                 self.offsets[n] = 0
@@ -88,30 +96,23 @@ class JsonlSource(Source):
         return sorted(self.offsets)
 
     def _deleted(self, name: str) -> None:
-        """``name`` was deleted: keep reading it through an open handle until its end,
-        then forget it. With no handle (a restart since) nobody can read on, so the offset
-        this task had reached is kept aside as a dead letter: any rest after it is lost."""
-        f = self.handles.get(name)
-        if f is not None and self.offsets[name] < os.fstat(f.fileno()).st_size:
+        """``name`` was deleted: keep reading it through what is held of it (an open
+        handle, a fetched object) until its end, then forget it. With nothing held (a
+        restart since) nobody can read on, so the offset this task had reached is kept
+        aside as a dead letter: any rest after it is lost."""
+        held = self.segs.held(name)
+        if held and self.offsets[name] < self.segs.size(name):
             return
-        if f is None:
+        if not held:
             assert self.ctx is not None
             where = {"file": name, "offset": self.offsets[name]}
             self.ctx.dead_letter("file deleted: nothing after this offset can be read", where)
-        else:
-            f.close()
-            del self.handles[name]
+        self.segs.close(name)
         del self.offsets[name]
         self.max_ts.pop(name, None)
 
     def _size(self, name: str) -> int:
-        f = self.handles.get(name)
-        return os.fstat(f.fileno()).st_size if f is not None else (self.root / name).stat().st_size
-
-    def _handle(self, name: str) -> BinaryIO:
-        if name not in self.handles:
-            self.handles[name] = (self.root / name).open("rb")
-        return self.handles[name]
+        return self.segs.size(name, self.offsets.get(name, 0))
 
     def read(self, max_records: int, until: Any = None) -> list[Record]:
         files = self._files() if until is None else sorted(until["offsets"])
@@ -121,12 +122,11 @@ class JsonlSource(Source):
         for name in files:
             self.offsets.setdefault(name, 0)
             stop = None if limits is None else limits[name]
-            f = self._handle(name)
-            f.seek(self.offsets[name])
             taken = 0
-            while taken < share and (stop is None or self.offsets[name] < stop):
-                line = f.readline()
-                if not line or (not line.endswith(b"\n") and not self._final(name, line)):
+            for line in self.segs.lines(name, self.offsets[name]):
+                if taken >= share or (stop is not None and self.offsets[name] >= stop):
+                    break
+                if not line.endswith(b"\n") and not self._final(name, line):
                     break  # a line still being written: read it next time
                 offset = self.offsets[name]
                 self.offsets[name] += len(line)
@@ -137,8 +137,9 @@ class JsonlSource(Source):
         return out
 
     def _final(self, name: str, line: bytes) -> bool:
-        """In a bounded log, or a deleted file, an unterminated last line is complete."""
-        done = self.bounded or name in self.gone
+        """In a bounded log, a deleted file or an object (never appended to), an
+        unterminated last line is complete."""
+        done = self.bounded or name in self.gone or self.segs.complete
         return done and self.offsets[name] + len(line) == self._size(name)
 
     def _parse(self, name: str, offset: int, line: bytes) -> Record | None:
@@ -173,10 +174,22 @@ class JsonlSource(Source):
         return Record(obj, None if key is None else str(key), ts)
 
     def watermark(self) -> float:
+        """The least of the files' newest event times, less ``maxDelaySeconds``. A file
+        may grow, so each holds the watermark back; an object never does, so of the
+        objects read to their end only the newest event time among them counts (the
+        segments of one stream follow one another in time)."""
         files = list(self.offsets)
         if not files:
             return -INF
-        return min(self.max_ts.get(n, -INF) for n in files) - self.max_delay
+        done = [n for n in files if self.segs.complete and self._read_out(n)]
+        marks = [self.max_ts.get(n, -INF) for n in files if n not in done]
+        if done:
+            marks.append(max(self.max_ts.get(n, -INF) for n in done))
+        return min(marks) - self.max_delay
+
+    def _read_out(self, name: str) -> bool:
+        """Whether ``name``, held, is read to its end (no fetch for one not held)."""
+        return self.segs.held(name) and self.offsets[name] >= self._size(name)
 
     def idle(self) -> bool:
         return not self.offsets

@@ -2,7 +2,7 @@
 
 Start-up order matters for fencing: the copy claims a new epoch first (unless it finds
 itself fenced already: :mod:`backstop_runtime.fencing`), then restores
-its newest checkpoint (a sink truncates its output to the checkpointed length),
+its newest checkpoint (a sink deletes its output objects after the checkpointed round),
 then binds its port and publishes the address. Consumers and producers find it through
 the registry and re-subscribe; anything they already have is dropped by batch number,
 anything nobody holds is regenerated (``replay``). Checkpoints are taken after every
@@ -198,7 +198,7 @@ class Task:
         self.round = self.stepped = int(ckpt["round"]) if ckpt else 0
         self.eos = self.proc.eos
         if self.sink is not None:
-            self.sink.open(int(ckpt.get("sink", 0)) if ckpt else 0)
+            self.sink.open(int(ckpt["round"]) if ckpt else 0)
         log.info("%s: restored round %d", self.cfg.task, self.round)
         return self._process_loop()
 
@@ -331,7 +331,7 @@ class Task:
         t0 = time.monotonic()
         state = self.proc.snapshot()
         if self.sink is not None:
-            state["sink"] = self.sink.offset()
+            state["sink"] = self.sink.commit(r)
         state.update(epoch=self.epoch, at=time.time())  # ``at``: for checkpoint.before
         self.dead.flush()
         self.store.save_checkpoint(r, state, list(self.channels))

@@ -1113,3 +1113,15 @@ def test_webhook_disabled_renders_none_of_it(helm: str, tmp_path: Path) -> None:
     kinds = {d["kind"] for d in docs}
     assert not kinds & {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
     assert all(not d["metadata"]["name"].endswith("-webhook") for d in docs)
+
+
+@pytest.mark.helm
+def test_node_local_stores_are_admitted_only_when_the_value_says_so(
+    helm: str, tmp_path: Path
+) -> None:
+    """``store.allowNodeLocal`` (single-host development) is the operator's
+    ``BACKSTOP_ALLOW_NODE_LOCAL_STORE``; by default the variable is absent (refused)."""
+    assert "BACKSTOP_ALLOW_NODE_LOCAL_STORE" not in env_of(container(render(helm, tmp_path)))
+    on = env_of(container(render(helm, tmp_path, {"store": {"allowNodeLocal": True}})))
+    assert on["BACKSTOP_ALLOW_NODE_LOCAL_STORE"] == "true"
+    assert Settings.from_env(on).allow_node_local_store is True

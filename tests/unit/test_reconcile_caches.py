@@ -53,6 +53,7 @@ def other_pod(name: str, on: str, cpu: str) -> dict[str, Any]:
 SPEC = {
     "image": "registry.example/t:1",
     "recoveryLatencyBound": 10,
+    "store": {"objectStore": {"bucket": "state", "secretRef": {"name": "s3"}}},
     "nodeSelector": {"pool": "p"},
     "operators": [
         {"name": "src", "parallelism": 2, "resources": {"cpu": "500m"}, "reprocessingLatency": 1},

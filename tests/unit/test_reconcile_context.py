@@ -34,6 +34,7 @@ NS = "team"
 SPEC = {
     "image": "registry.example/t:1",
     "recoveryLatencyBound": 10,
+    "store": {"objectStore": {"bucket": "state", "secretRef": {"name": "s3"}}},
     "operators": [
         {"name": "src", "parallelism": 2, "resources": {"cpu": "500m"}, "reprocessingLatency": 1},
         {

@@ -46,7 +46,6 @@ def run(base: Path, inp: Path, kills: list[list[str]], backups: tuple[str, ...] 
         base / "store",
         backups=backups,
     )
-    sink = base / "out" / "sink-0.jsonl"
     topo.start_all()
     try:
         for k, group in enumerate(kills):
@@ -54,7 +53,7 @@ def run(base: Path, inp: Path, kills: list[list[str]], backups: tuple[str, ...] 
 
             def under_way(d: int = done) -> bool:
                 progress: int = topo.status("sink-0").get("round", 0)
-                return sink.exists() and sink.stat().st_size > 0 and progress >= d + 25
+                return progress >= d + 25 and bool(output_lines(base / "out"))
 
             topo.wait("the stream to be under way", under_way)
             assert not topo.status("sink-0").get("eos"), f"kill {k} came too late"

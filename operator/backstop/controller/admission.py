@@ -27,6 +27,7 @@ from typing import Any
 
 import kopf
 
+from backstop.controller.settings import settings
 from backstop.domain.admission import admission_problem
 from backstop.domain.constants import GROUP, PLURAL, VERSION
 from backstop.k8s.cluster import api_client
@@ -77,6 +78,7 @@ def validate(body: kopf.Body, **kwargs: Any) -> None:
         annotations=meta.get("annotations") or {},
         old_spec=old.get("spec") if old and operation == "UPDATE" else None,
         old_annotations=(old.get("metadata", {}).get("annotations") or {}) if old else None,
+        allow_node_local_store=settings().allow_node_local_store,
     )
     if problem is not None:
         raise kopf.AdmissionError(problem, code=422)

@@ -36,6 +36,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 
 from backstop.domain import spec as spec_model
+from backstop.domain.admission import node_local_problem
+from planners import InvalidTopology
 
 #: field name → environment variable
 ENV_VARS: dict[str, str] = {
@@ -59,6 +61,7 @@ ENV_VARS: dict[str, str] = {
     "metrics_host_path": "BACKSTOP_METRICS_HOST_PATH",
     "memory_limit": "BACKSTOP_MEMORY_LIMIT",
     "operator_namespace": "BACKSTOP_OPERATOR_NAMESPACE",
+    "allow_node_local_store": "BACKSTOP_ALLOW_NODE_LOCAL_STORE",
 }
 TEXT = frozenset(
     {
@@ -73,6 +76,7 @@ TEXT = frozenset(
         "metrics_claim",
         "metrics_host_path",
         "operator_namespace",
+        "allow_node_local_store",
     }
 )
 """Settings read as text (pydantic parses booleans and JSON); the others are numbers."""
@@ -136,6 +140,10 @@ class Settings(BaseModel):
     driver heap of ``local`` runs (:mod:`backstop.domain.sparkmemory`)."""
     operator_namespace: str | None = None
     """The operator's (release) namespace: where ``job`` runs create their Jobs."""
+    allow_node_local_store: bool = False
+    """Admit an ``emptyDir`` or ``hostPath`` store on topologies whose tasks may run on
+    several nodes (:func:`backstop.domain.admission.node_local_problem`): only for a
+    single-host development cluster, where every node shares the host's directories."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -196,5 +204,14 @@ def settings() -> Settings:
 
 def parse_spec(spec: Any, name: str | None = None) -> spec_model.StreamTopologySpec:
     """A topology's spec as the operator runs it: validated, then resolved against the
-    operator-wide defaults (every handler parses through here)."""
-    return settings().resolve(spec_model.parse_spec(spec, name))
+    operator-wide defaults (every handler parses through here).
+
+    A store the tasks cannot share (:func:`~backstop.domain.admission.node_local_problem`)
+    is an invalid spec unless :attr:`Settings.allow_node_local_store`: the same line the
+    admission webhook answers, for a topology applied while no webhook ran.
+    """
+    model = settings().resolve(spec_model.parse_spec(spec, name))
+    problem = None if settings().allow_node_local_store else node_local_problem(model)
+    if problem is not None:
+        raise InvalidTopology(problem)
+    return model

@@ -8,6 +8,10 @@ operator would mark ``InvalidSpec`` fails at once instead, with the same words. 
 server shows one line of the answer per refusal, so several problems are joined with
 ``; `` on one line.
 
+A store the tasks cannot share (:func:`node_local_problem`: an ``emptyDir``, or a
+``hostPath`` of tasks that may run on several nodes) is refused as well, unless the operator
+allows node-local stores (a single-host development cluster).
+
 Unknown fields: the CRD's schema is structural, so the API server prunes what it does not
 know *before* any webhook sees the object. What the user wrote is still in the
 ``kubectl apply`` annotation (client-side apply writes it), and the webhook refuses a spec
@@ -25,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from backstop.domain.constants import ANN_LAST_APPLIED
+from backstop.domain.constants import ANN_LAST_APPLIED, HOSTNAME
 from backstop.domain.names import field_path
 from backstop.domain.spec import StreamTopologySpec, parse_spec
 from planners import InvalidTopology
@@ -81,6 +85,7 @@ def admission_problem(
     annotations: Mapping[str, str],
     old_spec: Any = None,
     old_annotations: Mapping[str, str] | None = None,
+    allow_node_local_store: bool = False,
 ) -> str | None:
     """Why a create/update of a StreamTopology must be refused, in one line; ``None``: admit.
 
@@ -107,7 +112,55 @@ def admission_problem(
     if dropped:
         return "; ".join(f"{path}: unknown field" for path in dropped)
     try:
-        parse_spec(spec, name)
+        model = parse_spec(spec, name)
     except InvalidTopology as err:
         return one_line(str(err))
+    return None if allow_node_local_store else node_local_problem(model)
+
+
+def _spread(spec: StreamTopologySpec) -> str | None:
+    """Why the topology's pods may run on several nodes (``None``: one node at most).
+
+    Kept simple on purpose: one task without replicas runs in one pod, and a
+    ``nodeSelector`` on ``kubernetes.io/hostname`` pins every pod to one node; anything
+    else may be spread by the placement (and moved by recovery) across nodes.
+    """
+    tasks = sum(op.parallelism for op in spec.operators)
+    if HOSTNAME in spec.node_selector:
+        return None
+    if tasks > 1:
+        return f"its {tasks} tasks may run on different nodes"
+    if spec.replication is not None:
+        return "its replicas run on other nodes"
+    return None
+
+
+ADVICE = (
+    "use spec.store.objectStore or a ReadWriteMany persistentVolumeClaim "
+    "(a single-host development cluster: run the operator with "
+    "BACKSTOP_ALLOW_NODE_LOCAL_STORE=true)"
+)
+
+
+def node_local_problem(spec: StreamTopologySpec) -> str | None:
+    """Why the store cannot be shared by the topology's tasks, in one line; ``None``: it can.
+
+    An ``emptyDir`` (also the store when ``spec.store`` is unset) is private to one pod, so
+    two tasks never see each other's state, wherever they run; a ``hostPath`` is a
+    different directory on every node, which is enough only when every pod runs on one node.
+    """
+    kind = spec.store.kind()
+    tasks = sum(op.parallelism for op in spec.operators)
+    if kind == "emptyDir" and (tasks > 1 or spec.replication is not None):
+        unset = "" if spec.store.volume else " (the default when spec.store is unset)"
+        return (
+            f"spec.store: an emptyDir{unset} is private to each pod; {tasks} tasks cannot "
+            f"share state: {ADVICE}"
+        )
+    why = _spread(spec) if kind == "hostPath" else None
+    if why is not None:
+        return (
+            f"spec.store: a hostPath is a different directory on every node, and {why}; "
+            f"tasks on different nodes cannot share state: {ADVICE}"
+        )
     return None

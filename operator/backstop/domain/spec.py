@@ -51,6 +51,8 @@ from backstop.domain.names import (
 from backstop.domain.podmerge import check_templates, pod_weight
 from backstop.domain.podtemplate import OPERATOR_TEMPLATE, TOPOLOGY_TEMPLATE, PodTemplate
 from backstop.domain.quantity import parse_quantity
+from backstop.domain.storespec import DESCRIPTION as STORE_DESCRIPTION
+from backstop.domain.storespec import StoreSpec
 from backstop.domain.yamlio import load_all
 from planners import InvalidTopology, TaskGraph
 from planners.placement import PLACEMENT_ALGORITHMS
@@ -312,14 +314,7 @@ class StreamTopologySpec(_Model, LifecycleFields):
         max_length=LABEL_KEY_MAX,
         description="Node label of a failure domain (zone/rack) the plan must survive.",
     )
-    store: dict[str, Any] = Field(
-        default_factory=dict,
-        description="A Kubernetes volume source (e.g. `{hostPath: {path: /srv/backstop}}` or "
-        "`{persistentVolumeClaim: {claimName: x}}`, ReadWriteMany) mounted in every task at "
-        "/var/lib/backstop: the shared checkpoint store, peer registry and source logs; "
-        "empty: each task's own ephemeral /var/lib/backstop (no recovery across pods).",
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
-    )
+    store: StoreSpec = Field(default_factory=StoreSpec, description=STORE_DESCRIPTION)
     service_account_name: str | None = Field(
         None,
         pattern=DNS_SUBDOMAIN,

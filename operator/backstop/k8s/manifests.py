@@ -33,6 +33,7 @@ from backstop.domain.constants import (
 )
 from backstop.domain.podmerge import build_pod_spec, merge_templates
 from backstop.domain.spec import OperatorSpec, StreamTopologySpec
+from backstop.domain.storespec import store_env
 from backstop.k8s.topologyobjects import Owner, build_pdb, build_recoveryplan, recoveryplan_name
 from planners import TaskGraph
 
@@ -144,7 +145,9 @@ def runtime_env(spec: StreamTopologySpec, op: OperatorSpec) -> list[dict[str, An
     can partition its output and keep a buffer for consumers that are down.
     ``BACKSTOP_CHECKPOINT_INTERVAL`` is ``2·t_v``: the model's reprocessing latency is
     about half a checkpoint interval. The pod IP (downward API) is what a task publishes
-    in the shared store's peer registry (see the README's runtime contract).
+    in the shared store's peer registry (see the README's runtime contract). The store's
+    settings come from :func:`~backstop.domain.storespec.store_env` (an object store's
+    credentials as ``secretKeyRef``).
     """
     downstream = [
         {"operator": o.name, "parallelism": o.parallelism, "grouping": i.grouping.value}
@@ -157,7 +160,7 @@ def runtime_env(spec: StreamTopologySpec, op: OperatorSpec) -> list[dict[str, An
         {"name": "BACKSTOP_DOWNSTREAM", "value": json.dumps(downstream)},
         {"name": "BACKSTOP_CONFIG", "value": json.dumps(op.config, sort_keys=True)},
         {"name": "BACKSTOP_CHECKPOINT_INTERVAL", "value": str(2 * op.reprocessing_latency)},
-        {"name": "BACKSTOP_STORE", "value": STORE_MOUNT},
+        *store_env(spec.store),
         {"name": "BACKSTOP_PORT", "value": str(DATA_PORT)},
         {"name": "BACKSTOP_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "BACKSTOP_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
@@ -318,7 +321,7 @@ def _base_pod_spec(
                 # unready while a producer does not answer; the operator asks the task why
                 # (backstop.k8s.taskprobe) and says so in the topology's Ready condition
                 "readinessProbe": _once(shared, "readinessProbe", _readiness_probe),
-                "volumeMounts": _once(shared, "volumeMounts", _volume_mounts),
+                "volumeMounts": _once(shared, "volumeMounts", lambda: _volume_mounts(spec)),
             }
         ],
         "volumes": _once(shared, "volumes", lambda: _volumes(owner, spec)),
@@ -362,21 +365,26 @@ def _readiness_probe() -> dict[str, Any]:
     }
 
 
-def _volume_mounts() -> list[dict[str, Any]]:
-    return [
-        {"name": "recovery", "mountPath": SESSION_MOUNT},
-        {"name": "store", "mountPath": STORE_MOUNT},
-    ]
+def _volume_mounts(spec: StreamTopologySpec) -> list[dict[str, Any]]:
+    """The recovery session's ConfigMap, and the store's volume unless it is an object store."""
+    mounts = [{"name": "recovery", "mountPath": SESSION_MOUNT}]
+    if spec.store.volume_source() is not None:
+        mounts.append({"name": "store", "mountPath": STORE_MOUNT})
+    return mounts
 
 
 def _volumes(owner: Owner, spec: StreamTopologySpec) -> list[dict[str, Any]]:
-    return [
+    """The volumes of :func:`_volume_mounts` (an unset store is an ``emptyDir``)."""
+    volumes: list[dict[str, Any]] = [
         {
             "name": "recovery",
             "configMap": {"name": owner.name + SESSION_CONFIGMAP_SUFFIX, "optional": True},
         },
-        {"name": "store", **(dict(spec.store) or {"emptyDir": {}})},
     ]
+    source = spec.store.volume_source()
+    if source is not None:
+        volumes.append({"name": "store", **source})
+    return volumes
 
 
 def template_samples(owner: Owner, spec: StreamTopologySpec) -> dict[int, dict[str, Any]]:

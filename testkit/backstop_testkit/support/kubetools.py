@@ -95,6 +95,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+SINGLE_HOST_ENV = {"BACKSTOP_ALLOW_NODE_LOCAL_STORE": "true"}
+"""The operator environment of the local cluster: its nodes (simulated, or real kubelets on
+this host) all see the host's directories, so the examples' ``hostPath`` store is shared
+(``extra_env`` may override it, e.g. to test the refusal)."""
+
+
 def start_operator(
     kubeconfig: str,
     namespace: str,
@@ -105,7 +111,7 @@ def start_operator(
     """Start ``backstop operator`` for one namespace (``extra`` arguments), logging to ``log``
     (``extra_env``: more environment, e.g. an armed ``BACKSTOP_FAULT_POINT``)."""
     port = free_port()
-    env = {**os.environ, "KUBECONFIG": kubeconfig, **(extra_env or {})}
+    env = {**os.environ, "KUBECONFIG": kubeconfig, **SINGLE_HOST_ENV, **(extra_env or {})}
     with log.open("ab") as out:
         return subprocess.Popen(
             [

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from backstop.domain.spec import StreamTopologySpec
+from backstop_runtime.blobs import open_blobs
+from backstop_runtime.output import committed, read_lines
 
 ROOT = Path(__file__).resolve().parents[3]
 WORDCOUNT = ROOT / "examples" / "wordcount.yaml"
@@ -47,10 +50,17 @@ def expected_counts(folder: Path, window: int = 10) -> Counter[tuple[int, str]]:
     return counts
 
 
-def output_lines(folder: Path) -> list[str]:
-    return sorted(
-        line for p in sorted(folder.glob("*.jsonl")) for line in p.read_text().splitlines()
-    )
+def output_lines(location: str | Path, env: Mapping[str, str] | None = None) -> list[str]:
+    """A sink's committed output lines at ``location`` (its ``config.path``), sorted: every
+    test reads the sink's output through this (:func:`backstop_runtime.output.read_lines`)."""
+    return sorted(read_lines(location, env=env))
+
+
+def output_objects(
+    location: str | Path, env: Mapping[str, str] | None = None
+) -> list[tuple[str, int]]:
+    """(task, round) of the output objects a sink committed at ``location``, in order."""
+    return committed(open_blobs(location, env))
 
 
 def counts_of(lines: list[str]) -> dict[tuple[int, str], int]:
@@ -59,16 +69,16 @@ def counts_of(lines: list[str]) -> dict[tuple[int, str], int]:
 
 
 def wordcount_spec(
-    inp: Path,
-    out: Path,
+    inp: str | Path,
+    out: str | Path,
     *,
     rate: float,
     batch: int,
     parallelism: int | None = None,
     **source: Any,
 ) -> StreamTopologySpec:
-    """``examples/wordcount.yaml`` on local folders, with a bounded (unless ``source`` says
-    otherwise), rate-limited source."""
+    """``examples/wordcount.yaml`` on local folders or ``s3://`` locations, with a bounded
+    (unless ``source`` says otherwise), rate-limited source."""
     spec = yaml.safe_load(WORDCOUNT.read_text())["spec"]
     spec.pop("store")
     for op in spec["operators"]:
