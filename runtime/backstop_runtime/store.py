@@ -42,7 +42,8 @@ from backstop_runtime.fencing import OperatorFence, claim_rank, create_claim
 log = logging.getLogger("backstop_runtime.store")
 
 PEER_TTL = 0.25
-"""Seconds :meth:`Store.peer` reuses an address read from an object store."""
+"""Seconds :meth:`Store.peer` and :meth:`Store.leading_source_round` reuse what they read
+from an object store."""
 SOURCES_REFRESH = 5.0
 """Seconds :meth:`Store.leading_source_round` keeps the list of the other sources."""
 
@@ -97,6 +98,7 @@ class Store:
         self.epoch = 0
         self._sources: tuple[float, list[str]] | None = None
         self._peers: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self._leading: tuple[float, int] | None = None
         self._peer_ttl = 0.0 if isinstance(self.blobs, DirBlobs) else PEER_TTL
         self.operator_fence = OperatorFence(cfg.recovery_dir, cfg.task, cfg.epoch)
 
@@ -296,12 +298,17 @@ class Store:
         A task processes round ``r`` once it has round ``r`` of every upstream task, so a
         source whose rounds fall behind another's (it restarted, or was slowed down) delays
         every task that merges both, by the gap; it closes the gap by not pausing between
-        rounds while it is behind.
+        rounds while it is behind. On an object store the answer is reused for
+        :data:`PEER_TTL` seconds: a stale one costs at most one pause.
         """
+        now = time.monotonic()
+        if self._leading is not None and now - self._leading[0] < self._peer_ttl:
+            return self._leading[1]
         best = 0
         for task in self._other_sources():
             entry = last_logged_entry(self.blobs, self.batches_key(task))
             best = max(best, int(entry["r"]) if entry is not None else 0)
+        self._leading = (now, best)
         return best
 
     def _other_sources(self) -> list[str]:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from backstop_runtime.blobs import DirBlobs
+from backstop_runtime import store as store_mod
+from backstop_runtime.blobs import Blobs, DirBlobs
 from backstop_runtime.config import ConfigError, TaskConfig, from_env
 from backstop_runtime.store import Store
 
@@ -103,3 +104,52 @@ def test_an_s3_location_keeps_the_same_keys_as_a_directory(tmp_path: Path) -> No
     local = task_config(tmp_path)
     assert (s3.store, local.store) == ("s3://state/prod", str(tmp_path))
     assert s3.task_key == local.task_key == "default/wc/local/tasks/sink-0"
+
+
+class MemoryBlobs(Blobs):
+    """A store in memory that is not a directory (as an object store is), counting reads."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.gets = 0
+
+    def get(self, key: str) -> bytes | None:
+        self.gets += 1
+        return self.objects.get(key)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.objects[key] = data
+
+    def create(self, key: str, data: bytes) -> bool:
+        return self.objects.setdefault(key, data) is data
+
+    def list(self, prefix: str = "") -> list[str]:
+        return sorted(k for k in self.objects if k.startswith(prefix))
+
+    def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+
+def test_an_object_store_reuses_a_peer_address_briefly_and_a_directory_never(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr("backstop_runtime.store.time.monotonic", lambda: clock[0])
+    remote = MemoryBlobs()
+    a = Store(task_config(tmp_path, "a-0"), remote)
+    b = Store(task_config(tmp_path, "b-0"), remote)
+    b.claim_epoch()
+    b.publish_address("10.0.0.1", 1)
+    assert a.peer("b-0") == {"host": "10.0.0.1", "port": 1, "epoch": 1}
+    b.publish_address("10.0.0.2", 2)
+    reads = remote.gets
+    assert a.peer("b-0") == {"host": "10.0.0.1", "port": 1, "epoch": 1}
+    assert remote.gets == reads, "read again within the reuse time"
+    clock[0] += store_mod.PEER_TTL
+    assert a.peer("b-0") == {"host": "10.0.0.2", "port": 2, "epoch": 1}
+    local_a, local_b = Store(task_config(tmp_path, "a-0")), Store(task_config(tmp_path, "b-0"))
+    local_b.claim_epoch()
+    local_b.publish_address("10.0.0.1", 1)
+    assert local_a.peer("b-0") == {"host": "10.0.0.1", "port": 1, "epoch": 1}
+    local_b.publish_address("10.0.0.2", 2)
+    assert local_a.peer("b-0") == {"host": "10.0.0.2", "port": 2, "epoch": 1}
