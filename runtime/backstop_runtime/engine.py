@@ -101,8 +101,9 @@ class DeadLetters:
     ``tasks/<task>/dead-letters/<epoch>-<seq>.jsonl``.
 
     Rows gather in memory and :meth:`flush` stores them as one object; the task flushes
-    before each checkpoint, so the rows of the input a checkpoint covers are stored before
-    it, and rows lost with a crash are found again when the input after it is read again.
+    before each checkpoint (a source: before it logs a round), so the rows of the input a
+    checkpoint or log entry covers are stored before it, and rows lost with a crash are
+    found again when the input after it is read again.
     """
 
     def __init__(self, store: Store | None, counters: Counters, task: str) -> None:
@@ -265,9 +266,13 @@ class SourceProcessor:
         counters: Counters,
         only: str | None = None,
         store: Store | None = None,
+        before_log: Callable[[], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.source = source
+        self.before_log = before_log
+        """Called before a live round is logged (the task stores its dead letters there,
+        so those of a logged round, which no restart reads again, are never lost)."""
         self.log = log
         self.counters = counters
         self.only = only
@@ -299,6 +304,8 @@ class SourceProcessor:
         wm = INF if eos else self._idle_watermark() if idle else self.source.watermark()
         caught_up = eos or paced or self.source.caught_up()
         at = time.time() if caught_up else behind_since
+        if self.before_log is not None:
+            self.before_log()
         self.log.append(r, self.source.snapshot(), wm, eos, at, idle)
         return self._split(r, recs, wm, eos, at)
 

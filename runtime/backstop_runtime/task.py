@@ -178,7 +178,12 @@ class Task:
                 # written since is a backlog, and the lag counts from there
                 self.behind_since = float(last["at"])
             self.proc_src = SourceProcessor(
-                self.cfg, self.source, self.log, self.counters, store=self.store
+                self.cfg,
+                self.source,
+                self.log,
+                self.counters,
+                store=self.store,
+                before_log=self.dead.flush,  # a logged round's input is not read again
             )
             return self._source_loop()
         before = self.session.before if self.session.recovering(self.cfg.task) else None
@@ -212,7 +217,6 @@ class Task:
             outs = self.proc_src.step_live(
                 r, self.max_records, self.behind_since, paced=self.rate > 0
             )
-            self.dead.flush()  # the rows of the batch just logged, which no restart reads again
             self.behind_since = float(self.log.entries[r]["at"])
             async with self.logged_cond:
                 self.logged_cond.notify_all()

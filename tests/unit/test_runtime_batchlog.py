@@ -165,3 +165,40 @@ def test_an_entry_is_stored_before_its_batch_is_sent(
     for r in sent:
         stored = events.index(("stored", r))
         assert stored < events.index(("sent", r)), (r, events)
+
+
+def test_a_sources_dead_letters_are_stored_before_the_round_that_read_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted source resumes after its last logged round and never reads that input
+    again: the malformed lines of a round must be in the store before its log entry."""
+    inp = tmp_path / "in"
+    inp.mkdir()
+    lines = [json.dumps({"id": i, "ts": i * 0.1}) for i in range(LINES)]
+    lines[15] = '{"id": 15, "ts": '  # malformed, in round 2 (10 records a round)
+    (inp / "part-00.jsonl").write_text("\n".join(lines) + "\n")
+    task = Task(from_env(env(tmp_path)))
+    task.epoch = task.store.claim_epoch()
+    blobs = task.store.blobs
+    events: list[str] = []
+    real_put = blobs.put
+
+    def put(key: str, data: bytes) -> None:
+        real_put(key, data)
+        if "/dead-letters/" in key:
+            events.append(f"dead:{data.decode().count(chr(10))}")
+        elif "/batches/" in key:
+            events.append(f"logged:{json.loads(data)['r']}")
+
+    async def publish(outs: dict[str, Batch]) -> None:
+        if next(iter(outs.values())).eos:
+            raise Sent
+
+    monkeypatch.setattr(blobs, "put", put)
+    monkeypatch.setattr(task, "_publish", publish)
+    loop: Any = task._restore()
+    with pytest.raises(Sent):
+        asyncio.run(loop)
+    assert events.count("dead:1") == 1
+    dead = events.index("dead:1")
+    assert events[dead + 1] == "logged:2", events
