@@ -36,6 +36,7 @@ from backstop_testkit.sim.nodesim import Simulator
 from backstop_testkit.support.kubetools import (
     POOL_LABEL,
     ROOT,
+    SINGLE_HOST_ENV,
     condition,
     create_namespace,
     free_port,
@@ -77,7 +78,7 @@ def env(cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_fac
                "BACKSTOP_REOPTIMIZE_MODE": "job", "BACKSTOP_SPARK_IMAGE": IMAGE,
                "BACKSTOP_SPARK_SERVICE_ACCOUNT": SA, "BACKSTOP_OPERATOR_NAMESPACE": ns,
                "BACKSTOP_SPARK_RESOURCES": json.dumps(resources),
-               "BACKSTOP_METRICS_HOST_PATH": "/srv/backstop"}  # fmt: skip
+               "BACKSTOP_METRICS_HOST_PATH": "/srv/backstop", **SINGLE_HOST_ENV}  # fmt: skip
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kopf", "run", "--standalone",

@@ -27,6 +27,7 @@ from backstop_testkit.sim.nodesim import Simulator
 from backstop_testkit.support.kubetools import (
     POOL_LABEL,
     ROOT,
+    SINGLE_HOST_ENV,
     condition,
     create_namespace,
     free_port,
@@ -118,6 +119,7 @@ def env(
         "BACKSTOP_REOPT_TICK": "2",
         "BACKSTOP_SPARK_MASTER": "local[2]",
         "BACKSTOP_REOPT_TIME_LIMIT": "0.5",
+        **SINGLE_HOST_ENV,
     }
     with log.open("ab") as out:
         proc = subprocess.Popen(
