@@ -145,9 +145,22 @@ def test_the_secrets_key_names_are_configurable_and_optional_settings_stay_unset
     }
     assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "secret"
     assert env["BACKSTOP_STORE"]["value"] == "s3://my-bucket/"
-    assert "BACKSTOP_S3_ENDPOINT" not in env and "AWS_REGION" not in env
+    assert "AWS_REGION" not in env
     no_secret = env_of(pod({"objectStore": {"bucket": "my-bucket"}}))
     assert "AWS_ACCESS_KEY_ID" not in no_secret and "AWS_SECRET_ACCESS_KEY" not in no_secret
+    assert "BACKSTOP_S3_ENDPOINT" not in no_secret  # AWS S3 itself
+
+
+def test_an_endpoint_left_unset_is_read_from_the_secret_if_it_holds_one() -> None:
+    ref = {"name": "store", "endpointKey": "url"}
+    env = env_of(pod({"objectStore": {"bucket": "b12", "secretRef": ref}}))
+    assert env["BACKSTOP_S3_ENDPOINT"]["valueFrom"]["secretKeyRef"] == {
+        "name": "store",
+        "key": "url",
+        "optional": True,  # a Secret without it: AWS S3 of the region
+    }
+    given = env_of(pod({"objectStore": S3}))["BACKSTOP_S3_ENDPOINT"]
+    assert given == {"name": "BACKSTOP_S3_ENDPOINT", "value": "http://10.0.0.5:18333"}
 
 
 def test_a_volume_store_pod_mounts_it_and_an_unset_store_is_an_empty_dir() -> None:

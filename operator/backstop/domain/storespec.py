@@ -76,6 +76,13 @@ class SecretRef(_Model):
         max_length=253,
         description="Key of the secret access key in the Secret (AWS_SECRET_ACCESS_KEY).",
     )
+    endpoint_key: str = Field(
+        "endpoint",
+        pattern=SECRET_KEY,
+        max_length=253,
+        description="Key of the S3 API's URL in the Secret, read when `endpoint` is unset "
+        "and the key exists (one Secret can then say where the store is and how to log in).",
+    )
 
 
 class ObjectStore(_Model):
@@ -168,8 +175,11 @@ class StoreSpec(_Model):
         return "objectStore" if source is None else next(iter(source))
 
 
-def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
-    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+def _secret_env(name: str, secret: str, key: str, optional: bool = False) -> dict[str, Any]:
+    ref: dict[str, Any] = {"name": secret, "key": key}
+    if optional:
+        ref["optional"] = True
+    return {"name": name, "valueFrom": {"secretKeyRef": ref}}
 
 
 def store_env(store: StoreSpec) -> list[dict[str, Any]]:
@@ -180,7 +190,9 @@ def store_env(store: StoreSpec) -> list[dict[str, Any]]:
     >>> s = StoreSpec.model_validate({"objectStore": {"bucket": "state", "prefix": "p",
     ...     "secretRef": {"name": "creds"}}})
     >>> [e["name"] for e in store_env(s)]
-    ['BACKSTOP_STORE', 'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY']
+    ['BACKSTOP_STORE', 'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'BACKSTOP_S3_ENDPOINT']
+    >>> store_env(s)[-1]["valueFrom"]
+    {'secretKeyRef': {'name': 'creds', 'key': 'endpoint', 'optional': True}}
     >>> store_env(StoreSpec.model_validate({"hostPath": {"path": "/srv"}}))
     [{'name': 'BACKSTOP_STORE', 'value': '/var/lib/backstop'}]
     """
@@ -196,4 +208,6 @@ def store_env(store: StoreSpec) -> list[dict[str, Any]]:
         ref = obj.secret_ref
         env.append(_secret_env("AWS_ACCESS_KEY_ID", ref.name, ref.access_key_id_key))
         env.append(_secret_env("AWS_SECRET_ACCESS_KEY", ref.name, ref.secret_access_key_key))
+        if not obj.endpoint:
+            env.append(_secret_env("BACKSTOP_S3_ENDPOINT", ref.name, ref.endpoint_key, True))
     return env
