@@ -10,8 +10,9 @@
 #              validating webhook, served in-cluster behind the chart's Service, in one line
 #   apply      kubectl apply -f examples/twitter-sentiment.yaml: every task pod Running in a real
 #              container (a containerd container ID) on a real node; no operator on the host.
-#              Its store is the hostPath /srv/backstop (created 1777 if missing, removed again),
-#              and the example's tweet generator appends the source log there while the run lasts
+#              Its store is the cluster's object store (SeaweedFS beside the nodes, S3 API, the
+#              Secret backstop-object-store); the example's tweet generator writes the source
+#              log into its bucket while the run lasts, and no task pod mounts a host directory
 #   logs       kubectl logs of a task pod on every real node that runs tasks
 #   kill       `python -m backstop_testkit nodes kill` (the test kit's CLI) of a real node with
 #              tasks (not the leading operator's): its kubelet and containers get SIGKILL; a
@@ -61,28 +62,32 @@ wait_until() { # timeout what cmd...
   local end=$((SECONDS + t))
   until "$@" >/dev/null 2>&1; do ((SECONDS < end)) || fail "timed out after ${t}s waiting for $what"; sleep 1; done
 }
-# The example's store: a hostPath directory (every real node is on this host, so it is shared
-# storage), and the tweet log its sources replay, written by the example's generator on the host.
-STORE=/srv/backstop
-store_made=""; tweets_pid=""
-store_up() {
-  if [[ ! -d $STORE ]]; then install -d -m 1777 $STORE; store_made=$STORE; fi
-  [[ -e $STORE/twitter ]] && fail "$STORE/twitter exists: another run of the example uses the store"
-  install -d -m 1777 $STORE/twitter   # the sinks write their output next to the input
-  PYTHONPATH=$ROOT/runtime setsid python3 -m backstop_runtime.examples.tweets $STORE/twitter/input \
-    --follow --seconds 1800 > $K8S_RUN_DIR.tweets.log 2>&1 < /dev/null &
+# The example's store: the cluster's object store (hack/local-cluster.sh starts it beside the
+# nodes, its data under $K8S_RUN_DIR/objectstore, removed with it), and the tweet log its sources
+# replay, written into the bucket by the example's generator on the host.
+tweets_pid=""
+tweets_up() { # the example's source path, s3://...
+  # shellcheck disable=SC2046  # the store's settings: export A=1 B=2
+  export $(hack/local-cluster.sh object-store env | sed 's/^export //')
+  setsid python -m backstop_runtime.examples.tweets "$1" --follow --seconds 1800 \
+    > $K8S_RUN_DIR.tweets.log 2>&1 < /dev/null &
   tweets_pid=$!
 }
-store_down() {
+tweets_down() {
   [[ -n $tweets_pid ]] && { kill "$tweets_pid" 2>/dev/null; wait "$tweets_pid" 2>/dev/null || true; }
   tweets_pid=""
-  # what the run wrote: the tweet log, and the topology's checkpoints and registry (by uid 65532)
-  if [[ -n $store_made ]]; then rm -rf "$store_made"; else rm -rf $STORE/twitter $STORE/$TOPO $STORE/$NS 2>/dev/null || true; fi
+}
+# the sink's committed output lines in the bucket (what a user reads), at least $1 of them
+sink_output() {
+  local n
+  n=$(python -m backstop_runtime.output cat "${source_path%/input}/output" 2>/dev/null | wc -l)
+  ((n >= $1))
 }
 teardown() {
   if [[ ${KEEP:-0} == 1 ]]; then echo "left running: export KUBECONFIG=$KUBECONFIG" >&2; return; fi
-  store_down
+  tweets_down
   hack/local-cluster.sh down >/dev/null 2>&1 || true
+  rm -rf "$K8S_RUN_DIR/objectstore"
 }
 trap teardown EXIT
 trap 'exit 130' INT TERM   # so that teardown runs on Ctrl-C or kill too
@@ -108,6 +113,17 @@ def ok(p):
             node["metadata"]["labels"].get("backstop.dev/node-kind") == "real")
 tasks = {p["metadata"]["labels"].get("streams.backstop.dev/task") for p in pods if ok(p)}
 sys.exit(0 if len(tasks) == want else 1)' "$want"
+}
+# every pod of the namespace (the task pods) mounts no host directory: the state is in the bucket
+no_host_directories() {
+  local found
+  found=$(kubectl get pods -n $NS -o json | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["items"]:
+    for v in p["spec"].get("volumes") or []:
+        if "hostPath" in v:
+            print(p["metadata"]["name"], v["name"], v["hostPath"].get("path"))')
+  [[ -z $found ]] || fail "task pods mount host directories: $found"
 }
 
 # The operator's /metrics (metrics.enabled, port $METRICS_PORT) straight from a pod's IP: every
@@ -146,12 +162,14 @@ done_phase "$(grep ' MB$' $BACKSTOP_CACHE/images/e2e-build.log | tr -s ' ' | pas
 
 phase cluster "control plane (API :$API_PORT) + $NODES real nodes + kube-proxy"
 if hack/local-cluster.sh status | grep -q "kube-apiserver: running"; then hack/local-cluster.sh down >/dev/null; fi
+rm -rf "$K8S_RUN_DIR/objectstore"   # an empty bucket: the tweet log of an earlier run differs
 REAL_NODES=$NODES REAL_NODE_PREFIX=e2e hack/local-cluster.sh up > $K8S_RUN_DIR.up.log 2>&1 \
   || { sed 's/^/    /' $K8S_RUN_DIR.up.log >&2; fail "cluster start"; }
 sed 's/^/    /' $K8S_RUN_DIR.up.log >&2
 read -r _ _ BRIDGE < <(hack/real-node.sh net-info)   # this cluster's bridge prefix
 kubectl apply -f crds/ >/dev/null
 kubectl create namespace $NS >/dev/null
+hack/local-cluster.sh store-secret $NS 2>/dev/null || fail "the object store's Secret"
 # pods are refused until the namespace's default ServiceAccount has its token (admission)
 wait_until 30 "the default ServiceAccount of $NS and its token" \
   bash -c "kubectl get sa default -n $NS -o jsonpath='{.secrets[0].name}' | grep -q ."
@@ -161,7 +179,6 @@ phase install "helm install $RELEASE charts/backstop"
 helm install $RELEASE charts/backstop --namespace $RELEASE_NS --create-namespace \
   --set "watchNamespaces={$NS}" --set recovery.gracePeriodSeconds=5 --set logFormat=plain \
   --set metrics.enabled=true --set metrics.port=$METRICS_PORT \
-  --set store.allowNodeLocal=true \
   --wait --timeout 5m >/dev/null || fail "helm install"
 # the replica holding the Lease (the other is a standby): the one whose /metrics says so
 wait_until 60 "an operator replica leading (backstop_leader 1 on /metrics)" leader_pod
@@ -203,13 +220,17 @@ grep -q 'denied the request: spec.operators\[1\].inputs\[0\].operator: .*unknown
 done_phase "refused: ${out##*denied the request: }"
 
 phase apply "kubectl apply -f $EXAMPLE"
-if grep -q "path: $STORE" "$EXAMPLE"; then store_up; fi
+source_path=$(python3 -c 'import sys, yaml
+ops = yaml.safe_load(open(sys.argv[1]))["spec"]["operators"]
+print(next(o["config"]["path"] for o in ops if o["name"] == "source"))' "$EXAMPLE")
+if [[ $source_path == s3://*/twitter/input ]]; then tweets_up "$source_path"; fi
 kubectl apply -n $NS -f "$EXAMPLE" >/dev/null
 wait_until 180 "$TOPO Ready" kubectl wait -n $NS --for=condition=Ready st/$TOPO --timeout=5s
 ntasks=$(kubectl get st -n $NS $TOPO -o json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["status"]["plan"]["assignment"]))')
 wait_until 180 "$ntasks task pods Running in containerd containers on real nodes" tasks_running_on_real_nodes "$ntasks"
 task_nodes=$(pods_json | python3 -c 'import json,sys; print(" ".join(sorted({p["spec"]["nodeName"] for p in json.load(sys.stdin)["items"]})))')
-done_phase "$ntasks task pods Running in real containers on: $task_nodes"
+no_host_directories
+done_phase "$ntasks task pods Running in real containers on: $task_nodes; no hostPath, state in the bucket"
 
 phase logs "kubectl logs of a task pod on every node with tasks"
 for node in $task_nodes; do
@@ -218,7 +239,8 @@ for node in $task_nodes; do
   [[ -n $out ]] || fail "kubectl logs $pod (node $node) is empty"
   echo "    $node/$pod: $(tail -1 <<<"$out" | cut -c1-120)" >&2
 done
-done_phase "logs read from $(wc -w <<<"$task_nodes") real nodes"
+wait_until 120 "the sink's first output lines in the bucket" sink_output 1
+done_phase "logs read from $(wc -w <<<"$task_nodes") real nodes; the sink's output in the bucket: $(python -m backstop_runtime.output cat "${source_path%/input}/output" | wc -l) lines"
 
 phase kill "python -m backstop_testkit nodes kill <a real node with tasks>"
 # a node with tasks and no operator replica; if every such node runs one, spare the leader's
@@ -249,6 +271,7 @@ wait_until 240 "all $ntasks tasks Running again on the other real nodes" tasks_r
 t_back=$((SECONDS - t_kill))
 pods_json | python3 -c 'import json,sys; v=sys.argv[1]; sys.exit(any(p["spec"]["nodeName"]==v for p in json.load(sys.stdin)["items"] if not p["metadata"].get("deletionTimestamp")))' "$victim" \
   || fail "tasks still on $victim"
+no_host_directories
 kubectl get recoveryplans -n $NS >&2
 moved() { read -r s o _ < <(recovery_metrics) && [[ $s -gt $steps0 && $o -gt $obs0 ]]; }
 wait_until 30 "the recovery metrics to move on $op_pod's /metrics" moved
@@ -291,8 +314,9 @@ done_phase "nothing of the release left (CRDs stay: helm never deletes them)"
 
 phase teardown "stop real nodes, kube-proxy and the control plane"
 if [[ ${KEEP:-0} != 1 ]]; then
-  store_down
+  tweets_down
   hack/local-cluster.sh down >/dev/null 2>&1
+  rm -rf "$K8S_RUN_DIR/objectstore"
   trap - EXIT
   junk=$( { ip -o link show | grep -oE " (${BRIDGE}[0-9]+):" || true
             iptables-save 2>/dev/null | grep -E 'backstop-e2e-|KUBE-SVC' || true

@@ -20,7 +20,8 @@
 # Cold (first run): ~4-6 minutes on 2 cores, mostly compiling kube-apiserver; kubectl adds ~22 s
 # on top of the others' build cache. Warm: ~5 s.
 #
-# Usage:  hack/local-cluster.sh [up|down|status|build|env|kubectl DEST]      (default: up)
+# Usage:  hack/local-cluster.sh [up|down|status|build|env|kubectl DEST|object-store VERB|store-secret NS]
+#         (default: up)
 # Env:    BACKSTOP_CACHE (default ~/.cache/backstop)  build outputs live in $BACKSTOP_CACHE/k8s
 #         K8S_RUN_DIR   (default $BACKSTOP_CACHE/run) certs, logs, pids, kubeconfig
 #         ETCD_PORT (12379)  API_PORT (16443)
@@ -28,6 +29,12 @@
 #         POD_EVICTION_TIMEOUT (30s)
 #         WITH_CONTROLLER_MANAGER=1 / WITH_SCHEDULER=1 (both on by default)
 #         APISERVER_EXTRA_ARGS / CM_EXTRA_ARGS / SCHEDULER_EXTRA_ARGS  extra flags (word-split)
+#         OBJECT_STORE (1)  also start the cluster's object store (hack/object-store.sh: SeaweedFS,
+#                          S3 API on this host's address, port API_PORT+1890, i.e. 18333 by
+#                          default; data under $K8S_RUN_DIR/objectstore) as a cloud's S3 is
+#                          beside a cluster; `store-secret NS` writes the Secret
+#                          backstop-object-store (endpoint, accessKeyId, secretAccessKey) that
+#                          the examples' spec.store names into namespace NS
 #         REAL_NODES (0)   also start that many REAL nodes (kubelet + containerd, hack/real-node.sh,
 #                          needs root) named $REAL_NODE_PREFIX-<i> (real-<i>), and kube-proxy on the host
 # The API server runs as a real cluster needs it: ServiceAccount admission and the token controller
@@ -55,6 +62,33 @@ NODE_MONITOR_GRACE=${NODE_MONITOR_GRACE:-20s}
 POD_EVICTION_TIMEOUT=${POD_EVICTION_TIMEOUT:-30s}
 K8S_VERSION=v1.20.2
 GOROOT_DIR=/usr/lib/go-1.19
+WITH_OBJECT_STORE=${OBJECT_STORE:-1}
+STORE_SECRET=backstop-object-store
+
+# the cluster's object store: its ports follow the API port, so two clusters' stores differ
+object_store() { # VERB
+  OBJECT_STORE_DIR=$RUN/objectstore OBJECT_STORE_S3_PORT=$((API_PORT + 1890)) \
+    OBJECT_STORE_MASTER_PORT=$((API_PORT + 1891)) OBJECT_STORE_VOLUME_PORT=$((API_PORT + 1892)) \
+    OBJECT_STORE_FILER_PORT=$((API_PORT + 1893)) OBJECT_STORE_STOP_TIMEOUT=5 \
+    "$(dirname "${BASH_SOURCE[0]}")/object-store.sh" "$@"
+}
+# store-secret NS: the Secret with the object store's endpoint and credentials in namespace NS
+store_secret() {
+  local ns=${1:?usage: $0 store-secret NAMESPACE} kv endpoint="" key="" secret=""
+  for kv in $(object_store env | sed 's/^export //'); do
+    case $kv in
+      BACKSTOP_S3_ENDPOINT=*) endpoint=${kv#*=} ;;
+      AWS_ACCESS_KEY_ID=*) key=${kv#*=} ;;
+      AWS_SECRET_ACCESS_KEY=*) secret=${kv#*=} ;;
+    esac
+  done
+  [[ -n $endpoint && -n $key ]] || { log "the object store's settings are unknown (is it up?)"; return 1; }
+  KUBECONFIG=$RUN/kubeconfig kubectl -n "$ns" create secret generic $STORE_SECRET \
+    --from-literal=endpoint="$endpoint" --from-literal=accessKeyId="$key" \
+    --from-literal=secretAccessKey="$secret" --dry-run=client -o yaml |
+    KUBECONFIG=$RUN/kubeconfig kubectl apply -f - >/dev/null
+  log "Secret $ns/$STORE_SECRET: the object store at $endpoint"
+}
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 
@@ -239,6 +273,7 @@ start() {
   local t0=$SECONDS d=$RUN/pki
   if running etcd || running kube-apiserver; then
     log "already running (use '$0 down' first)"
+    if [[ $WITH_OBJECT_STORE == 1 ]]; then object_store up; fi
     start_real_nodes
     echo "export KUBECONFIG=$RUN/kubeconfig"; return 0
   fi
@@ -295,6 +330,7 @@ start() {
       --kubeconfig=$RUN/scheduler.kubeconfig --leader-elect=false --port=0 --secure-port=0 --v=1 ${SCHEDULER_EXTRA_ARGS:-}
     log "kube-scheduler started (pid $(cat $RUN/kube-scheduler.pid))"
   fi
+  if [[ $WITH_OBJECT_STORE == 1 ]]; then object_store up; fi
   start_real_nodes
   echo "export KUBECONFIG=$RUN/kubeconfig"
 }
@@ -314,6 +350,7 @@ start_real_nodes() {
 }
 
 stop() {
+  if [[ -f $RUN/objectstore/weed.pid ]]; then object_store down || true; fi
   if [[ -d $RUN/nodes || -f $RUN/kube-proxy.pid ]]; then
     K8S_RUN_DIR=$RUN "$(dirname "${BASH_SOURCE[0]}")/real-node.sh" down-all
   fi
@@ -338,6 +375,7 @@ status() {
   if [[ -d $RUN/nodes ]]; then
     K8S_RUN_DIR=$RUN "$(dirname "${BASH_SOURCE[0]}")/real-node.sh" list | sed 's/^/real node: /'
   fi
+  echo "object store: $(object_store status)"
 }
 
 case ${1:-up} in
@@ -349,5 +387,7 @@ case ${1:-up} in
     with_build_lock install_packages "build_one kubectl"
     mkdir -p "${2:?usage: $0 kubectl DEST}"; install -m 0755 $BIN/kubectl "$2/kubectl" ;;
   env) echo "export KUBECONFIG=$RUN/kubeconfig" ;;
-  *) echo "usage: $0 [up|down|status|build|env|kubectl DEST]" >&2; exit 2 ;;
+  object-store) shift; object_store "$@" ;;   # up|down|status|env of the cluster's object store
+  store-secret) store_secret "${2:-}" ;;
+  *) echo "usage: $0 [up|down|status|build|env|kubectl DEST|object-store VERB|store-secret NS]" >&2; exit 2 ;;
 esac

@@ -1,15 +1,19 @@
 """The word count example on REAL nodes: exactly-once output when a node with tasks is killed.
 
 ``examples/wordcount.yaml`` (a copy: a bounded, rate-limited source on a fixed input log,
-its own store and node pool) is run by the operator (a host process, as in the other
-operator tests) as pods of the task-runtime image ``backstop/runtime:0.1.0`` on three real
-nodes (kubelet + containerd each, ``hack/real-node.sh``); each task asks for 400m CPU, so
-the plan spreads them (at most four fit a 2-CPU node under the 0.8 utilization cap) and the
-tasks left on the surviving nodes must find their recreated peers on another node. Once
-without failure; once with the test kit's ``nodes kill`` of the node with the most tasks mid-
-stream: its kubelet, containerd and every task container get SIGKILL (checked: their
-processes are gone), the node-lifecycle controller turns it NotReady and the operator
-recreates the lost pods on the other nodes, where they restore their checkpoints and replay.
+its own node pool) is run by the operator (a host process, as in the other operator tests)
+as pods of the task-runtime image ``backstop/runtime:0.1.0`` on three real nodes (kubelet +
+containerd each, ``hack/real-node.sh``). The store is SeaweedFS (S3 API) on this host,
+outside the nodes, as a cloud's S3 is outside a cluster: the input segments, checkpoints,
+batch logs, peer registry and the sink's output objects are all in its bucket, and no task
+pod mounts a host directory (checked on every pod). The operator runs without the
+single-host allowance for node-local stores. Each task asks for 400m CPU, so the plan
+spreads them (at most four fit a 2-CPU node under the 0.8 utilization cap) and the tasks
+left on the surviving nodes must find their recreated peers on another node. Once without
+failure; once with the test kit's ``nodes kill`` of the node with the most tasks mid-stream:
+its kubelet, containerd and every task container get SIGKILL (checked: their processes are
+gone), the node-lifecycle controller turns it NotReady and the operator recreates the lost
+pods on the other nodes, where they restore their checkpoints and replay.
 The sink's output (the set of lines) must be the same in both runs and equal to the counts
 this test computes from the input itself (``tests/runtime_data.expected_counts``: a plain
 Counter, lowercase words split on non-letters, 10-second tumbling event-time windows).
@@ -25,7 +29,6 @@ import json
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -40,6 +43,8 @@ from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
 from backstop.domain.constants import GROUP, VERSION
+from backstop_runtime.blobs import open_blobs
+from backstop_runtime.input import put_files
 from backstop_testkit.cli import app
 from backstop_testkit.support.kubetools import (
     create_namespace,
@@ -49,6 +54,7 @@ from backstop_testkit.support.kubetools import (
     stop_operator,
     wait_for,
 )
+from backstop_testkit.support.objectstore import running_object_store
 from backstop_testkit.support.realnodes import (
     build_runtime_image,
     containerd_socket,
@@ -62,13 +68,15 @@ from backstop_testkit.support.runtime_data import (
     counts_of,
     expected_counts,
     output_lines,
+    output_objects,
     write_input,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 POOL = "test.backstop.dev/wordcount-pool"
-IN_POD = "/var/lib/backstop"  # where every task pod mounts spec.store
+STATE, SECRET = "state", "object-store"  # the topologies' key prefix and store Secret
+NO_NODE_LOCAL = {"BACKSTOP_ALLOW_NODE_LOCAL_STORE": "false"}
 REF_RATE, KILL_RATE = 2000.0, 120.0  # records/s per source task
 FILES, PER_FILE = 2, 3000  # one input file per source task: the killed run lasts ~25 s
 
@@ -79,11 +87,12 @@ class Env:
     kube: client.ApiClient
     namespace: str
     nodes: list[str]
-    store: Path  # the host directory behind every pod's /var/lib/backstop
-    input: Path
+    s3: dict[str, str]  # BACKSTOP_S3_ENDPOINT, AWS_*, BACKSTOP_S3_BUCKET of the store
+    input: Path  # the input segments as written to the bucket, for the expected counts
     operator_log: Path
     operator: subprocess.Popen[bytes]
     uids: dict[str, str] = field(default_factory=dict)  # of the topologies created
+    seen: dict[str, Any] = field(default_factory=dict)  # every task pod seen, by uid
 
     @property
     def custom(self) -> client.CustomObjectsApi:
@@ -93,25 +102,29 @@ class Env:
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.kube)
 
-    def root(self, topology: str) -> Path:
-        """The topology's part of the store: ``<store>/<namespace>/<name>/<uid>``."""
-        return self.store / self.namespace / topology / self.uids.get(topology, "-")
+    @property
+    def bucket(self) -> str:
+        return f"s3://{self.s3['BACKSTOP_S3_BUCKET']}"
 
     def status(self, topology: str, task: str) -> dict[str, Any]:
-        path = self.root(topology) / "tasks" / task / "status.json"
+        """The task's status object, ``<prefix>/<namespace>/<name>/<uid>/tasks/<task>/``."""
+        uid = self.uids.get(topology, "-")
+        key = f"{self.namespace}/{topology}/{uid}/tasks/{task}/status.json"
+        raw = open_blobs(f"{self.bucket}/{STATE}", self.s3).get(key)
         try:
-            doc = json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+            doc = json.loads(raw) if raw is not None else {}
+        except json.JSONDecodeError:
             return {}
         return doc if isinstance(doc, dict) else {}
 
-    def output(self, topology: str) -> Path:
-        return self.store / topology / "output"
+    def output(self, topology: str) -> str:
+        return f"{self.bucket}/{topology}/output"
 
     def pods(self, topology: str) -> list[Any]:
         items = self.core.list_namespaced_pod(
             self.namespace, label_selector=f"{GROUP}/topology={topology}"
         ).items
+        self.seen.update((p.metadata.uid, p) for p in items)
         return [p for p in items if not p.metadata.deletion_timestamp]
 
     def alive(self) -> None:
@@ -121,20 +134,26 @@ class Env:
         doc = yaml.safe_load(WORDCOUNT.read_text())
         doc["metadata"] = {"name": name}
         spec = doc["spec"]
-        spec["store"] = {"hostPath": {"path": str(self.store), "type": "Directory"}}
+        spec["store"] = {
+            "objectStore": {
+                "bucket": self.s3["BACKSTOP_S3_BUCKET"],
+                "prefix": STATE,
+                "secretRef": {"name": SECRET},  # the endpoint too, under its key "endpoint"
+            }
+        }
         spec["nodeSelector"] = {POOL: self.nodes[0]}
         spec["recovery"] = {"gracePeriodSeconds": 2}
         for op in spec["operators"]:
             op["resources"]["cpu"] = "400m"
             if op["name"] == "source":
                 op["config"].update(
-                    path=f"{IN_POD}/input",
+                    path=f"{self.bucket}/input",
                     bounded=True,
                     maxRecordsPerSecond=rate,
                     maxRecordsPerBatch=50,
                 )
             if op["name"] == "sink":
-                op["config"]["path"] = f"{IN_POD}/{name}/output"
+                op["config"]["path"] = self.output(name)
             if op["name"] == "count" and broken_count:
                 op["config"]["windowSeconds"] = -1  # a config error: the task exits (code 2)
         created = self.custom.create_namespaced_custom_object(
@@ -150,6 +169,7 @@ class Env:
         wait_for(ended, timeout, f"the end of the stream at the sink of {name}", 0.2)
 
     def delete(self, name: str) -> None:
+        self.pods(name)
         with contextlib.suppress(ApiException):
             self.custom.delete_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, "streamtopologies", name
@@ -167,6 +187,28 @@ class Env:
         wait_for(gone, 90, f"{name} deleted (the operator's finalizer released)")
 
 
+def host_directories(pods: list[Any]) -> list[str]:
+    """``pod: volume`` for every hostPath volume of ``pods`` (none may have one)."""
+    return [
+        f"{p.metadata.name}: {v.name}"
+        for p in pods
+        for v in p.spec.volumes or []
+        if v.host_path is not None
+    ]
+
+
+def store_secret(core: client.CoreV1Api, namespace: str, s3: dict[str, str]) -> None:
+    """The Secret the topologies' ``spec.store.objectStore.secretRef`` names: the endpoint
+    (this host's address, which pods reach) and the credentials."""
+    data = {
+        "endpoint": s3["BACKSTOP_S3_ENDPOINT"],
+        "accessKeyId": s3["AWS_ACCESS_KEY_ID"],
+        "secretAccessKey": s3["AWS_SECRET_ACCESS_KEY"],
+    }
+    body = client.V1Secret(metadata=client.V1ObjectMeta(name=SECRET), string_data=data)
+    core.create_namespaced_secret(namespace, body)
+
+
 @pytest.fixture(scope="module")
 def env(
     cluster: str, kube: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
@@ -177,22 +219,26 @@ def env(
     install_crds(kube)
     namespace = f"wc-{uuid.uuid4().hex[:6]}"
     create_namespace(core, namespace)
-    # the store: a host directory every real node mounts (they all run on this host), writable
-    # by the tasks' uid 65532 like /srv/backstop in the example
-    store = Path(tempfile.mkdtemp(prefix="backstop-wc-store-"))
-    store.chmod(0o1777)
-    write_input(store / "input", files=FILES, per_file=PER_FILE)
+    work = tmp_path_factory.mktemp("wordcount")
+    write_input(work / "input", files=FILES, per_file=PER_FILE)
     names = [f"wc{uuid.uuid4().hex[:4]}-{i}" for i in range(3)]
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    log = work / "operator.log"
     proc: subprocess.Popen[bytes] | None = None
     try:
-        with real_node_pool(
-            Path(cluster).parent, names, env={"REAL_NODE_IMAGES": str(images)}
-        ) as nodes:
+        with (
+            running_object_store(work / "objectstore", for_pods=True) as s3,
+            real_node_pool(
+                Path(cluster).parent, names, env={"REAL_NODE_IMAGES": str(images)}
+            ) as nodes,
+        ):
+            bucket = f"s3://{s3['BACKSTOP_S3_BUCKET']}"
+            put_files(f"{bucket}/input", sorted((work / "input").glob("*.jsonl")), env=s3)
+            store_secret(core, namespace, s3)
             for name in nodes:
                 core.patch_node(name, {"metadata": {"labels": {POOL: nodes[0]}}})
-            proc = start_operator(cluster, namespace, log)
-            e = Env(cluster, kube, namespace, nodes, store, store / "input", log, proc)
+            # no single-host allowance: a node-local store would be refused
+            proc = start_operator(cluster, namespace, log, extra_env=NO_NODE_LOCAL)
+            e = Env(cluster, kube, namespace, nodes, s3, work / "input", log, proc)
             try:
                 yield e
             finally:
@@ -205,7 +251,6 @@ def env(
     finally:
         with contextlib.suppress(ApiException):
             core.delete_namespace(namespace)
-        shutil.rmtree(store, ignore_errors=True)
         shutil.rmtree(images, ignore_errors=True)
 
 
@@ -218,7 +263,8 @@ def reference(env: Env) -> list[str]:
     pods = env.pods("wc-ref")
     assert len(pods) == 7
     assert all(p.spec.node_name in env.nodes for p in pods), "every task on a real node"
-    lines = output_lines(env.output("wc-ref"))
+    assert host_directories(pods) == []
+    lines = output_lines(env.output("wc-ref"), env.s3)
     env.delete("wc-ref")
     print(f"reference run: {time.monotonic() - t0:.0f}s, {len(lines)} lines")
     return lines
@@ -241,8 +287,7 @@ def test_killing_a_real_node_mid_stream_changes_no_output_line(
         env.alive()
         pods = env.pods(name)
         sink = env.status(name, "sink-0")
-        out = env.output(name) / "sink-0.jsonl"
-        written = out.exists() and out.stat().st_size > 0
+        written = bool(output_objects(env.output(name), env.s3))
         ok = len(pods) == 7 and sink.get("round", 0) >= 40 and written
         return pods if ok else None
 
@@ -276,7 +321,7 @@ def test_killing_a_real_node_mid_stream_changes_no_output_line(
     assert len(per_node) > 1, f"every task on {victim}: nothing survived the kill"
     for t in lost:  # the lost tasks really ran again (a new epoch), on another node
         assert env.status(name, t).get("epoch", 0) > (epochs[t] or 0), t
-    lines = output_lines(env.output(name))
+    lines = output_lines(env.output(name), env.s3)
     print(
         f"killed {victim} with {lost} {time.monotonic() - killed_at:.0f}s before the end; "
         f"run {time.monotonic() - t0:.0f}s, {len(lines)} lines"
@@ -316,3 +361,11 @@ def test_a_task_config_error_and_a_peer_that_never_answers_show_in_the_topology_
     assert "config.windowSeconds must be a positive number" in message, message
     assert f"{name}--sink-0: NotAnswering: no answer from count-0: " in message, message
     env.delete(name)
+
+
+def test_no_task_pod_of_any_run_mounts_a_host_directory(env: Env) -> None:
+    """Every task pod the runs above created, the recreated ones included (the module's
+    tests run first): the state is in the bucket only."""
+    pods = list(env.seen.values())
+    assert len(pods) >= 7 + 7 + 4, f"only {len(pods)} task pods seen: did the runs above run?"
+    assert host_directories(pods) == []

@@ -59,17 +59,26 @@ def parse_exports(text: str) -> dict[str, str]:
     return dict(w.split("=", 1) for w in words[1:])
 
 
-class ObjectStore:
-    """One SeaweedFS under ``run`` (its data, log, pid file) serving bucket ``bucket``."""
+def host_address() -> str:
+    """This host's address that pods of real nodes reach (the source of its default route)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("1.1.1.1", 9))  # no packet is sent: this picks the route's source
+        return str(s.getsockname()[0])
 
-    def __init__(self, run: Path, bucket: str = "backstop") -> None:
+
+class ObjectStore:
+    """One SeaweedFS under ``run`` (its data, log, pid file) serving bucket ``bucket``; on
+    127.0.0.1 only, or with ``for_pods`` on every address, its endpoint this host's address
+    (pods of the real nodes, in their own network namespaces, reach it there)."""
+
+    def __init__(self, run: Path, bucket: str = "backstop", *, for_pods: bool = False) -> None:
         self.run = run
         ports = free_ports(8)
         self.script_env = {
             **os.environ,
             "OBJECT_STORE_DIR": str(run),
-            "OBJECT_STORE_BIND": "127.0.0.1",
-            "OBJECT_STORE_ADVERTISE": "127.0.0.1",
+            "OBJECT_STORE_BIND": "0.0.0.0" if for_pods else "127.0.0.1",
+            "OBJECT_STORE_ADVERTISE": host_address() if for_pods else "127.0.0.1",
             "OBJECT_STORE_BUCKET": bucket,
             "OBJECT_STORE_STOP_TIMEOUT": "2",  # then SIGKILL: nothing here outlives the tests
         }
@@ -105,10 +114,12 @@ class ObjectStore:
 
 
 @contextmanager
-def running_object_store(run: Path, bucket: str = "backstop") -> Iterator[dict[str, str]]:
+def running_object_store(
+    run: Path, bucket: str = "backstop", *, for_pods: bool = False
+) -> Iterator[dict[str, str]]:
     """A running SeaweedFS for the ``with`` block: its S3 settings (``BACKSTOP_S3_*``,
     ``AWS_*``); stopped at the end, with a check that it left no process or socket."""
-    store = ObjectStore(run, bucket)
+    store = ObjectStore(run, bucket, for_pods=for_pods)
     try:
         yield store.up()
     finally:
