@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -45,6 +46,7 @@ from typer.testing import CliRunner
 from backstop.domain.constants import GROUP, VERSION
 from backstop_runtime.blobs import open_blobs
 from backstop_runtime.input import put_files
+from backstop_runtime.sources import owner
 from backstop_testkit.cli import app
 from backstop_testkit.support.kubetools import (
     create_namespace,
@@ -54,11 +56,13 @@ from backstop_testkit.support.kubetools import (
     stop_operator,
     wait_for,
 )
-from backstop_testkit.support.objectstore import running_object_store
+from backstop_testkit.support.objectstore import ObjectStore
 from backstop_testkit.support.realnodes import (
     build_runtime_image,
     containerd_socket,
+    frozen_node,
     process_gone,
+    process_stopped,
     real_node_pool,
     require_root,
     task_pids,
@@ -78,6 +82,7 @@ POOL = "test.backstop.dev/wordcount-pool"
 STATE, SECRET = "state", "object-store"  # the topologies' key prefix and store Secret
 NO_NODE_LOCAL = {"BACKSTOP_ALLOW_NODE_LOCAL_STORE": "false"}
 REF_RATE, KILL_RATE = 2000.0, 120.0  # records/s per source task
+ZOMBIE_RATE = 50.0  # a run of ~60 s: the zombies write while the new copies run
 FILES, PER_FILE = 2, 3000  # one input file per source task: the killed run lasts ~25 s
 
 
@@ -87,6 +92,7 @@ class Env:
     kube: client.ApiClient
     namespace: str
     nodes: list[str]
+    store: ObjectStore
     s3: dict[str, str]  # BACKSTOP_S3_ENDPOINT, AWS_*, BACKSTOP_S3_BUCKET of the store
     input: Path  # the input segments as written to the bucket, for the expected counts
     operator_log: Path
@@ -130,7 +136,9 @@ class Env:
     def alive(self) -> None:
         assert self.operator.poll() is None, "operator exited:\n" + self.operator_log.read_text()
 
-    def create(self, name: str, rate: float, broken_count: bool = False) -> None:
+    def create(
+        self, name: str, rate: float, broken_count: bool = False, inp: str | None = None
+    ) -> None:
         doc = yaml.safe_load(WORDCOUNT.read_text())
         doc["metadata"] = {"name": name}
         spec = doc["spec"]
@@ -147,7 +155,7 @@ class Env:
             op["resources"]["cpu"] = "400m"
             if op["name"] == "source":
                 op["config"].update(
-                    path=f"{self.bucket}/input",
+                    path=inp or f"{self.bucket}/input",
                     bounded=True,
                     maxRecordsPerSecond=rate,
                     maxRecordsPerBatch=50,
@@ -224,13 +232,12 @@ def env(
     names = [f"wc{uuid.uuid4().hex[:4]}-{i}" for i in range(3)]
     log = work / "operator.log"
     proc: subprocess.Popen[bytes] | None = None
+    store = ObjectStore(work / "objectstore", for_pods=True)
     try:
-        with (
-            running_object_store(work / "objectstore", for_pods=True) as s3,
-            real_node_pool(
-                Path(cluster).parent, names, env={"REAL_NODE_IMAGES": str(images)}
-            ) as nodes,
-        ):
+        s3 = store.up()
+        with real_node_pool(
+            Path(cluster).parent, names, env={"REAL_NODE_IMAGES": str(images)}
+        ) as nodes:
             bucket = f"s3://{s3['BACKSTOP_S3_BUCKET']}"
             put_files(f"{bucket}/input", sorted((work / "input").glob("*.jsonl")), env=s3)
             store_secret(core, namespace, s3)
@@ -238,7 +245,7 @@ def env(
                 core.patch_node(name, {"metadata": {"labels": {POOL: nodes[0]}}})
             # no single-host allowance: a node-local store would be refused
             proc = start_operator(cluster, namespace, log, extra_env=NO_NODE_LOCAL)
-            e = Env(cluster, kube, namespace, nodes, s3, work / "input", log, proc)
+            e = Env(cluster, kube, namespace, nodes, store, s3, work / "input", log, proc)
             try:
                 yield e
             finally:
@@ -249,6 +256,7 @@ def env(
                         e.delete(st["metadata"]["name"])
                 stop_operator(proc)
     finally:
+        store.down()
         with contextlib.suppress(ApiException):
             core.delete_namespace(namespace)
         shutil.rmtree(images, ignore_errors=True)
@@ -276,14 +284,10 @@ def test_wordcount_on_real_nodes_counts_every_word_once(reference: list[str], en
     assert counts_of(reference) == dict(expected_counts(env.input))
 
 
-def test_killing_a_real_node_mid_stream_changes_no_output_line(
-    reference: list[str], env: Env
-) -> None:
-    name = "wc-kill"
-    t0 = time.monotonic()
-    env.create(name, KILL_RATE)
+def under_way(env: Env, name: str) -> list[Any]:
+    """The run's 7 pods once the sink has checkpointed 40 rounds and committed output."""
 
-    def under_way() -> list[Any] | None:
+    def ready() -> list[Any] | None:
         env.alive()
         pods = env.pods(name)
         sink = env.status(name, "sink-0")
@@ -291,14 +295,49 @@ def test_killing_a_real_node_mid_stream_changes_no_output_line(
         ok = len(pods) == 7 and sink.get("round", 0) >= 40 and written
         return pods if ok else None
 
-    pods = wait_for(under_way, 240, f"{name} under way (sink output written)", 0.2)
+    pods = wait_for(ready, 240, f"{name} under way (sink output written)", 0.2)
     assert pods is not None
-    assert not env.status(name, "sink-0").get("eos"), "the kill would come after the end"
+    assert not env.status(name, "sink-0").get("eos"), "the fault would come after the end"
+    return pods
+
+
+def busiest(pods: list[Any]) -> tuple[str, list[str], int]:
+    """The node with the most tasks, its tasks, and how many nodes run tasks."""
     per_node: dict[str, list[str]] = {}
     for p in pods:
         per_node.setdefault(p.spec.node_name, []).append(p.metadata.labels[f"{GROUP}/task"])
     victim = max(per_node, key=lambda n: len(per_node[n]))
-    lost = sorted(per_node[victim])
+    return victim, sorted(per_node[victim]), len(per_node)
+
+
+def wait_recreated(env: Env, name: str, lost: list[str], victim: str) -> None:
+    def recreated() -> bool:
+        env.alive()
+        now = {p.metadata.labels[f"{GROUP}/task"]: p for p in env.pods(name)}
+        return all(t in now and now[t].spec.node_name not in (None, victim) for t in lost)
+
+    wait_for(recreated, 120, f"the lost tasks {lost} recreated on other nodes")
+
+
+def exact_output(env: Env, name: str, reference: list[str], inp: Path | None = None) -> int:
+    """Check the run's committed output: no line twice, the counts computed from the
+    input, and (on the common input) the reference run's lines. Returns the line count."""
+    lines = output_lines(env.output(name), env.s3)
+    env.delete(name)
+    assert len(lines) == len(set(lines)), "a line was written twice"
+    if inp is None:
+        assert lines == reference
+    assert counts_of(lines) == dict(expected_counts(inp or env.input))
+    return len(lines)
+
+
+def test_killing_a_real_node_mid_stream_changes_no_output_line(
+    reference: list[str], env: Env
+) -> None:
+    name = "wc-kill"
+    t0 = time.monotonic()
+    env.create(name, KILL_RATE)
+    victim, lost, spread = busiest(under_way(env, name))
     sock = containerd_socket(env.cluster, victim)
     pids = list(task_pids(sock).values())
     assert pids, f"no containers on {victim}"
@@ -310,26 +349,113 @@ def test_killing_a_real_node_mid_stream_changes_no_output_line(
     wait_for(lambda: all(process_gone(p) for p in pids), 10, f"the containers of {victim} gone")
     assert not env.status(name, "sink-0").get("eos"), "the node was killed after the end"
     wait_for(lambda: not node_ready(env.core, victim), 90, f"{victim} NotReady")
-
-    def recreated() -> bool:
-        env.alive()
-        now = {p.metadata.labels[f"{GROUP}/task"]: p for p in env.pods(name)}
-        return all(t in now and now[t].spec.node_name not in (None, victim) for t in lost)
-
-    wait_for(recreated, 120, f"the lost tasks {lost} recreated on other nodes")
+    wait_recreated(env, name, lost, victim)
     env.wait_end(name, 300)
-    assert len(per_node) > 1, f"every task on {victim}: nothing survived the kill"
+    assert spread > 1, f"every task on {victim}: nothing survived the kill"
     for t in lost:  # the lost tasks really ran again (a new epoch), on another node
         assert env.status(name, t).get("epoch", 0) > (epochs[t] or 0), t
-    lines = output_lines(env.output(name), env.s3)
+    n = exact_output(env, name, reference)
     print(
         f"killed {victim} with {lost} {time.monotonic() - killed_at:.0f}s before the end; "
-        f"run {time.monotonic() - t0:.0f}s, {len(lines)} lines"
+        f"run {time.monotonic() - t0:.0f}s, {n} lines"
     )
-    env.delete(name)
-    assert len(lines) == len(set(lines)), "a line was written twice"
-    assert lines == reference
-    assert counts_of(lines) == dict(expected_counts(env.input))
+
+
+def test_a_half_dead_node_whose_tasks_write_on_changes_no_output_line(
+    reference: list[str], env: Env
+) -> None:
+    """The node's kubelet and containerd are frozen (SIGSTOP) for 60 s while its task
+    containers run on: the node turns NotReady, the operator recreates its tasks elsewhere,
+    and the old copies (zombies: alive, connected to the store, fenced by the new copies'
+    epoch claims) go on until the node comes back and its kubelet stops them."""
+    name = "wc-zombie"
+    t0 = time.monotonic()
+    env.create(name, ZOMBIE_RATE)
+    victim, lost, spread = busiest(under_way(env, name))
+    assert spread > 1, f"every task on {victim}"
+    sock = containerd_socket(env.cluster, victim)
+    zombies = list(task_pids(sock).values())
+    assert zombies, f"no containers on {victim}"
+    epochs = {t: env.status(name, t).get("epoch") for t in lost}
+    with frozen_node(sock, victim) as stopped:
+        frozen_at = time.monotonic()
+        assert all(process_stopped(p) for p in stopped)
+        wait_for(lambda: not node_ready(env.core, victim), 90, f"{victim} NotReady")
+        wait_recreated(env, name, lost, victim)
+
+        def claimed() -> bool:  # the new copies run: each claimed a newer epoch
+            return all(env.status(name, t).get("epoch", 0) > (epochs[t] or 0) for t in lost)
+
+        wait_for(claimed, 60, f"the new copies of {lost} running")
+        alive = [p for p in zombies if not process_gone(p)]
+        assert alive == zombies, "the frozen node's containers must run on (a half-dead node)"
+        time.sleep(max(0.0, 60 - (time.monotonic() - frozen_at)))
+    resumed_at = time.monotonic()
+    env.wait_end(name, 300)
+    wait_for(lambda: all(process_gone(p) for p in zombies), 120, "the zombies stopped")
+    n = exact_output(env, name, reference)
+    print(
+        f"froze {victim} with {lost} for {resumed_at - frozen_at:.0f}s; the zombies lived "
+        f"{time.monotonic() - frozen_at:.0f}s; run {time.monotonic() - t0:.0f}s, {n} lines"
+    )
+
+
+def test_the_object_store_stopped_for_10_s_mid_stream_changes_no_output_line(
+    reference: list[str], env: Env
+) -> None:
+    """The store goes away for 10 s while every task writes checkpoints, batch logs and
+    output into it, and comes back with its data: the tasks wait (each call retries up to
+    its deadline, 30 s) or restart and restore, and the output is the same."""
+    name = "wc-outage"
+    t0 = time.monotonic()
+    env.create(name, KILL_RATE)
+    under_way(env, name)
+    env.store.down()
+    down_at = time.monotonic()
+    time.sleep(10)
+    env.store.up()
+    outage = time.monotonic() - down_at
+    env.wait_end(name, 300)
+    restarts = sum(
+        c.restart_count for p in env.pods(name) for c in p.status.container_statuses or []
+    )
+    n = exact_output(env, name, reference)
+    print(
+        f"store down {outage:.1f}s; {restarts} task restarts; "
+        f"run {time.monotonic() - t0:.0f}s, {n} lines"
+    )
+
+
+def test_a_new_input_segment_sorting_between_two_others_is_counted_once(
+    env: Env, tmp_path: Path
+) -> None:
+    """A fourth segment whose name sorts between two others appears in the bucket while the
+    stream runs: each of its lines is counted once and no other segment is read again."""
+    name = "wc-newfile"
+    assert {owner(f"part-{k:02d}.jsonl", 2) for k in (0, 2, 3)} == {0, 1}
+    staging, inp = tmp_path / "staging", tmp_path / "input"
+    write_input(staging, files=4, per_file=PER_FILE // 2)
+    inp.mkdir()
+    for k in (0, 2, 3):
+        os.replace(staging / f"part-{k:02d}.jsonl", inp / f"part-{k:02d}.jsonl")
+    docs = [json.loads(line) for p in inp.glob("*.jsonl") for line in p.read_text().splitlines()]
+    end = max(d["ts"] for d in docs)  # the new segment goes on from there: no line is late
+    late = [json.loads(line) for line in (staging / "part-01.jsonl").read_text().splitlines()]
+    (staging / "part-01.jsonl").write_text(
+        "".join(json.dumps({**d, "ts": d["ts"] + end}) + "\n" for d in late)
+    )
+    location = f"{env.bucket}/{name}/input"
+    put_files(location, sorted(inp.glob("*.jsonl")), env=env.s3)
+    env.create(name, KILL_RATE, inp=location)
+    under_way(env, name)
+    assert not any(env.status(name, f"source-{i}").get("eos") for i in (0, 1)), "too late"
+    put_files(location, [staging / "part-01.jsonl"], env=env.s3)
+    os.replace(staging / "part-01.jsonl", inp / "part-01.jsonl")
+    env.wait_end(name, 300)
+    expected = expected_counts(inp)
+    assert sum(expected[k] for k in expected if k[0] >= end // 10 * 10 + 10) > 0  # it counts
+    n = exact_output(env, name, [], inp)
+    assert n == len(expected)
 
 
 def test_a_task_config_error_and_a_peer_that_never_answers_show_in_the_topology_status(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -86,6 +87,37 @@ def node_processes(sock: str, node: str) -> list[int]:
             if f"--hostname-override={node} " in cmd or f"-address {sock} " in cmd:
                 found.append(int(proc.name))
     return [p for p in found if not process_gone(p)]
+
+
+def _cmdline(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("replace")
+    return ""
+
+
+def process_stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped by a signal (state ``T``)."""
+    with contextlib.suppress(OSError, IndexError):
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] == "T"
+    return False
+
+
+@contextlib.contextmanager
+def frozen_node(sock: str, node: str) -> Iterator[list[int]]:
+    """The node's kubelet and containerd stopped (SIGSTOP) for the ``with`` block, then
+    continued (SIGCONT), while its containers and their shims keep running: a half-dead
+    node, whose tasks go on writing while nothing on the node answers the API server.
+    Yields the stopped pids."""
+    pids = [p for p in node_processes(sock, node) if "containerd-shim" not in _cmdline(p)]
+    assert len(pids) == 2, f"kubelet and containerd of {node}: found {pids}"
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pids
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 @contextlib.contextmanager
