@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from backstop_runtime import store as store_mod
-from backstop_runtime.blobs import Blobs, DirBlobs
+from backstop_runtime.blobs import Blobs, DirBlobs, open_blobs
 from backstop_runtime.config import ConfigError, TaskConfig, from_env
 from backstop_runtime.store import Store
 
@@ -43,8 +43,11 @@ def test_a_torn_newest_checkpoint_is_skipped_for_the_one_before(tmp_path: Path) 
     assert doc is not None and doc["round"] == 10
 
 
-def copy_of(store: Path, namespace: str, uid: str) -> Store:
-    return Store(task_config(store, BACKSTOP_NAMESPACE=namespace, BACKSTOP_TOPOLOGY_UID=uid))
+def copy_of(location: tuple[str, dict[str, str]], namespace: str, uid: str) -> Store:
+    """A task of topology ``wc`` in ``namespace`` (uid ``uid``) on the store at ``location``."""
+    where, env = location
+    cfg = task_config(where, BACKSTOP_NAMESPACE=namespace, BACKSTOP_TOPOLOGY_UID=uid)
+    return Store(cfg, open_blobs(where, env))
 
 
 @pytest.mark.parametrize(
@@ -55,9 +58,10 @@ def copy_of(store: Path, namespace: str, uid: str) -> Store:
     ],
 )
 def test_topologies_of_one_name_share_no_state(
-    tmp_path: Path, first: tuple[str, str], second: tuple[str, str]
+    data_location: tuple[str, dict[str, str]], first: tuple[str, str], second: tuple[str, str]
 ) -> None:
-    store = tmp_path / "store"
+    """On one directory or one bucket (and prefix)."""
+    store = data_location
     a = copy_of(store, *first)
     a.claim_epoch()
     a.claim_epoch()
