@@ -91,7 +91,9 @@ def node_processes(sock: str, node: str) -> list[int]:
 
 def _cmdline(pid: int) -> str:
     with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     return ""
 
 
