@@ -138,9 +138,6 @@ run backstop plan "$MANIFEST" --from-cluster -n "$NS"
 backstop plan "$MANIFEST" --from-cluster -n "$NS" --json > "$LOGS/preview.json"
 
 step "the operator (Kopf), watching namespace $NS; grace period 5 s for the demo"
-# a single-host cluster: every node sees the host's directories, so the example's hostPath
-# store is shared by tasks on different nodes (the operator refuses it elsewhere)
-export BACKSTOP_ALLOW_NODE_LOCAL_STORE=true
 backstop operator --namespace "$NS" --liveness "http://127.0.0.1:$DEMO_PORT/healthz" \
   --log-format plain --grace-period-seconds 5 >"$LOGS/operator.log" 2>&1 &
 pids+=($!)
