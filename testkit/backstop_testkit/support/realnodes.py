@@ -110,7 +110,13 @@ def frozen_node(sock: str, node: str) -> Iterator[list[int]]:
     continued (SIGCONT), while its containers and their shims keep running: a half-dead
     node, whose tasks go on writing while nothing on the node answers the API server.
     Yields the stopped pids."""
-    pids = [p for p in node_processes(sock, node) if "containerd-shim" not in _cmdline(p)]
+    pids = []
+    for proc in Path("/proc").iterdir():
+        cmd = _cmdline(int(proc.name)) if proc.name.isdigit() else ""
+        kubelet = f"--hostname-override={node} " in cmd
+        containerd = cmd.startswith("containerd --config ") and f"/{node}/containerd.toml" in cmd
+        if (kubelet or containerd) and not process_gone(int(proc.name)):
+            pids.append(int(proc.name))
     assert len(pids) == 2, f"kubelet and containerd of {node}: found {pids}"
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
