@@ -267,10 +267,12 @@ def main() -> int:
             finally:
                 _stop_operator(op)
     finally:
-        bench.store_down()
-        with contextlib.suppress(ApiException):
-            bench.core.delete_namespace(bench.ns)
-        shutil.rmtree(images, ignore_errors=True)
+        try:
+            bench.store_down()
+        finally:
+            with contextlib.suppress(ApiException):
+                bench.core.delete_namespace(bench.ns)
+            shutil.rmtree(images, ignore_errors=True)
     _write(args, cycles, sessions, failed, time.monotonic() - t0, bench.endpoint)
     return 1 if failed else 0
 
