@@ -4,9 +4,12 @@
 Why: the operator promises that after any single node failure every lost task is back
 within ``recoveryLatencyBound``; the planners check it with the failure-effect model
 (ℓ(v) = t_v + the latency of the upstream it must wait for or regenerate from). This runs
-``examples/twitter-sentiment.yaml`` (a copy: own store, own tweet log appended at a steady
-rate, grace period 2 s, a node pool of its own) on real nodes (kubelet + containerd each,
-``hack/real-node.sh``) with the operator as a host process, kills with
+``examples/twitter-sentiment.yaml`` (a copy: own tweet log appended at a steady rate, grace
+period 2 s, a node pool of its own) on real nodes (kubelet + containerd each,
+``hack/real-node.sh``) with the operator as a host process (without the single-host
+allowance for node-local stores), its store an S3 bucket of a SeaweedFS on this host started
+for the run (the tasks' state, the tweet log and the sinks' output; no host directory in any
+task pod), kills with
 ``python -m backstop_testkit nodes kill`` the node whose loss the plan predicts to be
 worst (then the next ones, each in a fresh deployment), and measures per lost task:
 
@@ -23,9 +26,11 @@ backups (plain bin packing), measured against the example's bound. ``--out`` wri
 page, ``docs/benchmarks/runtime-recovery.md`` (``--incremental``'s figures go to
 ``runtime-recovery-incremental.md`` beside it).
 
-Needs root and a running control plane (``K8S_RUN_DIR``, default the shared one); starts and
-removes its own real nodes (``REAL_NODE_NET``/``REAL_NODE_PORT_BASE``/``REAL_NODE_BRIDGE``
-choose their network when another cluster on the host has real nodes).
+Needs root, a running control plane (``K8S_RUN_DIR``, default the shared one) and the
+``weed`` binary (``make install``); starts and removes its own object store (its log stays
+in the run directory, ``<namespace>-objectstore/weed.log``) and real nodes
+(``REAL_NODE_NET``/``REAL_NODE_PORT_BASE``/``REAL_NODE_BRIDGE`` choose their network when
+another cluster on the host has real nodes).
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from backstop_testkit.support.kubetools import (
 from backstop_testkit.support.kubetools import stop_operator as _stop_operator
 from backstop_testkit.support.realnodes import CACHE, build_runtime_image, real_node_pool
 from bench import runtime_incremental as incremental
-from bench.runtime_bench import EXAMPLE, POOL, UNBOUNDED, Bench, Cycle, log
+from bench.runtime_bench import EXAMPLE, NO_NODE_LOCAL, POOL, UNBOUNDED, Bench, Cycle, log
 
 HEADING = "## Runtime on real nodes: the bound measured"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "runtime-recovery.md"
@@ -68,7 +73,17 @@ def fmt_placement(c: Cycle) -> str:
     return "; ".join(f"{n}: {len(ts)}" for n, ts in sorted(c.placement.items()))
 
 
-def report(cycles: list[Cycle], rate: float, bound: float, restart: float, seconds: float) -> str:
+def store_line(endpoint: str) -> str:
+    """The report's line on where the tasks' state, the tweet log and the output live."""
+    return (
+        f"The store is SeaweedFS's S3 API on this host, outside the nodes (`{endpoint}`): "
+        "the tasks' state, the tweet log and the sinks' output are in its bucket."
+    )
+
+
+def report(
+    cycles: list[Cycle], rate: float, bound: float, restart: float, seconds: float, store: str
+) -> str:
     lines = [
         HEADING,
         "",
@@ -88,6 +103,8 @@ def report(cycles: list[Cycle], rate: float, bound: float, restart: float, secon
         "(pod recreated, scheduled, container and Python up: what c stands for) and *restore + "
         "replay* (from the process start: restore, replay, and the backlog that built up "
         "while the task was down).",
+        "",
+        store_line(store),
         "",
     ]
     for variant in dict.fromkeys(c.variant for c in cycles):
@@ -196,18 +213,19 @@ def _write(
     sessions: list[incremental.Session],
     failed: list[str],
     seconds: float,
+    store: str,
 ) -> None:
-    """Print the reports (and with ``--out`` write their pages)."""
+    """Print the reports (and with ``--out`` write their pages); ``store``: its endpoint."""
     example = yaml.safe_load(EXAMPLE.read_text())["spec"]
     bound = float(example["recoveryLatencyBound"])
     restart = float(example.get("recovery", {}).get("restartSeconds", 0.0))
     if cycles:
-        text = report(cycles, args.rate, bound, restart, seconds)
+        text = report(cycles, args.rate, bound, restart, seconds, store)
         print(text)
         if args.out:
             write_section(args.out, HEADING, text, command=COMMAND)
     if sessions:
-        text = incremental.report(sessions, args.rate, args.replace_after)
+        text = incremental.report(sessions, args.rate, args.replace_after, store_line(store))
         text += "".join(f"\nNot measured: {f}.\n" for f in failed)
         print(text)
         if args.out:
@@ -227,7 +245,7 @@ def main() -> int:
     kubeconfig = str(run_dir / "kubeconfig")
     t0 = time.monotonic()
     images = build_runtime_image()
-    bench = Bench(kubeconfig, args.rate, args.warmup, args.show)
+    bench = Bench(kubeconfig, run_dir, args.rate, args.warmup, args.show)
     install_crds(bench.kube)
     create_namespace(bench.core, bench.ns)
     names = [f"rb{uuid.uuid4().hex[:4]}-{i}" for i in range(3)]
@@ -236,11 +254,12 @@ def main() -> int:
     sessions: list[incremental.Session] = []
     failed: list[str] = []
     try:
+        bench.store_up()  # before the nodes: their pods reach it at this host's address
         with real_node_pool(run_dir, names, env={"REAL_NODE_IMAGES": str(images)}) as nodes:
             bench.nodes = nodes
             for n in nodes:
                 bench.core.patch_node(n, {"metadata": {"labels": {POOL: nodes[0]}}})
-            op = start_operator(kubeconfig, bench.ns, oplog)
+            op = start_operator(kubeconfig, bench.ns, oplog, extra_env=NO_NODE_LOCAL)
             try:
                 cycles = _kill_cycles(args, bench)
                 if args.incremental:
@@ -248,11 +267,13 @@ def main() -> int:
             finally:
                 _stop_operator(op)
     finally:
-        with contextlib.suppress(ApiException):
-            bench.core.delete_namespace(bench.ns)
-        shutil.rmtree(bench.store, ignore_errors=True)
-        shutil.rmtree(images, ignore_errors=True)
-    _write(args, cycles, sessions, failed, time.monotonic() - t0)
+        try:
+            bench.store_down()
+        finally:
+            with contextlib.suppress(ApiException):
+                bench.core.delete_namespace(bench.ns)
+            shutil.rmtree(images, ignore_errors=True)
+    _write(args, cycles, sessions, failed, time.monotonic() - t0, bench.endpoint)
     return 1 if failed else 0
 
 

@@ -1,10 +1,17 @@
 """The real-node harness of the runtime benchmarks: one deployment of the example, killed.
 
 :class:`Bench` deploys a copy of ``examples/twitter-sentiment.yaml`` on real nodes (its own
-store, tweet log and node pool) with the operator as a host process, kills nodes with the
+tweet log, output and node pool) with the operator as a host process, kills nodes with the
 test kit's CLI and reads each task's ``status.json``; :meth:`Bench.cycle` measures one kill
 against the plan's predicted ℓ(v). ``bench/bench_runtime_recovery.py`` (the bound measured)
 and ``bench/runtime_incremental.py`` (incremental vs blocking) both run on it.
+
+The store is an object store outside the nodes, as a cloud's S3 is outside a cluster: the
+bench's own SeaweedFS on this host (:class:`~backstop_testkit.support.objectstore.ObjectStore`,
+reached by the pods at this host's address). The tasks' state is under ``state/`` of its
+bucket (``spec.store.objectStore``, endpoint and credentials from a Secret in the bench's
+namespace); each topology's tweet log and sinks' output under ``<topology name>/``. No task
+pod mounts a host directory.
 """
 
 from __future__ import annotations
@@ -12,9 +19,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 import uuid
@@ -29,17 +36,21 @@ from kubernetes.client.exceptions import ApiException
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import StreamTopologySpec, expand
 from backstop.k8s.cluster import api_client
-from backstop_runtime.output import read_lines
+from backstop_runtime.blobs import Blobs, open_blobs
+from backstop_runtime.output import committed, round_key
 from backstop_testkit.support.kubetools import (
     node_ready,
 )
+from backstop_testkit.support.objectstore import ObjectStore
 from planners.evaluate import recovery_latencies
 from planners.graph import TaskGraph
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
 POOL = "bench.backstop.dev/pool"
-IN_POD = "/var/lib/backstop"
+STATE, SECRET = "state", "bench-object-store"  # the tasks' key prefix and the store's Secret
+NO_NODE_LOCAL = {"BACKSTOP_ALLOW_NODE_LOCAL_STORE": "false"}
+"""The operator's environment: no single-host allowance, as on a cluster of real machines."""
 UNBOUNDED = 86400.0  # the largest bound the CRD accepts: in effect none
 CAUGHT_UP_SLACK = 0.5
 
@@ -86,25 +97,81 @@ class Cycle:
 
 
 class Bench:
-    def __init__(self, kubeconfig: str, rate: float, warmup: float, show: bool = False) -> None:
+    """One namespace, its object store and the topologies deployed there; ``run`` holds the
+    store's files (``<namespace>-objectstore/``) and the tweet generators' logs."""
+
+    def __init__(
+        self, kubeconfig: str, run: Path, rate: float, warmup: float, show: bool = False
+    ) -> None:
         self.kubeconfig, self.rate, self.warmup, self.show = kubeconfig, rate, warmup, show
         self.kube = api_client(kubeconfig)
         self.core = client.CoreV1Api(self.kube)
         self.custom = client.CustomObjectsApi(self.kube)
         self.ns = f"bench-{uuid.uuid4().hex[:6]}"
-        self.store = Path(tempfile.mkdtemp(prefix="backstop-bench-store-"))
-        self.store.chmod(0o1777)
+        self.run = run
+        self.objects = ObjectStore(run / f"{self.ns}-objectstore", for_pods=True)
+        self.s3: dict[str, str] = {}  # BACKSTOP_S3_ENDPOINT, AWS_*, BACKSTOP_S3_BUCKET
+        self._state: Blobs | None = None
         self.nodes: list[str] = []
         self.steady: dict[str, float] = {}
         self.uids: dict[str, str] = {}  # of the topologies created
 
+    @property
+    def bucket(self) -> str:
+        """``s3://<bucket>`` of the store."""
+        return f"s3://{self.s3['BACKSTOP_S3_BUCKET']}"
+
+    @property
+    def endpoint(self) -> str:
+        """The store's S3 endpoint: this host's address, which the pods reach."""
+        return self.s3["BACKSTOP_S3_ENDPOINT"]
+
+    @property
+    def state(self) -> Blobs:
+        """The tasks' state in the bucket (``spec.store``), opened once by :meth:`store_up`."""
+        if self._state is None:
+            raise RuntimeError("the object store is not up: call Bench.store_up first")
+        return self._state
+
+    def store_up(self) -> None:
+        """Start the object store and write the Secret the topologies' ``spec.store`` names
+        (the endpoint and credentials) into the namespace, which must exist."""
+        self.s3 = self.objects.up()
+        self._state = open_blobs(f"{self.bucket}/{STATE}", self.s3)
+        data = {
+            "endpoint": self.endpoint,
+            "accessKeyId": self.s3["AWS_ACCESS_KEY_ID"],
+            "secretAccessKey": self.s3["AWS_SECRET_ACCESS_KEY"],
+        }
+        body = client.V1Secret(metadata=client.V1ObjectMeta(name=SECRET), string_data=data)
+        self.core.create_namespaced_secret(self.ns, body)
+        log(f"object store {self.endpoint} (bucket {self.bucket}), Secret {self.ns}/{SECRET}")
+
+    def store_down(self) -> None:
+        """Stop the object store by its pid and remove its data (its log stays in ``run``)."""
+        self.objects.down()
+        shutil.rmtree(self.objects.run / "data", ignore_errors=True)
+
     def status(self, name: str, task: str) -> dict[str, Any]:
+        """The task's ``status.json``, key ``<namespace>/<name>/<uid>/tasks/<task>/`` under
+        ``state/`` (``TaskConfig.root``); ``{}`` until the task writes it."""
+        uid = self.uids.get(name, "-")
+        raw = self.state.get(f"{self.ns}/{name}/{uid}/tasks/{task}/status.json")
         try:
-            root = self.store / self.ns / name / self.uids.get(name, "-")  # TaskConfig.root
-            doc = json.loads((root / "tasks" / task / "status.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+            doc = json.loads(raw) if raw is not None else {}
+        except json.JSONDecodeError:
             return {}
         return dict(doc) if isinstance(doc, dict) else {}
+
+    def last_line(self, name: str) -> str:
+        """The last committed line of the topology's ``sink`` (its newest object that has
+        one), without reading every object of the run."""
+        out = open_blobs(f"{self.bucket}/{name}/output", self.s3)
+        for task, r in reversed(committed(out)):
+            lines = (out.get(round_key(task, r)) or b"").decode("utf-8").splitlines()
+            if lines:
+                return lines[-1]
+        return ""
 
     def tuples(self, name: str) -> dict[str, float]:
         """``tuples_in_total`` of every running task, from its ``/metrics`` (pod IP, port 9090)."""
@@ -128,11 +195,11 @@ class Bench:
         time.sleep(seconds)  # a rate needs an interval
         after = self.tuples(name)
         rates = {t: (after[t] - before[t]) / seconds for t in after if t in before}
-        last = read_lines(self.store / name / "output")[-1:]
+        last = self.last_line(name)
         print(f"records flowing {when} (tuples in per second, from each task's /metrics):")
         print("  " + ", ".join(f"{t} {r:.0f}" for t, r in sorted(rates.items())))
         if last:
-            print(f"  latest sink line: {last[0][:150]}")
+            print(f"  latest sink line: {last[:150]}")
         sys.stdout.flush()
 
     def cli(self, *args: str) -> None:
@@ -148,7 +215,13 @@ class Bench:
         doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
         doc["metadata"] = {"name": name}
         spec = doc["spec"]
-        spec["store"] = {"hostPath": {"path": str(self.store), "type": "Directory"}}
+        spec["store"] = {
+            "objectStore": {
+                "bucket": self.s3["BACKSTOP_S3_BUCKET"],
+                "prefix": STATE,
+                "secretRef": {"name": SECRET},  # the endpoint too, under its key "endpoint"
+            }
+        }
         spec["nodeSelector"] = {POOL: self.nodes[0]}
         spec.setdefault("recovery", {}).update(gracePeriodSeconds=2, replanOnViolation=False)
         if bound is not None:
@@ -156,34 +229,54 @@ class Bench:
         for op in spec["operators"]:
             cfg = op["config"]
             if "path" in cfg:
-                leaf = Path(cfg["path"]).name  # input, output, trending
-                cfg["path"] = f"{IN_POD}/{name}/{leaf}"
+                leaf = str(cfg["path"]).rstrip("/").rpartition("/")[2]  # input, output, trending
+                cfg["path"] = f"{self.bucket}/{name}/{leaf}"
         return doc
 
     def start(
         self, name: str, doc: dict[str, Any]
     ) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
         """Deploy ``doc`` with its own tweet log appended at the steady rate; return the plan
-        (once every task has caught up with its input and a warm-up passed) and the generator."""
-        for sub in (name, f"{name}/input"):  # the tasks (uid 65532) write under <name>
-            (self.store / sub).mkdir()
-            (self.store / sub).chmod(0o1777)
-        gen = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "backstop_runtime.examples.tweets",
-                str(self.store / name / "input"),
-                "--follow",
-                "--rate",
-                str(self.rate),
-                "--seconds",
-                "3600",
-            ],
-            env={**os.environ, "PYTHONPATH": str(ROOT / "runtime")},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        (once every task has caught up with its input and a warm-up passed) and the generator
+        (stopped here if this fails: the caller gets none to stop)."""
+        gen = self.tweets(name)
+        try:
+            return self._started(name, doc, gen), gen
+        except BaseException:
+            gen.terminate()
+            gen.wait()
+            raise
+
+    def tweets_log(self, name: str) -> Path:
+        """Where the tweet generator of topology ``name`` writes its errors."""
+        return self.run / f"{self.ns}-{name}-tweets.log"
+
+    def tweets(self, name: str) -> subprocess.Popen[bytes]:
+        """The topology's tweet log, ``<bucket>/<name>/input``: one new segment per partition
+        each second at the bench's rate, for up to an hour (its errors in :meth:`tweets_log`)."""
+        with self.tweets_log(name).open("ab") as err:
+            return subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "backstop_runtime.examples.tweets",
+                    f"{self.bucket}/{name}/input",
+                    "--follow",
+                    "--rate",
+                    str(self.rate),
+                    "--seconds",
+                    "3600",
+                ],
+                env={**os.environ, **self.s3, "PYTHONPATH": str(ROOT / "runtime")},
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+
+    def _started(
+        self, name: str, doc: dict[str, Any], gen: subprocess.Popen[bytes]
+    ) -> dict[str, Any]:
+        """Create the topology; its plan once every task caught up and the warm-up passed
+        (each task's median lag in it into :attr:`steady`)."""
         created = self.custom.create_namespaced_custom_object(
             GROUP, VERSION, self.ns, "streamtopologies", doc
         )
@@ -200,6 +293,9 @@ class Bench:
         tasks = list(p["assignment"])
 
         def steady() -> bool:
+            if gen.poll() is not None:
+                why = f"exited ({gen.returncode}), see {self.tweets_log(name)}"
+                raise SystemExit(f"{name}: the tweet generator {why}")
             return all(self.status(name, t).get("recoverySeconds") is not None for t in tasks)
 
         wait(f"{name}: every task caught up with its input", steady, 240)
@@ -212,7 +308,7 @@ class Bench:
                 samples[t].append(float(self.status(name, t).get("lag") or 0.0))
             time.sleep(0.5)
         self.steady = {t: sorted(v)[len(v) // 2] for t, v in samples.items() if v}
-        return p, gen
+        return p
 
     def caught_up(self, name: str, task: str, epoch: int, seen: dict[str, int]) -> bool:
         """The new copy of ``task`` is back where it was before the failure: it processes

@@ -164,7 +164,9 @@ def run_session(bench: Bench, mode: str, name: str, replace_after: float) -> Ses
             wait(f"{v} Ready", lambda v=v: node_ready(bench.core, v), 180)
 
 
-def report(sessions: list[Session], rate: float, replace_after: float) -> str:
+def report(sessions: list[Session], rate: float, replace_after: float, store: str = "") -> str:
+    """The page: when each query resumed per recovery mode, then the relative latencies;
+    ``store``: a line on where the tasks' state lives, after the introduction."""
     lines = [
         HEADING,
         "",
@@ -177,6 +179,7 @@ def report(sessions: list[Session], rate: float, replace_after: float) -> str:
         "input again, no further behind than in the steady stream plus 0.5 s (the new copy or "
         "the surviving one).",
         "",
+        *([store, ""] if store else []),
         "| recovery mode | lost tasks | replacement Ready | "
         + " | ".join(f"{d}: resumed" for d in QUERIES.values())
         + " | RecoveryPlans |",
