@@ -44,9 +44,7 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture
-def s3_env(
-    object_store_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
-) -> dict[str, str]:
+def s3_env(object_store_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The store's settings in this process's environment, where the job reads them."""
     for key, value in object_store_env.items():
         monkeypatch.setenv(key, value)
@@ -90,10 +88,10 @@ def _expected_tasks(written: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
             d_in, d_out, d_ck = cur[0] - prev[0], cur[1] - prev[1], cur[2] - prev[2]
             d_s = cur[3] - prev[3]
             ts = datetime.fromisoformat(written[i]["timestamp"].replace("Z", "+00:00"))
-            # PySpark collects timestamps as naive datetimes of the local time zone
-            out.append((TOPO, task, ts.astimezone().replace(tzinfo=None), d_in, d_out, written[i]["cpu"],
-                        4.0, d_s / d_ck if d_ck else 0.0,
-                        1 if n == 0 and epoch > 1 else 0))  # fmt: skip
+            local = ts.astimezone().replace(tzinfo=None)  # how PySpark collects a timestamp
+            duration = d_s / d_ck if d_ck else 0.0
+            failures = 1 if n == 0 and epoch > 1 else 0
+            out.append((TOPO, task, local, d_in, d_out, written[i]["cpu"], 4.0, duration, failures))
             prev, i = cur, i + 1
     return out
 
