@@ -11,6 +11,14 @@ An ``s3://`` path is read with the endpoint, region and credentials of the topol
 ``spec.store.objectStore`` (:func:`s3_problem` refuses one without), so a metricsPath left
 unset on a topology whose store is an object store defaults to that store's metrics
 (:func:`effective`): the rows its tasks write are where the job looks, with nothing to set.
+
+The credentials reach the job as the tasks get them: a Job in the topology's namespace
+refers to the topology's Secret (``secretKeyRef``, the values never in a pod spec); a Job
+in the operator's namespace cannot refer to a Secret of another namespace, so it refers to
+the operator's own (``reoptimization.objectStoreSecret``) instead (:func:`job_store_env`).
+A run in the operator's process (``mode: local``) gets the endpoint and region of the
+topology and the credentials of the operator's environment (:func:`local_store_env`): the
+operator never reads a Secret.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any, TypeVar
 
-from backstop.domain.storespec import BUCKET, StoreSpec
+from backstop.domain.storespec import BUCKET, StoreSpec, store_env
 
 __all__ = [
     "PLACEHOLDERS",
@@ -29,6 +37,8 @@ __all__ = [
     "effective",
     "fill",
     "is_s3",
+    "job_store_env",
+    "local_store_env",
     "path_problem",
     "s3_problem",
     "split_s3",
@@ -117,10 +127,10 @@ def default_for(store: StoreSpec) -> str | None:
     """Where the task runtime writes its metrics rows in an object store ``store``, with
     the placeholders; ``None`` for a volume (the job's mount of it is the operator's).
 
-    >>> default_for(StoreSpec.model_validate({"objectStore": {"bucket": "st", "prefix": "p"}}))
-    's3://st/p/{namespace}/{name}/{uid}/metrics'
-    >>> default_for(StoreSpec.model_validate({"objectStore": {"bucket": "st"}}))
-    's3://st/{namespace}/{name}/{uid}/metrics'
+    >>> default_for(StoreSpec.model_validate({"objectStore": {"bucket": "sta", "prefix": "p"}}))
+    's3://sta/p/{namespace}/{name}/{uid}/metrics'
+    >>> default_for(StoreSpec.model_validate({"objectStore": {"bucket": "sta"}}))
+    's3://sta/{namespace}/{name}/{uid}/metrics'
     >>> default_for(StoreSpec()) is None
     True
     """
@@ -168,3 +178,59 @@ def check_s3_store(spec: T) -> T:
     if problem is not None:
         raise ValueError(f"reoptimization.{problem}")
     return spec
+
+
+def job_store_env(
+    store: StoreSpec, job_namespace: str, topology_namespace: str, secret: str | None = None
+) -> list[dict[str, Any]]:
+    """The object store settings of the re-optimization Job's container.
+
+    The endpoint and region of ``store``; the credentials from its ``secretRef`` when the
+    Job runs in the topology's namespace, else from ``secret``, a Secret of the Job's
+    namespace with the keys ``accessKeyId`` and ``secretAccessKey``. Empty for a volume.
+
+    Raises
+    ------
+    ValueError
+        The store has a Secret the Job cannot refer to, and no ``secret`` is given.
+
+    Examples
+    --------
+    >>> s = StoreSpec.model_validate({"objectStore": {"endpoint": "http://s3:9000",
+    ...     "bucket": "state", "secretRef": {"name": "creds"}}})
+    >>> [e["name"] for e in job_store_env(s, "prod", "prod")]
+    ['BACKSTOP_S3_ENDPOINT', 'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY']
+    >>> job_store_env(s, "ops", "prod", "reopt-s3")[1]["valueFrom"]["secretKeyRef"]
+    {'name': 'reopt-s3', 'key': 'accessKeyId'}
+    """
+    obj = store.object_store
+    if obj is None:
+        return []
+    env = [e for e in store_env(store) if e["name"] != "BACKSTOP_STORE"]
+    if obj.secret_ref is None or job_namespace == topology_namespace:
+        return env
+    if not secret:
+        raise ValueError(
+            f"the Job runs in namespace {job_namespace} and cannot use Secret "
+            f"{topology_namespace}/{obj.secret_ref.name} of spec.store.objectStore: set "
+            f"reoptimization.objectStoreSecret (a Secret in {job_namespace}), or run the Job "
+            "in the topology's namespace"
+        )
+    plain = [e for e in env if "valueFrom" not in e]
+    return plain + [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+        for name, key in (("AWS_ACCESS_KEY_ID", "accessKeyId"),
+                          ("AWS_SECRET_ACCESS_KEY", "secretAccessKey"))
+    ]  # fmt: skip
+
+
+def local_store_env(store: StoreSpec) -> dict[str, str]:
+    """The object store settings of a run in the operator's process: the endpoint and
+    region of ``store`` (the credentials are the operator's own environment's).
+
+    >>> local_store_env(StoreSpec.model_validate({"objectStore": {"bucket": "state",
+    ...     "endpoint": "http://s3:9000", "region": "eu-1", "secretRef": {"name": "c"}}}))
+    {'BACKSTOP_S3_ENDPOINT': 'http://s3:9000', 'AWS_REGION': 'eu-1'}
+    """
+    return {e["name"]: e["value"] for e in store_env(store)
+            if "value" in e and e["name"] != "BACKSTOP_STORE"}  # fmt: skip
