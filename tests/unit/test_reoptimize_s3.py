@@ -9,6 +9,8 @@ bucket as from a directory holding the same objects, with the values the writer 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -165,3 +167,17 @@ def test_filesystem_takes_the_runtimes_settings() -> None:
         "eu-west-1", "http", "10.0.0.5:18333")  # fmt: skip
     assert options["access_key"] is None  # none given: pyarrow's own search
     assert s3metrics.filesystem({}).region == "us-east-1"
+
+
+def test_the_cli_hands_an_s3_url_to_the_job_whole(s3_env: dict[str, str]) -> None:
+    """``backstop reoptimize FILE --metrics s3://…``: the job gets the URL as given (a path
+    type would fold ``//``) and reads the bucket; an empty prefix is its one error line."""
+    url = f"s3://{s3_env['BACKSTOP_S3_BUCKET']}/cli-{uuid.uuid4().hex[:8]}/metrics"
+    example = Path(__file__).resolve().parents[2] / "examples" / "twitter-sentiment.yaml"
+    res = subprocess.run(
+        [sys.executable, "-m", "backstop", "reoptimize", str(example), "--metrics", url,
+         "--node-cpu", "2"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert res.returncode != 0
+    assert f"{url} holds no tasks/ or tasks.jsonl" in res.stdout + res.stderr
