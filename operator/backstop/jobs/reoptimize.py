@@ -8,7 +8,8 @@ home-made distribution layer to maintain.
 
 Every step is a pure ``transform_*(df, *, …) -> DataFrame`` in
 :mod:`backstop.jobs.transforms`, chained with ``df.transform`` by
-:func:`~backstop.jobs.transforms.run_job`; inputs are read by :mod:`backstop.jobs.sparkio`;
+:func:`~backstop.jobs.transforms.run_job`; inputs are read by :mod:`backstop.jobs.sparkio`
+(an ``s3://`` object store's metrics through :mod:`backstop.jobs.s3metrics`, with pyarrow);
 :func:`main` here only reads inputs and writes outputs. Re-planning, Monte Carlo and the
 trade-off curve run the project's planners in parallel across topologies with
 ``applyInPandas``; the arithmetic lives in :mod:`backstop.domain.recommend` and
