@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from backstop.domain.storespec import BUCKET, StoreSpec, store_env
 
 __all__ = [
+    "DESCRIPTION",
     "PLACEHOLDERS",
     "S3_SCHEME",
     "check_path",
@@ -46,6 +47,15 @@ __all__ = [
 
 S3_SCHEME = "s3://"
 PLACEHOLDERS = ("{namespace}", "{name}", "{uid}")
+DESCRIPTION = (
+    "Where the job reads the metrics: `s3://bucket/prefix` (read with "
+    "spec.store.objectStore's endpoint and credentials) or an absolute directory the job "
+    "can read, with tasks and nodes (folders of .jsonl rows, or tasks.parquet, "
+    "nodes.parquet); `{namespace}`, `{name}` and `{uid}` are the topology's own. Unset: "
+    "the object store's own metrics (`s3://<bucket>/<prefix>/{namespace}/{name}/{uid}/"
+    "metrics`), or no runs with a volume store."
+)
+"""The description of ``spec.reoptimization.metricsPath`` (CRD and docs)."""
 T = TypeVar("T")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 

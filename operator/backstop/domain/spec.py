@@ -42,6 +42,7 @@ from backstop.domain.constants import (
 )
 from backstop.domain.lifecycle_spec import LifecycleFields
 from backstop.domain.limits import check_size_limits
+from backstop.domain.metricspath import DESCRIPTION as METRICS_PATH_DESCRIPTION
 from backstop.domain.metricspath import check_path, check_s3_store
 from backstop.domain.names import (
     check_topology_name,
@@ -281,12 +282,7 @@ class ReoptimizationPolicy(_Model):
     metrics_path: str | None = Field(
         None,
         max_length=4096,
-        description="Where the job reads the metrics: `s3://bucket/prefix` (read with "
-        "spec.store.objectStore's endpoint and credentials) or an absolute directory the job "
-        "can read, with tasks and nodes (folders of .jsonl rows, or tasks.parquet, "
-        "nodes.parquet); `{namespace}`, `{name}` and `{uid}` are the topology's own. Unset: "
-        "the object store's own metrics (`s3://<bucket>/<prefix>/{namespace}/{name}/{uid}/"
-        "metrics`), or no runs with a volume store.",
+        description=METRICS_PATH_DESCRIPTION,
     )
 
     _metrics_path = field_validator("metrics_path")(check_path)
