@@ -12,7 +12,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -39,10 +38,10 @@ WRITES = {
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2"}, app="tests-s3")
-    yield session
-    session.stop()
+def spark() -> SparkSession:
+    """The process's session (``getOrCreate``): another module's tests may hold it too, so
+    it is left running (the JVM ends with the process)."""
+    return spark_session("local[2]", {"spark.sql.shuffle.partitions": "2"}, app="tests")
 
 
 @pytest.fixture
