@@ -72,6 +72,7 @@ FEATURES_ON: dict[str, Any] = {
         "sparkConf": {"spark.executor.instances": "1"},
         "driverServiceAccount": {"name": "spark-driver"},
         "metricsVolume": {"existingClaim": "backstop-store"},
+        "objectStoreSecret": "reopt-s3",
     },
     "imagePullSecrets": [{"name": "pull"}],
     "podAnnotations": {"a": "b"},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import ROUND_CEILING, Decimal
@@ -46,6 +47,7 @@ from backstop.jobs.transforms import (
     transform_task_summary,
     transform_tradeoff,
 )
+from backstop_runtime.blobs import open_blobs
 from backstop_testkit.sim.metricsgen import GeneratorParams, write_metrics
 from backstop_testkit.support.kubetools import ROOT
 from planners.placement import Node
@@ -385,16 +387,10 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     return out, truth
 
 
-@pytest.mark.spark
-def test_job_end_to_end_recovers_the_ground_truth(
-    spark: SparkSession, generated: tuple[Path, dict[str, Any]], tmp_path: Path
-) -> None:
-    metrics, truth = generated
-    code = main(["--metrics", str(metrics), "--topologies", str(EXAMPLE), "--node-cpu", "4",
-                 "--out", str(tmp_path), "--master", "local[2]", "--time-limit", "0.5",
-                 "--scenarios", "300"])  # fmt: skip
-    assert code == 0
-    (rec,) = [json.loads(ln) for ln in (tmp_path / "recommendations.jsonl").open()]
+def _check_recovers_truth(out: Path, truth: dict[str, Any], tasks: pd.DataFrame) -> None:
+    """The job's output in ``out`` matches the generator's truth, and its estimates those
+    of the single-process pandas path on the same task rows ``tasks``."""
+    (rec,) = [json.loads(ln) for ln in (out / "recommendations.jsonl").open()]
     assert rec["result"] == "Recommended"
     true_ops = truth["topologies"]["twitter-sentiment"]
     for op in rec["operators"]:
@@ -406,16 +402,54 @@ def test_job_end_to_end_recovers_the_ground_truth(
     assert set(rec["simulation"]) == {"current", "plan"}
     assert len(rec["tradeoff"]) == len(PlanParams().bound_factors)
     # the Spark estimates agree with the single-process pandas path
-    spark_est = pd.read_json(tmp_path / "estimates.jsonl", lines=True).set_index("operator")
-    pandas_est = estimate_operators_pandas(
-        pd.read_parquet(metrics / "tasks.parquet"), EstimateParams()
-    ).set_index("operator")
+    spark_est = pd.read_json(out / "estimates.jsonl", lines=True).set_index("operator")
+    pandas_est = estimate_operators_pandas(tasks, EstimateParams()).set_index("operator")
     for col in ("failure_rate", "reprocessing_latency", "observed_seconds", "failures"):
         assert spark_est[col].to_dict() == pytest.approx(pandas_est[col].to_dict(), rel=1e-6)
     # the CPU quantile: pandas' exact one rounded up to a millicore, exactly
     spark_milli = {op: round(v * 1000, 9) for op, v in spark_est["cpu_quantile"].items()}
     pandas_milli = {op: millicores(v) for op, v in pandas_est["cpu_quantile"].items()}
     assert spark_milli == pandas_milli
+
+
+@pytest.mark.spark
+def test_job_end_to_end_recovers_the_ground_truth(
+    spark: SparkSession, generated: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    metrics, truth = generated
+    code = main(["--metrics", str(metrics), "--topologies", str(EXAMPLE), "--node-cpu", "4",
+                 "--out", str(tmp_path), "--master", "local[2]", "--time-limit", "0.5",
+                 "--scenarios", "300"])  # fmt: skip
+    assert code == 0
+    _check_recovers_truth(tmp_path, truth, pd.read_parquet(metrics / "tasks.parquet"))
+
+
+@pytest.mark.spark
+def test_job_end_to_end_reads_an_object_store(
+    spark: SparkSession,
+    object_store_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The same generated metrics, as JSON Lines objects in a bucket (a real SeaweedFS),
+    read through ``--metrics s3://…`` with the store's settings in the environment."""
+    local = tmp_path / "metrics"
+    truth = write_metrics(local, [load_topology(EXAMPLE)], GeneratorParams(rows=30_000, seed=3),
+                          "jsonl")  # fmt: skip
+    url = f"s3://{object_store_env['BACKSTOP_S3_BUCKET']}/e2e-{uuid.uuid4().hex[:12]}/metrics"
+    blobs = open_blobs(url, object_store_env)
+    for name in ("tasks.jsonl", "nodes.jsonl"):  # a folder of objects, as the runtime writes
+        lines = (local / name).read_bytes().splitlines(keepends=True)
+        for i in range(0, len(lines), 10_000):
+            blobs.put(f"{name.split('.')[0]}/part-{i:06d}.jsonl", b"".join(lines[i : i + 10_000]))
+    for key, value in object_store_env.items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "out"
+    code = main(["--metrics", url, "--topologies", str(EXAMPLE), "--node-cpu", "4",
+                 "--out", str(out), "--master", "local[2]", "--time-limit", "0.5",
+                 "--scenarios", "300"])  # fmt: skip
+    assert code == 0
+    _check_recovers_truth(out, truth, pd.read_json(local / "tasks.jsonl", lines=True))
 
 
 @pytest.mark.spark

@@ -125,7 +125,11 @@ def reoptimize_command(
         ),
     ],
     metrics: Annotated[
-        Path | None, typer.Option(help="Metrics directory (tasks.* and nodes.*).")
+        str | None,
+        typer.Option(
+            help="Metrics directory or s3://bucket/prefix (tasks.* and nodes.*; a bucket is "
+            "read with BACKSTOP_S3_ENDPOINT and the AWS_* credentials)."
+        ),
     ] = None,
     nodes: Annotated[
         Path | None, typer.Option(help="Node objects (YAML) the plan may use.")
@@ -164,7 +168,7 @@ def reoptimize_command(
 
 def _local(
     topology: str,
-    metrics: Path | None,
+    metrics: str | None,
     nodes: Path | None,
     node_cpu: float | None,
     current: Path | None,
@@ -182,7 +186,7 @@ def _local(
         fail("pass exactly one of --nodes FILE and --node-cpu CORES")
     with tempfile.TemporaryDirectory(prefix="backstop-reopt-") as tmp:
         dest = out or Path(tmp)
-        args = [sys.executable, "-m", "backstop.jobs.reoptimize", "--metrics", str(metrics),
+        args = [sys.executable, "-m", "backstop.jobs.reoptimize", "--metrics", metrics,
                 "--topologies", topology, "--out", str(dest), "--master", master,
                 "--time-limit", str(time_limit)]  # fmt: skip
         args += ["--nodes", str(nodes)] if nodes else ["--node-cpu", str(node_cpu)]

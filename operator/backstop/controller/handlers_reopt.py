@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.controller import approve, context, reoptrun
 from backstop.controller import settings as config
+from backstop.domain import metricspath
 from backstop.domain.approval import plan_fingerprint, recommendation_id
 from backstop.domain.constants import ANN_APPROVE, GROUP, VERSION
 from backstop.domain.recommend import should_apply
@@ -41,6 +42,7 @@ from backstop.domain.spec import (
     StreamTopologySpec,
 )
 from backstop.domain.status import now_rfc3339, plain_status
+from backstop.domain.storespec import StoreSpec
 from planners import InvalidTopology
 
 log = logging.getLogger("backstop.reoptimize")
@@ -170,6 +172,7 @@ async def _run(
     plan: dict[str, Any],
     metrics: str,
     running: dict[str, Any],
+    store: StoreSpec,
 ) -> dict[str, Any]:
     """Run the job where the operator's ``reoptimization.mode`` says, recording its phases."""
 
@@ -178,9 +181,9 @@ async def _run(
         await asyncio.to_thread(approve.record, namespace, name, {"reoptimization": running})
 
     if config.settings().reopt_mode == "job":
-        return await reoptrun.run_in_job(manifest, nodes, plan, metrics, progress)
+        return await reoptrun.run_in_job(manifest, nodes, plan, metrics, progress, store)
     with tempfile.TemporaryDirectory(prefix="backstop-reopt-") as tmp:
-        return await reoptrun.run_local(manifest, nodes, plan, metrics, Path(tmp), progress)
+        return await reoptrun.run_local(manifest, nodes, plan, metrics, Path(tmp), progress, store)
 
 
 async def reoptimize_once(
@@ -206,11 +209,12 @@ async def reoptimize_once(
     plan = dict(plain_status(status).get("plan") or {})
     base = {"lastRun": now_rfc3339(), "nonce": policy.nonce, "generation": generation,
             "trigger": reason, "applied": False, "phase": None, "job": None}  # fmt: skip
-    skipped = _skipped(policy)
+    skipped = _skipped(policy, model.store)
     if skipped is not None:
         approve.record(namespace, name, {"reoptimization": {**base, **skipped}})
         return
-    assert policy.metrics_path is not None
+    path = metricspath.effective(policy.metrics_path, model.store)
+    assert path is not None
     k = context.kube()
     view = await asyncio.to_thread(k.view, namespace, name, model.topology_key, model.node_selector)
     nodes = [{"name": n.name, "cpu": n.cpu, "domain": n.domain} for n in view.nodes]
@@ -223,8 +227,8 @@ async def reoptimize_once(
     approve.record(namespace, name, {"reoptimization": running})
     started = datetime.now(UTC)
     try:
-        metrics = metrics_dir(policy.metrics_path, namespace, name, str(meta.get("uid", "")))
-        rec = await _run(namespace, name, manifest, nodes, plan, metrics, running)
+        metrics = metrics_dir(path, namespace, name, str(meta.get("uid", "")))
+        rec = await _run(namespace, name, manifest, nodes, plan, metrics, running, model.store)
     except RuntimeError as err:
         logger.warning("re-optimization failed: %s", err)
         approve.record(namespace, name, {"reoptimization": {**base, "running": None,
@@ -238,26 +242,26 @@ async def reoptimize_once(
 
 
 def metrics_dir(path: str, namespace: str, name: str, uid: str) -> str:
-    """``spec.reoptimization.metricsPath`` with ``{namespace}``, ``{name}`` and ``{uid}``
-    replaced by the topology's own: the task runtime keeps its metrics under
-    ``<store>/<namespace>/<name>/<uid>/metrics``, and a uid is known only once the
-    topology exists.
+    """``spec.reoptimization.metricsPath`` (a directory or ``s3://`` prefix) with
+    ``{namespace}``, ``{name}`` and ``{uid}`` replaced by the topology's own: the task
+    runtime keeps its metrics under ``<store>/<namespace>/<name>/<uid>/metrics``, and a uid
+    is known only once the topology exists (:func:`backstop.domain.metricspath.fill`).
 
     >>> metrics_dir("/var/lib/backstop/{namespace}/{name}/{uid}/metrics", "ns", "wc", "u1")
     '/var/lib/backstop/ns/wc/u1/metrics'
     """
-    for key, value in (("{namespace}", namespace), ("{name}", name), ("{uid}", uid)):
-        path = path.replace(key, value)
-    return path
+    return metricspath.fill(path, namespace, name, uid)
 
 
-def _skipped(policy: ReoptimizationPolicy) -> dict[str, Any] | None:
-    """What to record instead of a run: re-optimization disabled, or no metrics to read."""
+def _skipped(policy: ReoptimizationPolicy, store: StoreSpec) -> dict[str, Any] | None:
+    """What to record instead of a run: re-optimization disabled, or no metrics to read
+    (no metricsPath, and a volume store, whose mount in the job is the operator's)."""
     if not config.settings().reopt_enabled:
         return {"result": "Disabled", "message": "re-optimization is disabled in this "
                 "operator (BACKSTOP_REOPTIMIZE=false, reoptimization.enabled)"}  # fmt: skip
-    if not policy.metrics_path:
-        return {"result": "NoMetrics", "message": "spec.reoptimization.metricsPath is not set"}
+    if not metricspath.effective(policy.metrics_path, store):
+        return {"result": "NoMetrics", "message": "spec.reoptimization.metricsPath is not "
+                "set (only an objectStore store has a default)"}  # fmt: skip
     return None
 
 

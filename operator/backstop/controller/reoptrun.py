@@ -27,7 +27,9 @@ from typing import Any
 
 from backstop.controller import context
 from backstop.controller import settings as config
+from backstop.domain import metricspath
 from backstop.domain.sparkmemory import MemoryTooSmall, driver_memory, local_cores
+from backstop.domain.storespec import StoreSpec
 from backstop.k8s import reoptjob
 
 __all__ = ["Progress", "job_settings", "run_in_job", "run_local"]
@@ -75,8 +77,14 @@ async def run_local(
     metrics: str,
     workdir: Path,
     progress: Progress,
+    store: StoreSpec | None = None,
 ) -> dict[str, Any]:
     """Run the job as a child process (one at a time per operator); its recommendation.
+
+    An ``s3://`` metrics path is read with the endpoint and region of the topology's
+    ``store`` and the credentials of the operator's environment
+    (:func:`~backstop.domain.metricspath.local_store_env`); a directory must be one the
+    operator can read.
 
     Raises
     ------
@@ -88,10 +96,12 @@ async def run_local(
     (workdir / "topology.json").write_text(json.dumps(manifest))
     (workdir / "nodes.json").write_text(json.dumps({name: list(nodes)}))
     (workdir / "current.json").write_text(json.dumps({name: current} if current else {}))
-    if not Path(metrics).is_dir():
+    s3 = metricspath.is_s3(metrics)
+    if not s3 and not Path(metrics).is_dir():
         raise RuntimeError(
             f"metricsPath {metrics} is not a directory the operator can read (in-cluster the "
-            "chart mounts reoptimization.metricsVolume at /var/lib/backstop)"
+            "chart mounts reoptimization.metricsVolume at /var/lib/backstop; an object "
+            "store's metrics are s3://bucket/prefix/...)"
         )
     try:
         args = _job_args(workdir, metrics, cfg.spark_master)
@@ -102,11 +112,14 @@ async def run_local(
         await progress("Queued", {"message": "waiting for another topology's run (one JVM)"})
     async with slot:
         await progress("Running", {"message": f"Spark {cfg.spark_master} in the operator"})
-        return await _child(args, workdir, cfg.reopt_timeout_seconds)
+        extra = metricspath.local_store_env(store) if s3 and store is not None else {}
+        return await _child(args, workdir, cfg.reopt_timeout_seconds, extra)
 
 
-async def _child(args: list[str], workdir: Path, timeout: float) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore::FutureWarning"}
+async def _child(
+    args: list[str], workdir: Path, timeout: float, extra: Mapping[str, str]
+) -> dict[str, Any]:
+    env = {**os.environ, **extra, "PYTHONWARNINGS": "ignore::FutureWarning"}
     proc = await asyncio.create_subprocess_exec(
         *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
     )
@@ -138,6 +151,7 @@ def job_settings(topology_namespace: str) -> reoptjob.JobSettings:
         spark_conf=cfg.spark_conf or {},
         metrics_claim=cfg.metrics_claim,
         metrics_host_path=cfg.metrics_host_path,
+        store_secret=cfg.reopt_store_secret,
         timeout_seconds=cfg.reopt_timeout_seconds,
         time_limit=cfg.reopt_time_limit,
     )
@@ -149,22 +163,34 @@ async def run_in_job(
     current: Mapping[str, Any] | None,
     metrics: str,
     progress: Progress,
+    store: StoreSpec | None = None,
 ) -> dict[str, Any]:
     """Run the job as a Kubernetes Job, wait for it, read its result, delete it.
+
+    An ``s3://`` metrics path gives the Job the object store settings of the topology's
+    ``store`` (:func:`~backstop.domain.metricspath.job_store_env`).
 
     Raises
     ------
     RuntimeError
-        When the Job fails or outlives its deadline (the message is its error line), or
-        when its settings cannot hold a Spark driver.
+        When the Job fails or outlives its deadline (the message is its error line), when
+        its settings cannot hold a Spark driver, or when it could not get the store's
+        credentials.
     """
     meta = manifest["metadata"]
     settings = job_settings(meta["namespace"])
     job = reoptjob.job_name(meta["namespace"], meta["name"])
     try:
-        body = reoptjob.build_reopt_job(job, settings, manifest, metrics)
+        s3_env = []
+        if metricspath.is_s3(metrics) and store is not None:
+            s3_env = metricspath.job_store_env(
+                store, settings.namespace, meta["namespace"], settings.store_secret
+            )
+        body = reoptjob.build_reopt_job(job, settings, manifest, metrics, s3_env)
     except MemoryTooSmall as err:
         raise RuntimeError(f"{err} (reoptimization.resources.limits.memory)") from None
+    except ValueError as err:
+        raise RuntimeError(str(err)) from None
     inputs = reoptjob.build_input_configmap(job, settings, manifest, nodes, current)
     runner = reoptjob.JobRunner(context.kube().api, settings)
     await asyncio.to_thread(runner.start, job, inputs, body)

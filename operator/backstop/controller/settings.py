@@ -59,6 +59,7 @@ ENV_VARS: dict[str, str] = {
     "spark_service_account": "BACKSTOP_SPARK_SERVICE_ACCOUNT",
     "metrics_claim": "BACKSTOP_METRICS_CLAIM",
     "metrics_host_path": "BACKSTOP_METRICS_HOST_PATH",
+    "reopt_store_secret": "BACKSTOP_REOPT_STORE_SECRET",
     "memory_limit": "BACKSTOP_MEMORY_LIMIT",
     "operator_namespace": "BACKSTOP_OPERATOR_NAMESPACE",
     "allow_node_local_store": "BACKSTOP_ALLOW_NODE_LOCAL_STORE",
@@ -75,6 +76,7 @@ TEXT = frozenset(
         "spark_service_account",
         "metrics_claim",
         "metrics_host_path",
+        "reopt_store_secret",
         "operator_namespace",
         "allow_node_local_store",
     }
@@ -135,6 +137,11 @@ class Settings(BaseModel):
     """A PersistentVolumeClaim holding the task metrics, mounted in the Job at /var/lib/backstop."""
     metrics_host_path: str | None = None
     """Or a host directory (the local cluster's store), mounted the same way."""
+    reopt_store_secret: str | None = None
+    """A Secret in :attr:`operator_namespace` (keys ``accessKeyId``, ``secretAccessKey``) with
+    the object store credentials of Jobs that read ``s3://`` metrics of topologies in other
+    namespaces, whose own Secret a Job there cannot refer to
+    (``reoptimization.objectStoreSecret``)."""
     memory_limit: float | None = None
     """Bytes: the operator container's memory limit (Downward API), which bounds the Spark
     driver heap of ``local`` runs (:mod:`backstop.domain.sparkmemory`)."""

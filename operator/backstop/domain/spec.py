@@ -42,6 +42,8 @@ from backstop.domain.constants import (
 )
 from backstop.domain.lifecycle_spec import LifecycleFields
 from backstop.domain.limits import check_size_limits
+from backstop.domain.metricspath import DESCRIPTION as METRICS_PATH_DESCRIPTION
+from backstop.domain.metricspath import check_path, check_s3_store
 from backstop.domain.names import (
     check_topology_name,
     format_validation_error,
@@ -280,9 +282,10 @@ class ReoptimizationPolicy(_Model):
     metrics_path: str | None = Field(
         None,
         max_length=4096,
-        description="Directory with tasks.{parquet,jsonl} and nodes.{parquet,jsonl} "
-        "(the operator reads it; rows of other topologies are ignored).",
+        description=METRICS_PATH_DESCRIPTION,
     )
+
+    _metrics_path = field_validator("metrics_path")(check_path)
 
 
 class BackupMode(StrEnum):
@@ -336,6 +339,7 @@ class StreamTopologySpec(_Model, LifecycleFields):
     )
     _templates = model_validator(mode="after")(check_templates)  # merged: mounts, limits
     _size = model_validator(mode="after")(check_size_limits)  # tasks, edges: before expand()
+    _metrics_store = model_validator(mode="after")(check_s3_store)  # s3:// needs objectStore
 
     @field_validator("operators")
     @classmethod

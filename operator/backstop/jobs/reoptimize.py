@@ -8,7 +8,8 @@ home-made distribution layer to maintain.
 
 Every step is a pure ``transform_*(df, *, …) -> DataFrame`` in
 :mod:`backstop.jobs.transforms`, chained with ``df.transform`` by
-:func:`~backstop.jobs.transforms.run_job`; inputs are read by :mod:`backstop.jobs.sparkio`;
+:func:`~backstop.jobs.transforms.run_job`; inputs are read by :mod:`backstop.jobs.sparkio`
+(an ``s3://`` object store's metrics through :mod:`backstop.jobs.s3metrics`, with pyarrow);
 :func:`main` here only reads inputs and writes outputs. Re-planning, Monte Carlo and the
 trade-off curve run the project's planners in parallel across topologies with
 ``applyInPandas``; the arithmetic lives in :mod:`backstop.domain.recommend` and
@@ -48,7 +49,13 @@ from backstop.domain.recommend import (
 )
 from backstop.domain.spec import expand, parse_topology
 from backstop.domain.yamlio import load_all
-from backstop.jobs.sparkio import InputError, read_metrics, spark_session, topologies_frame
+from backstop.jobs.sparkio import (
+    InputError,
+    metrics_inputs,
+    read_metrics,
+    spark_session,
+    topologies_frame,
+)
 from backstop.jobs.transforms import run_job
 from backstop.k8s import reoptjob
 from backstop.k8s.cluster import ClusterUnavailable, api_client
@@ -79,18 +86,9 @@ def recommendation_objects(df: DataFrame) -> list[dict[str, Any]]:
 
 def _metrics_paths(args: argparse.Namespace) -> tuple[str, str]:
     tasks, nodes = args.task_metrics, args.node_metrics
-    if args.metrics:
-        base = Path(args.metrics)
-        if not base.is_dir():
-            raise InputError(f"--metrics {base} is not a directory")
-
-        def pick(stem: str) -> str:
-            found = sorted(p for p in base.iterdir() if p.name.split(".")[0] == stem)
-            if not found:
-                raise InputError(f"{base} holds no {stem}.parquet, {stem}.jsonl or {stem}/")
-            return str(found[0])
-
-        tasks, nodes = tasks or pick("tasks"), nodes or pick("nodes")
+    if args.metrics and not (tasks and nodes):
+        found_tasks, found_nodes = metrics_inputs(args.metrics)
+        tasks, nodes = tasks or found_tasks, nodes or found_nodes
     if not tasks or not nodes:
         raise InputError("pass --metrics DIR, or both --task-metrics and --node-metrics")
     return tasks, nodes
@@ -145,9 +143,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         prog="python -m backstop.jobs.reoptimize",
         description="Re-estimate operators from task metrics and recommend better plans.",
     )
-    p.add_argument("--metrics", help="Directory with tasks.{parquet,jsonl} and nodes.{…}.")
-    p.add_argument("--task-metrics", help="Task metrics (Parquet/JSON Lines file or directory).")
-    p.add_argument("--node-metrics", help="Node metrics (Parquet/JSON Lines file or directory).")
+    p.add_argument(
+        "--metrics",
+        help="Directory or s3://bucket/prefix with tasks and nodes (.parquet, .jsonl or a "
+        "folder of them; an object store's are JSON Lines, read with BACKSTOP_S3_ENDPOINT "
+        "and AWS_* credentials).",
+    )
+    p.add_argument("--task-metrics", help="Task metrics (file, directory or s3:// prefix).")
+    p.add_argument("--node-metrics", help="Node metrics (file, directory or s3:// prefix).")
     p.add_argument("--topologies", nargs="+", required=True, help="StreamTopology manifests.")
     nodes = p.add_mutually_exclusive_group(required=True)
     nodes.add_argument("--nodes", help="Node objects (YAML/JSON, a List or documents).")

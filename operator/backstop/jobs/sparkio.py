@@ -1,6 +1,9 @@
 """The re-optimization job's input side: the Spark session and the metrics and
 topologies read into DataFrames, with the schemas of ``docs/reoptimization.md``.
 
+Metrics come from a directory (Spark reads the files) or an ``s3://`` prefix of an object
+store (:mod:`backstop.jobs.s3metrics` reads the objects, Spark parses their lines).
+
 Input the job cannot use raises :class:`InputError` naming the file and why.
 """
 
@@ -23,14 +26,17 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from backstop.domain.metricspath import is_s3
 from backstop.domain.recommend import (
     dumps,
 )
+from backstop.jobs import s3metrics
 from planners.placement import Node
 
 __all__ = [
     "SPARK_TYPES",
     "InputError",
+    "metrics_inputs",
     "read_metrics",
     "spark_session",
     "topologies_frame",
@@ -107,6 +113,35 @@ def _format_of(path: Path) -> str:
     raise InputError(f"{path}: no .parquet or .jsonl files (the metric formats this job reads)")
 
 
+def _s3_lines(url: str) -> list[str]:
+    try:
+        return s3metrics.read_lines(url)
+    except s3metrics.S3MetricsError as err:
+        raise InputError(str(err)) from None
+
+
+def metrics_inputs(base: str) -> tuple[str, str]:
+    """The task and node metrics under ``--metrics base`` (a directory or ``s3://`` prefix):
+    ``tasks``/``nodes`` as a folder, ``.parquet`` or ``.jsonl`` (the first by name)."""
+    if is_s3(base):
+        try:
+            s3 = s3metrics.filesystem()
+            return s3metrics.pick(s3, base, "tasks"), s3metrics.pick(s3, base, "nodes")
+        except s3metrics.S3MetricsError as err:
+            raise InputError(str(err)) from None
+    folder = Path(base)
+    if not folder.is_dir():
+        raise InputError(f"--metrics {folder} is not a directory")
+
+    def pick(stem: str) -> str:
+        found = sorted(p for p in folder.iterdir() if p.name.split(".")[0] == stem)
+        if not found:
+            raise InputError(f"{folder} holds no {stem}.parquet, {stem}.jsonl or {stem}/")
+        return str(found[0])
+
+    return pick("tasks"), pick("nodes")
+
+
 def read_metrics(spark: SparkSession, path: str, columns: Mapping[str, str]) -> DataFrame:
     """Read Parquet or JSON Lines metrics and check they have the columns of the schema.
 
@@ -116,8 +151,10 @@ def read_metrics(spark: SparkSession, path: str, columns: Mapping[str, str]) -> 
         The session.
     path:
         A file or a directory of part files; the format follows the file names
-        (``.parquet``; ``.jsonl``/``.json``/``.ndjson``). Remote URLs
-        (``s3a://…``) are read as Parquet.
+        (``.parquet``; ``.jsonl``/``.json``/``.ndjson``). An ``s3://`` object or prefix is
+        JSON Lines, read by :mod:`backstop.jobs.s3metrics` and parsed by Spark's JSON
+        reader with the same schema as a directory's files; other URLs (``s3a://…``, with
+        Spark's own Hadoop filesystems) are read as Parquet.
     columns:
         :data:`~backstop.domain.estimates.TASK_COLUMNS` or
         :data:`~backstop.domain.estimates.NODE_COLUMNS`.
@@ -131,10 +168,14 @@ def read_metrics(spark: SparkSession, path: str, columns: Mapping[str, str]) -> 
     if local and not Path(path).exists():
         raise InputError(f"{path} does not exist")
     fmt = _format_of(Path(path)) if local else "parquet"
+    extra = {"domain": "string"} if "node" in columns else {}
+    json_schema = _schema({**columns, **extra})
     try:
-        if fmt == "json":
-            extra = {"domain": "string"} if "node" in columns else {}
-            df = spark.read.schema(_schema({**columns, **extra})).json(path)
+        if is_s3(path):
+            lines = _s3_lines(path)
+            df = spark.read.schema(json_schema).json(spark.sparkContext.parallelize(lines))
+        elif fmt == "json":
+            df = spark.read.schema(json_schema).json(path)
         else:
             df = spark.read.parquet(path)
     except AnalysisException as err:

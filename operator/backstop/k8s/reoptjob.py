@@ -78,6 +78,9 @@ class JobSettings:
     time_limit: float = 2.0
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     """More ``--conf`` settings, after the builder's own (``reoptimization.sparkConf``)."""
+    store_secret: str | None = None
+    """The Secret with the object store credentials of Jobs that read ``s3://`` metrics of
+    topologies in other namespaces (:func:`backstop.domain.metricspath.job_store_env`)."""
 
 
 def job_name(namespace: str, name: str) -> str:
@@ -216,9 +219,17 @@ def _spark_on_k8s(settings: JobSettings) -> tuple[list[str], list[dict[str, Any]
 
 
 def build_reopt_job(
-    job: str, settings: JobSettings, topology: Mapping[str, Any], metrics_path: str
+    job: str,
+    settings: JobSettings,
+    topology: Mapping[str, Any],
+    metrics_path: str,
+    store_env: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The Job that runs ``python -m backstop.jobs.reoptimize`` for one topology.
+
+    ``store_env`` is the object store's endpoint, region and credentials, added to the
+    container's environment for an ``s3://`` metrics path
+    (:func:`backstop.domain.metricspath.job_store_env`).
 
     The driver's heap is derived from the container's memory limit
     (:func:`backstop.domain.sparkmemory.driver_memory`); a limit too small for a driver
@@ -239,7 +250,7 @@ def build_reopt_job(
     workers = local_cores(settings.spark_master, _cpus(settings.resources))
     memory = driver_memory(_memory_bytes(settings.resources), workers=workers, in_operator=False)
     args, env = _driver_args(job, settings, metrics_path, memory.conf)
-    pod = _pod_spec(job, settings, args, env)
+    pod = _pod_spec(job, settings, args, env + [dict(e) for e in store_env])
     labels = _labels(meta["namespace"], meta["name"])
     return {
         "apiVersion": "batch/v1",
