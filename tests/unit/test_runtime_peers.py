@@ -9,7 +9,7 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,11 @@ def _push(port: int, version: Any, peers: Any, token: str | None = TOKEN) -> tup
     return _request(port, "PUT", "/peers", body, token)
 
 
+async def _apush(port: int, version: Any, peers: Any, token: str | None = TOKEN) -> tuple[int, str]:
+    """:func:`_push` off the event loop that serves the endpoint."""
+    return await asyncio.to_thread(_push, port, version, peers, token)
+
+
 @asynccontextmanager
 async def _endpoint(peers: PushedPeers, token: str | None) -> AsyncIterator[int]:
     """The task's HTTP endpoint on a free port of 127.0.0.1; yields the port."""
@@ -67,19 +72,15 @@ async def _endpoint(peers: PushedPeers, token: str | None) -> AsyncIterator[int]
         await server.wait_closed()
 
 
-def _in_thread(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    return asyncio.to_thread(call, *args, **kwargs)
-
-
 def test_a_push_needs_the_topology_token(caplog: pytest.LogCaptureFixture) -> None:
     peers = PushedPeers()
 
     async def run() -> list[tuple[int, str]]:
         async with _endpoint(peers, TOKEN) as port:
             return [
-                await _in_thread(_push, port, 1, {"src-0": "10.0.0.1:7077"}, None),
-                await _in_thread(_push, port, 1, {"src-0": "10.0.0.1:7077"}, "wrong"),
-                await _in_thread(_push, port, 2, {"src-0": "10.0.0.2:7077"}, TOKEN),
+                await _apush(port, 1, {"src-0": "10.0.0.1:7077"}, None),
+                await _apush(port, 1, {"src-0": "10.0.0.1:7077"}, "wrong"),
+                await _apush(port, 2, {"src-0": "10.0.0.2:7077"}, TOKEN),
             ]
 
     with caplog.at_level(logging.DEBUG):
@@ -95,7 +96,7 @@ def test_without_a_token_any_push_is_taken() -> None:
 
     async def run() -> tuple[int, str]:
         async with _endpoint(peers, "") as port:
-            return await _in_thread(_push, port, 1, {"src-0": "[fd00::1]:7077"}, None)
+            return await _apush(port, 1, {"src-0": "[fd00::1]:7077"}, None)
 
     assert asyncio.run(run())[0] == 200
     assert peers.address("src-0") == ("fd00::1", 7077)
@@ -107,13 +108,15 @@ def test_an_older_version_is_ignored_and_a_newer_one_replaces_the_map() -> None:
     async def run() -> list[tuple[int, str]]:
         async with _endpoint(peers, TOKEN) as port:
             answers = [
-                await _in_thread(_push, port, 5, {"a-0": "10.0.0.5:7077", "b-0": "10.0.0.6:1"}),
-                await _in_thread(_push, port, 3, {"a-0": "10.0.0.3:7077"}),  # late retry
-                await _in_thread(_push, port, 5, {"a-0": "10.0.0.9:7077"}),  # same version
+                await asyncio.to_thread(
+                    _push, port, 5, {"a-0": "10.0.0.5:7077", "b-0": "10.0.0.6:1"}
+                ),
+                await _apush(port, 3, {"a-0": "10.0.0.3:7077"}),  # late retry
+                await _apush(port, 5, {"a-0": "10.0.0.9:7077"}),  # same version
             ]
             assert peers.address("a-0") == ("10.0.0.5", 7077)
-            answers.append(await _in_thread(_push, port, 6, {"a-0": "10.0.0.7:7077"}))
-            answers.append(await _in_thread(_request, port, "GET", "/peers"))
+            answers.append(await _apush(port, 6, {"a-0": "10.0.0.7:7077"}))
+            answers.append(await asyncio.to_thread(_request, port, "GET", "/peers"))
             return answers
 
     first, older, same, newer, shown = asyncio.run(run())
@@ -151,8 +154,8 @@ def test_a_bad_body_is_a_400_and_changes_nothing(
 
     async def run() -> tuple[tuple[int, str], tuple[int, str]]:
         async with _endpoint(peers, TOKEN) as port:
-            bad = await _in_thread(_request, port, "PUT", "/peers", body, TOKEN)
-            after = await _in_thread(_request, port, "GET", "/metrics")
+            bad = await asyncio.to_thread(_request, port, "PUT", "/peers", body, TOKEN)
+            after = await asyncio.to_thread(_request, port, "GET", "/metrics")
             return bad, after
 
     with caplog.at_level(logging.DEBUG):
@@ -229,7 +232,9 @@ def test_a_consumer_follows_a_pushed_move_within_a_fraction_of_a_second(
             async for batch in batches:
                 seen.append(batch.recs[0].value)
                 if len(seen) == 5:  # settled on the old copy: now the operator pushes
-                    code, _ = await _in_thread(_push, port, 1, {"src-0": f"127.0.0.1:{new_port}"})
+                    code, _ = await asyncio.to_thread(
+                        _push, port, 1, {"src-0": f"127.0.0.1:{new_port}"}
+                    )
                     assert code == 200
                     pushed_at = time.monotonic()
                 if seen[-1] == "new":

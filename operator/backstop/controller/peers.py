@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -78,7 +78,7 @@ class PeerWake:
 
 async def push_round(
     state: PeerState,
-    pods: list[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
     spec: Mapping[str, Any],
     token: str | None,
     logger: logging.Logger | logging.LoggerAdapter[Any],
