@@ -31,6 +31,9 @@ from backstop.k8s.manifests import Owner
 RETRY = 1.0
 """Seconds between rounds while nothing wakes the daemon (failed pushes are retried)."""
 
+TOKEN_RETRY = 30.0
+"""Seconds before the token's Secret is asked for again after the API refused it."""
+
 Key = tuple[str | None, str]
 
 
@@ -140,13 +143,14 @@ async def run(
     mem = topology_memo.of(memo)
     wake: PeerWake | None = memo.get("peer_wake")
     index: kopf.Index[Key, Any] = kwargs["pods_by_topology"]
-    token = mem.peers_token or await _token(owner, logger)
-    mem.peers_token = token
+    token_at = 0.0  # when to ask for the token again, while the API refuses it
     try:
         while not stopped and not gone(kwargs["topologies"], namespace, name, meta["uid"]):
-            if token is None:
-                token = mem.peers_token = await _token(owner, logger)
-            await push_round(mem.peers, list(index.get(key, [])), spec, token, logger)
+            if mem.peers_token is None and time.monotonic() >= token_at:
+                mem.peers_token = await _token(owner, logger)
+                token_at = time.monotonic() + TOKEN_RETRY
+            pods = list(index.get(key, []))
+            await push_round(mem.peers, pods, spec, mem.peers_token, logger)
             if wake is not None:
                 await wake.wait(key, RETRY)
             else:
