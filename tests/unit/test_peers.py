@@ -373,3 +373,55 @@ def test_the_token_is_made_once_and_read_back() -> None:
     assert secret["metadata"]["ownerReferences"][0]["uid"] == "u1"
     raced = FakeCore(lose_race=True)
     assert peerpush.peers_token(raced, owner) == "won"
+
+
+def test_a_steady_topology_is_not_rebuilt_until_its_pods_change(
+    servers: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    consumer = serve(servers)
+    key = ("ns", "wc")
+    pods = [
+        pod("src-0", "10.0.0.1"),
+        pod("src-1", "10.0.0.2"),
+        pod("count-0", "127.0.0.1", metrics_port=consumer.server_port),
+    ]
+    index: dict[Any, list[dict[str, Any]]] = {key: list(pods)}
+    memo = kopf.Memo()
+    memo.peer_wake = peers_daemon.PeerWake()
+    mem = TopologyMemo()
+    mem.peers_token = "tok"
+    memo["backstop"] = mem
+    stopped = Flag()
+    rounds: list[float] = []
+    plan = peers_daemon.plan_round
+
+    def counted(*args: Any) -> Any:
+        rounds.append(time.monotonic())
+        return plan(*args)
+
+    monkeypatch.setattr(peers_daemon, "plan_round", counted)
+    monkeypatch.setattr(peers_daemon, "RETRY", 0.05)
+
+    async def run() -> None:
+        kwargs: dict[str, Any] = {
+            "name": "wc",
+            "namespace": "ns",
+            "meta": {"uid": "u1"},
+            "spec": SPEC,
+            "stopped": stopped,
+            "logger": LOG,
+            "memo": memo,
+            "pods_by_topology": index,
+            "topologies": {key: ["u1"]},
+        }
+        daemon = asyncio.ensure_future(peers_daemon.run(**kwargs))
+        await asyncio.sleep(0.5)  # ten timer rounds
+        assert len(rounds) == 1 and len(consumer.seen) == 1
+        index[key] = [pods[0], pods[2]]  # src-1 deleted without an event the index reports
+        await asyncio.sleep(0.3)
+        stopped.set = True
+        await asyncio.wait_for(daemon, 5)
+
+    asyncio.run(run())
+    assert len(rounds) == 2
+    assert consumer.seen[1][2]["peers"] == {"src-0": "10.0.0.1:7077"}

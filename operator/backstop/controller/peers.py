@@ -31,6 +31,10 @@ from backstop.k8s.manifests import Owner
 RETRY = 1.0
 """Seconds between rounds while nothing wakes the daemon (failed pushes are retried)."""
 
+SETTLE = 0.05
+"""Seconds a round waits after its wake-up (at least as long as the last round took): a
+burst of pod events (a fleet starting, a node's pods moving) makes one round, not one
+per event."""
 TOKEN_RETRY = 30.0
 """Seconds before the token's Secret is asked for again after the API refused it."""
 
@@ -79,6 +83,14 @@ class PeerWake:
         self._events.pop(key, None)
 
 
+def plan_round(
+    state: PeerState, pods: Sequence[Mapping[str, Any]], spec: Mapping[str, Any]
+) -> list[tuple[Target, dict[str, str]]]:
+    """The pods to push to this round and their parts, the newest map taken first."""
+    state.advance(peer_map(pods), int(time.time() * 1000))
+    return state.due(targets(pods), operator_inputs(spec), time.monotonic())
+
+
 async def push_round(
     state: PeerState,
     pods: Sequence[Mapping[str, Any]],
@@ -88,10 +100,12 @@ async def push_round(
     timeout: float = peerpush.TIMEOUT,
 ) -> dict[str, str | None]:
     """One round: the new map if it changed, then a push to every pod that lacks its
-    part of it; ``{pod: None if it took it, else why not}`` of the pods pushed to."""
-    if state.advance(peer_map(pods), int(time.time() * 1000)):
-        logger.debug("peer map version %d: %d tasks", state.version, len(state.full))
-    due = state.due(targets(pods), operator_inputs(spec), time.monotonic())
+    part of it; ``{pod: None if it took it, else why not}`` of the pods pushed to.
+
+    The map is built in a thread: over 10k pods it takes a few tenths of a second, which
+    Kopf's event loop (the indexes, the other daemons) does not wait for.
+    """
+    due = await asyncio.to_thread(plan_round, state, pods, spec)
     if not due:
         return {}
     parts: dict[str, tuple[Target, dict[str, str]]] = {t.pod: (t, part) for t, part in due}
@@ -144,17 +158,25 @@ async def run(
     wake: PeerWake | None = memo.get("peer_wake")
     index: kopf.Index[Key, Any] = kwargs["pods_by_topology"]
     token_at = 0.0  # when to ask for the token again, while the API refuses it
+    woke, count, settle = True, -1, SETTLE
     try:
         while not stopped and not gone(kwargs["topologies"], namespace, name, meta["uid"]):
             if mem.peers_token is None and time.monotonic() >= token_at:
                 mem.peers_token = await _token(owner, logger)
                 token_at = time.monotonic() + TOKEN_RETRY
             pods = list(index.get(key, []))
-            await push_round(mem.peers, pods, spec, mem.peers_token, logger)
-            if wake is not None:
-                await wake.wait(key, RETRY)
-            else:
+            # a round without a pod event looks only for a pod deleted without one (the
+            # index shrank) or a push whose backoff ended: a steady topology costs nothing
+            if woke or len(pods) != count or mem.peers.retry_due(time.monotonic()):
+                began = time.monotonic()
+                await push_round(mem.peers, pods, spec, mem.peers_token, logger)
+                settle = max(SETTLE, time.monotonic() - began)
+            count = len(pods)
+            if wake is None:
+                woke = False
                 await asyncio.sleep(RETRY)
+            elif woke := await wake.wait(key, RETRY):
+                await asyncio.sleep(settle)  # the other events of a burst join this round
     finally:
         if wake is not None:
             wake.forget(key)

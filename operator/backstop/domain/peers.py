@@ -245,9 +245,13 @@ class PeerState:
         self.held = {p: h for p, h in self.held.items() if p in names}
         self.failing = {p: f for p, f in self.failing.items() if p in names}
         out = []
+        parts: dict[str, tuple[dict[str, str], str]] = {}  # one per operator, not per pod
         for target in present:
-            part = map_for(self.full, target.operator, inputs)
-            mine = (target.incarnation, fingerprint(part))
+            if target.operator not in parts:
+                part = map_for(self.full, target.operator, inputs)
+                parts[target.operator] = (part, fingerprint(part))
+            part, digest = parts[target.operator]
+            mine = (target.incarnation, digest)
             held = self.held.get(target.pod)
             if held == mine:
                 continue
@@ -258,6 +262,10 @@ class PeerState:
                 continue  # backing off
             out.append((target, part))
         return out
+
+    def retry_due(self, now: float) -> bool:
+        """Whether a pod that did not take its map is to be tried again by ``now``."""
+        return any(f[3] <= now for f in self.failing.values())
 
     def failed(self, target: Target, part: Mapping[str, str], now: float) -> float:
         """``target`` did not take ``part``; when it is tried again (``now`` + backoff).
