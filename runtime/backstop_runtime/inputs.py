@@ -1,10 +1,12 @@
 """The consumer side of a channel: find the producer, subscribe, and receive batches.
 
-A producer is found through the peer registry in the shared store (``peers/<task>.json``,
-rewritten by every new copy of the task with a higher epoch). A reader polls that file
-while it waits and while it is connected, so when a producer moves (a new pod, a new IP)
-the consumer re-subscribes within a poll interval, from the first batch it still needs;
-batches it already has are dropped by number (they are identical: see ``engine``).
+A producer is found through :meth:`Store.peer <backstop_runtime.store.Store.peer>`: the
+peer map the operator pushes (:mod:`backstop_runtime.peermap`), else the peer registry in
+the shared store (``peers/<task>.json``, rewritten by every new copy of the task with a
+higher epoch). A reader asks again while it waits and while it is connected, so when a
+producer moves (a new pod, a new IP) the consumer re-subscribes within a poll interval of
+hearing of it, from the first batch it still needs; batches it already has are dropped
+by number (they are identical: see ``engine``).
 """
 
 from __future__ import annotations
@@ -55,16 +57,39 @@ _warned: dict[str, float] = {}
 
 
 class PeerGone(Exception):
-    """The producer's connection broke or a newer copy of it registered."""
+    """The producer's connection broke, or it moved (:func:`moved`)."""
 
 
-async def _watch_registry(store: Store, task: str, epoch: int) -> None:
-    """Return when the registry names a newer copy of ``task`` than ``epoch``."""
+def moved(old: Mapping[str, Any], new: Mapping[str, Any] | None) -> bool:
+    """Whether ``new`` names another copy of the producer than ``old`` (both answers of
+    :meth:`Store.peer`): another address, or a newer epoch in the registry. An answer of
+    neither source (``None``) moves nothing: the connection stays while it works.
+
+    >>> a = {"host": "10.0.0.1", "port": 7077, "epoch": 2}
+    >>> moved(a, {"host": "10.0.0.2", "port": 7077}), moved(a, {**a, "epoch": 3})
+    (True, True)
+    >>> moved(a, {"host": "10.0.0.1", "port": 7077}), moved(a, None)
+    (False, False)
+    """
+    if new is None:
+        return False
+    if (new["host"], int(new["port"])) != (old["host"], int(old["port"])):
+        return True
+    return "epoch" in old and "epoch" in new and int(new["epoch"]) > int(old["epoch"])
+
+
+async def _watch_peer(store: Store, task: str, doc: Mapping[str, Any]) -> None:
+    """Return when ``task`` has moved away from ``doc`` (:func:`moved`)."""
     while True:
         await asyncio.sleep(POLL)
-        doc = store.peer(task)
-        if doc is not None and int(doc["epoch"]) > epoch:
+        if moved(doc, store.peer(task)):
             return
+
+
+def _where(doc: Mapping[str, Any]) -> str:
+    """``host:port`` and where it comes from, for a log line."""
+    how = f"epoch {int(doc['epoch'])}" if "epoch" in doc else "pushed by the operator"
+    return f"{doc['host']}:{doc['port']} ({how})"
 
 
 async def _connect(
@@ -76,8 +101,7 @@ async def _connect(
             asyncio.open_connection(doc["host"], int(doc["port"])), CONNECT_TIMEOUT
         )
     except (OSError, TimeoutError) as err:
-        where = f"{doc['host']}:{doc['port']} (epoch {int(doc['epoch'])})"
-        _no_answer(producer, f"cannot connect to {where}: {err or 'timeout'}")
+        _no_answer(producer, f"cannot connect to {_where(doc)}: {err or 'timeout'}")
         await asyncio.sleep(POLL)
         return None
     wire.tune(writer)
@@ -121,7 +145,6 @@ async def stream(
             _no_answer(producer, "it has not registered in the store")
             await asyncio.sleep(POLL)
             continue
-        peer_epoch = int(doc["epoch"])
         conn = await _connect(producer, doc)
         if conn is None:
             continue
@@ -129,7 +152,7 @@ async def stream(
         replay_upto, replay_via = 0, (producer,)
         sub = {"t": "sub", "consumer": consumer, "epoch": epoch, "from": expected}
         writer.write(wire.encode({**sub, "to": end}))
-        watch = asyncio.ensure_future(_watch_registry(store, producer, peer_epoch))
+        watch = asyncio.ensure_future(_watch_peer(store, producer, doc))
         try:
             async for msg in _frames(reader, watch):
                 kind = msg["t"]
@@ -171,5 +194,5 @@ async def _frames(reader: asyncio.StreamReader, watch: asyncio.Future[None]) -> 
         done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if nxt not in done:
             nxt.cancel()
-            raise PeerGone("a newer copy registered")
+            raise PeerGone("the producer moved (a newer copy or another address)")
         yield nxt.result()

@@ -10,6 +10,7 @@ namespace and ``metadata.uid``, so topologies of one name in two namespaces, or 
 deleted and created again, never share state)::
 
     peers/<task>.json              {"host", "port", "epoch"}: where the task listens now
+                                   (a fallback: see :meth:`Store.peer`)
     tasks/<task>/epochs/<n>        one object per start of the task; the highest n is
                                    current; {"operatorEpoch", "token"}: the BACKSTOP_EPOCH
                                    it was claimed with, and the claiming copy's own token
@@ -34,6 +35,7 @@ import os
 import time
 from typing import Any
 
+from backstop_runtime import peermap
 from backstop_runtime.batchlog import last_logged_entry
 from backstop_runtime.blobs import Blobs, DirBlobs, open_blobs
 from backstop_runtime.config import ConfigError, Fenced, TaskConfig
@@ -100,6 +102,8 @@ class Store:
         self._peers: dict[str, tuple[float, dict[str, Any] | None]] = {}
         self._leading: tuple[float, int] | None = None
         self._peer_ttl = 0.0 if isinstance(self.blobs, DirBlobs) else PEER_TTL
+        self.pushed = peermap.PUSHED
+        """The peer map the operator pushes (:mod:`backstop_runtime.peermap`)."""
         self.operator_fence = OperatorFence(cfg.recovery_dir, cfg.task, cfg.epoch)
 
     def _task(self, task: str | None) -> str:
@@ -187,12 +191,19 @@ class Store:
         self.put_json(f"{self.cfg.peers_key}/{self.cfg.task}.json", doc)
 
     def peer(self, task: str) -> dict[str, Any] | None:
-        """The registered address of ``task`` (``None`` until it has started once).
+        """Where ``task`` listens: ``{"host", "port"}`` from the map the operator pushed,
+        else its registered address ``{"host", "port", "epoch"}`` (``None`` until it has
+        started once).
 
-        Readers poll this every 50 ms; on an object store, where each read is a request
-        over the network that the task's loop waits for, an answer is reused for
-        :data:`PEER_TTL` seconds.
+        The pushed map comes first: it is in memory, and the operator rewrites it as soon
+        as a pod moves. The registry is the fallback for a task the map does not name
+        (no operator, or no push yet). Readers poll this every 50 ms; on an object store,
+        where each read of the registry is a request over the network that the task's
+        loop waits for, an answer is reused for :data:`PEER_TTL` seconds.
         """
+        pushed = self.pushed.address(task)
+        if pushed is not None:
+            return {"host": pushed[0], "port": pushed[1]}
         now = time.monotonic()
         cached = self._peers.get(task)
         if cached is not None and now - cached[0] < self._peer_ttl:

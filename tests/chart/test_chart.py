@@ -61,6 +61,7 @@ NAMESPACED_RULES: Rules = {
     (GROUP, "recoveryplans/status"): {"get", "patch"},
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
     ("", "configmaps"): {"get", "create", "patch", "update"},
+    ("", "secrets"): {"get", "create"},  # each topology's peer token (PUT /peers)
     ("", "events"): {"create"},
     ("policy", "poddisruptionbudgets"): {"get", "create", "patch"},
 }

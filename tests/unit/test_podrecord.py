@@ -208,7 +208,8 @@ def test_what_no_reader_reads_is_not_kept() -> None:
         for c in spec["containers"]:
             assert set(c) <= {"name", "resources", "ports", "env"}
             assert [e["name"] for e in c.get("env", [])] in ([], ["BACKSTOP_UPSTREAM_BACKUP"])
-            assert [p["name"] for p in c.get("ports", [])] in ([], ["metrics"])
+            # the peer map's address (data) and push (metrics)
+            assert [p["name"] for p in c.get("ports", [])] in ([], ["data", "metrics"])
         for gone in ("image", "qosClass", "hostIP", "startTime", "schedulerName",
                      "lastProbeTime", "containerID", "registry.example"):  # fmt: skip
             assert gone not in text, gone

@@ -30,6 +30,9 @@ from backstop.k8s.ledger import CapacityLedger
 NS = "team"
 GI = 2**30
 
+PEERS_SECRET = client.V1Secret(data={"token": "dG9r"})
+"""The topology's peer-token Secret, as the API returns it (read before any pod)."""
+
 
 def node(name: str, cpu: str) -> dict[str, Any]:
     return {
@@ -73,6 +76,7 @@ def test_a_reconcile_lists_nothing_and_plans_on_the_ledger(
 ) -> None:
     kube = Kube(client.ApiClient())
     kube.core = mock.MagicMock(spec=client.CoreV1Api)
+    kube.core.read_namespaced_secret.return_value = PEERS_SECRET  # the peer token
     kube.custom = mock.MagicMock(spec=client.CustomObjectsApi)
     monkeypatch.setattr(handlers, "kube", lambda: kube)
     monkeypatch.setattr(handlers, "post_event", lambda *a, **k: None)
@@ -154,6 +158,7 @@ def test_concurrent_reconciles_of_many_topologies_never_overbook(
     never exceed a node, and every topology that got pods got all of them."""
     kube = Kube(client.ApiClient())
     kube.core = mock.MagicMock(spec=client.CoreV1Api)
+    kube.core.read_namespaced_secret.return_value = PEERS_SECRET  # the peer token
     kube.custom = mock.MagicMock(spec=client.CustomObjectsApi)
     monkeypatch.setattr(handlers, "kube", lambda: kube)
     monkeypatch.setattr(handlers, "post_event", lambda *a, **k: None)
@@ -208,6 +213,7 @@ def test_a_reconcile_before_the_first_pod_listing_is_retried_soon(
     it only after its default 60 s (found by scale-e2e's 10k-task runs)."""
     kube = Kube(client.ApiClient())
     kube.core = mock.MagicMock(spec=client.CoreV1Api)
+    kube.core.read_namespaced_secret.return_value = PEERS_SECRET  # the peer token
     kube.custom = mock.MagicMock(spec=client.CustomObjectsApi)
     monkeypatch.setattr(handlers, "kube", lambda: kube)
     monkeypatch.setattr(handlers, "post_event", lambda *a, **k: None)

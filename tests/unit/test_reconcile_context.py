@@ -77,6 +77,8 @@ def run(kube: Kube, ledger: CapacityLedger, status: dict[str, Any]) -> kopf.Patc
 def test_a_reconcile_builds_the_plans_pods_once(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = Kube(client.ApiClient())
     kube.core = mock.MagicMock(spec=client.CoreV1Api)
+    # the topology's peer token, read from its Secret before the pods that use it
+    kube.core.read_namespaced_secret.return_value = client.V1Secret(data={"token": "dG9r"})
     kube.custom = mock.MagicMock(spec=client.CustomObjectsApi)
     monkeypatch.setattr(handlers, "kube", lambda: kube)
     monkeypatch.setattr(handlers, "post_event", lambda *a, **k: None)

@@ -102,6 +102,11 @@ on core/v1 events (kopf.info/warn; no log line is posted); the pods index needs 
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "create", "patch", "update"]
+# One Secret per topology: the token that guards its tasks' PUT /peers (read by the pods
+# through secretKeyRef; the operator creates it and reads it back after a restart).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create"]
 # Events: Planned, NodeLost, RecoveryPlanIssued, ... (each once per 10 min per topology).
 - apiGroups: [""]
   resources: ["events"]

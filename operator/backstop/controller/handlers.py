@@ -8,6 +8,8 @@ handler is a registration that hands Kopf's arguments to the module doing the wo
   :mod:`backstop.controller.reconcile`;
 * the in-memory indexes of pods, topologies and nodes: :mod:`backstop.controller.indexes`;
 * the supervise daemon, one per topology: :mod:`backstop.controller.daemon`;
+* the peers daemon, one per topology, telling the task pods where their producers are:
+  :mod:`backstop.controller.peers`;
 * the re-optimization daemon, one per topology: :mod:`backstop.controller.handlers_reopt`.
 
 The admission webhook's handler is registered on demand by
@@ -23,7 +25,15 @@ from typing import Any
 
 import kopf
 
-from backstop.controller import daemon, handlers_reopt, indexes, kopf_config, metrics, startup
+from backstop.controller import (
+    daemon,
+    handlers_reopt,
+    indexes,
+    kopf_config,
+    metrics,
+    peers,
+    startup,
+)
 from backstop.controller import reconcile as reconciling
 from backstop.controller.context import kube, post_event
 from backstop.domain.constants import (
@@ -41,6 +51,13 @@ from backstop.domain.incidents import NodeInfo
 def supervise(**kwargs: Any) -> None:
     """Supervise one topology in a thread of Kopf's executor (:func:`daemon.supervise`)."""
     daemon.supervise(**kwargs)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=0.5, cancellation_timeout=3.0)
+async def push_peers(**kwargs: Any) -> None:
+    """Push the topology's peer map to its task pods (:func:`peers.run`), ``async`` on
+    Kopf's event loop beside the pod index that wakes it."""
+    await peers.run(**kwargs)
 
 
 @kopf.on.startup()

@@ -26,14 +26,18 @@ def pod_entry(
     fields the operator reads (about 1/5 of the pod's JSON; 10k whole pods take about
     240 MB of the operator's memory).
 
-    Every event is counted for the supervisor's steady rounds (:class:`~.memo.PodChanges`);
-    runs on Kopf's event loop.
+    Every event is counted for the supervisor's steady rounds (:class:`~.memo.PodChanges`)
+    and wakes the topology's peers daemon (:class:`~.peers.PeerWake`); runs on Kopf's
+    event loop.
     """
     key = (namespace, labels[LABEL_TOPOLOGY])
     changes = (memo or {}).get("pod_changes")
     if changes is not None:
         changes.saw(key)  # now, and once more after Kopf stored this pod
         asyncio.get_running_loop().call_soon(changes.saw, key)
+    wake = (memo or {}).get("peer_wake")
+    if wake is not None:  # the peers daemon reads the index: after Kopf stored this pod
+        asyncio.get_running_loop().call_soon(wake.saw, key)
     return {key: slim_pod(body)}
 
 

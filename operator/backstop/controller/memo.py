@@ -14,6 +14,7 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from backstop.domain.peers import PeerState
 from backstop.domain.spec import StreamTopologySpec
 from planners import TaskGraph
 
@@ -55,6 +56,11 @@ class TopologyMemo:
     next status patch (:func:`~backstop.controller.tick.status_wire`)."""
     matched: bool | None = None
     """Whether the pods matched the plan in force at the last converge."""
+    peers: PeerState = field(default_factory=PeerState)
+    """The peer map pushed to the task pods, and which pod holds what of it
+    (:mod:`backstop.controller.peers`)."""
+    peers_token: str | None = None
+    """The topology's peer token, read from (or first written to) its Secret."""
     steady: tuple[Any, float] | None = None
     """The inputs (:attr:`~backstop.controller.tick.Tick.inputs`) of the last whole round
     that found everything settled, and when (``time.monotonic``): a round on the same

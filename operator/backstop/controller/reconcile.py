@@ -66,6 +66,7 @@ from backstop.domain.status import (
 from backstop.k8s.kubeio import ClusterView, Kube
 from backstop.k8s.ledger import Booking, Overcommitted, Reading, manifest_holds
 from backstop.k8s.manifests import Owner, build_pdb, desired_pods, template_samples
+from backstop.k8s.peerpush import peers_token
 from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
 from planners.placement import Node
 
@@ -182,9 +183,22 @@ def reconcile(req: Request) -> None:
         return list(pods_index.get(key, []))
 
     ctx.placing = Placing(ctx.kube, ledger, node_snapshot(req.node_index), own_pods)
-    with topology_memo.of(req.memo).lock:
+    mem = topology_memo.of(req.memo)
+    if mem.peers_token is None:  # the pods read it from the Secret: made before them
+        mem.peers_token = _peers_token(ctx)
+    with mem.lock:
         observe(ctx)
         converge(ctx)
+
+
+def _peers_token(ctx: Reconcile) -> str:
+    """The topology's peer token, its Secret created first if there is none
+    (:func:`backstop.k8s.peerpush.peers_token`): a task pod does not start without it."""
+    try:
+        return peers_token(ctx.kube.core, ctx.owner)
+    except ApiException as err:
+        why = f"cannot read or create the peer token's Secret: {err.status} {err.reason}"
+        raise kopf.TemporaryError(why, delay=5) from err
 
 
 # ---- validate ----------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 The process's shared state lives in Kopf's root memo: the one capacity ledger
 (:mod:`backstop.k8s.ledger`) the planners of every topology share, its pod feed, the
 node watch and pod-change counters that wake the supervise daemons
-(:mod:`backstop.controller.memo`), the metrics (:mod:`backstop.controller.metrics`)
+(:mod:`backstop.controller.memo`), the wake-ups of the peers daemons
+(:mod:`backstop.controller.peers`), the metrics (:mod:`backstop.controller.metrics`)
 and the scheduled full garbage collections (:mod:`backstop.controller.gckeeper`).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import kopf
 
-from backstop.controller import daemon, gckeeper, kopf_config, metrics
+from backstop.controller import daemon, gckeeper, kopf_config, metrics, peers
 from backstop.controller import memo as topology_memo
 from backstop.controller import settings as config
 from backstop.controller.context import kube
@@ -34,6 +35,7 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     memo.ledger = CapacityLedger()
     memo.node_watch = topology_memo.NodeWatch()  # wakes the supervisors on a node's NotReady
     memo.pod_changes = topology_memo.PodChanges()  # lets a steady round skip its pods
+    memo.peer_wake = peers.PeerWake()  # a pod's change wakes its topology's peer pushes
     if memo.get("metrics") is None:  # `backstop operator` passes the one it serves
         memo.metrics = metrics.OperatorMetrics()
     memo.pod_feed = PodFeed(kube().api, memo.ledger).start()

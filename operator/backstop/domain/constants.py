@@ -58,6 +58,9 @@ HOSTNAME = "kubernetes.io/hostname"
 #: What ``kubectl apply`` (client-side) sent, before the API server pruned unknown fields.
 ANN_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 SESSION_CONFIGMAP_SUFFIX = "-recovery"
+#: The Secret holding a topology's peer token (``PUT /peers``: backstop.domain.peers).
+PEERS_SECRET_SUFFIX = "-peers"
+PEERS_TOKEN_KEY = "token"
 SESSION_MOUNT = "/etc/backstop/recovery"
 STORE_MOUNT = "/var/lib/backstop"
 DATA_PORT = 7077

@@ -34,7 +34,13 @@ from backstop.domain.constants import (
 from backstop.domain.podmerge import build_pod_spec, merge_templates
 from backstop.domain.spec import OperatorSpec, StreamTopologySpec
 from backstop.domain.storespec import store_env
-from backstop.k8s.topologyobjects import Owner, build_pdb, build_recoveryplan, recoveryplan_name
+from backstop.k8s.topologyobjects import (
+    Owner,
+    build_pdb,
+    build_recoveryplan,
+    peers_token_env,
+    recoveryplan_name,
+)
 from planners import TaskGraph
 
 __all__ = [
@@ -341,11 +347,14 @@ def _pinned(node: str) -> dict[str, Any]:
 def _topology_env(owner: Owner) -> list[dict[str, Any]]:
     """Which topology the task belongs to. The runtime keys its state in the store by
     namespace and uid too (``<store>/<namespace>/<name>/<uid>``): topologies of one name
-    in two namespaces, or one deleted and created again, share no checkpoints."""
+    in two namespaces, or one deleted and created again, share no checkpoints. The
+    topology's peer token (``BACKSTOP_PEERS_TOKEN``, from its Secret) is what the task
+    asks of a ``PUT /peers`` (:mod:`backstop.domain.peers`)."""
     return [
         {"name": "BACKSTOP_TOPOLOGY", "value": owner.name},
         {"name": "BACKSTOP_NAMESPACE", "value": owner.namespace},
         {"name": "BACKSTOP_TOPOLOGY_UID", "value": owner.uid},
+        peers_token_env(owner),
     ]
 
 

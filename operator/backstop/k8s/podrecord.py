@@ -14,12 +14,14 @@ and who reads it:
   ``deletionTimestamp``; the labels and annotations of this operator's own domain
   (topology, operator, task, role; spec-hash, planned node, epoch);
 * ``spec``: ``nodeName``; per container its ``name``, resource requests (capacity), its
-  ``metrics`` port (the readiness probe's question to the task) and of its ``env`` only
+  ``metrics`` port (the readiness probe's question to the task, the peer map's push) and
+  ``data`` port (the peer map's addresses, :mod:`backstop.domain.peers`) and of its ``env`` only
   ``BACKSTOP_UPSTREAM_BACKUP`` (the backup flag a rollout starts from); init containers'
   requests and the pod's ``overhead`` (capacity);
-* ``status``: ``phase``, ``reason``, ``message``, ``podIP``, the ``PodScheduled``
-  condition (unschedulable pods), and per container ``name``, ``ready``,
-  ``restartCount``, ``state`` and ``lastState`` (failures, checkpoint reports).
+* ``status``: ``phase``, ``reason``, ``message``, ``podIP`` (probes, the peer map), the
+  ``PodScheduled`` condition (unschedulable pods), and per container ``name``, ``ready``,
+  ``restartCount``, ``state`` and ``lastState`` (failures, checkpoint reports, a restarted
+  task to push its peer map to again).
 
 Strings repeated across pods (label and annotation keys and values, node names, phases)
 are interned, so 10k pods share one copy of each.
@@ -37,8 +39,9 @@ KEPT_ENV = frozenset({"BACKSTOP_UPSTREAM_BACKUP"})
 """Environment variables of a task container that a reader looks at."""
 KEPT_CONDITIONS = frozenset({"PodScheduled"})
 """Pod conditions that a reader looks at (a pod the scheduler finds no node for)."""
-KEPT_PORTS = frozenset({"metrics"})
-"""Container ports that a reader looks at (the task's readiness reason)."""
+KEPT_PORTS = frozenset({"metrics", "data"})
+"""Container ports that a reader looks at (the task's readiness reason and peer map: the
+``metrics`` port; the peer map's addresses: the ``data`` port)."""
 _META = ("name", "namespace", "resourceVersion", "deletionTimestamp")
 _STATUS = ("phase", "reason", "message", "podIP")
 _CONTAINER_STATUS = ("name", "ready", "restartCount", "state", "lastState")

@@ -1,9 +1,9 @@
 """The objects a StreamTopology owns beside its pods, and the owner they all name.
 
 :class:`Owner` gives every object the operator creates for a topology (pods, ConfigMaps,
-RecoveryPlans, the PodDisruptionBudget) the ownerReference that lets Kubernetes' garbage
-collector delete them with the topology. The builders here are pure, like those of
-:mod:`backstop.k8s.manifests`, which re-exports them.
+RecoveryPlans, the PodDisruptionBudget, the peer token's Secret) the ownerReference that
+lets Kubernetes' garbage collector delete them with the topology. The builders here are
+pure, like those of :mod:`backstop.k8s.manifests`, which re-exports them.
 """
 
 from __future__ import annotations
@@ -12,9 +12,23 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from backstop.domain.constants import GROUP, LABEL_TOPOLOGY, VERSION
+from backstop.domain.constants import (
+    GROUP,
+    LABEL_TOPOLOGY,
+    PEERS_SECRET_SUFFIX,
+    PEERS_TOKEN_KEY,
+    VERSION,
+)
 
-__all__ = ["Owner", "build_pdb", "build_recoveryplan", "recoveryplan_name"]
+__all__ = [
+    "Owner",
+    "build_pdb",
+    "build_peers_secret",
+    "build_recoveryplan",
+    "peers_secret_name",
+    "peers_token_env",
+    "recoveryplan_name",
+]
 
 
 @dataclass(frozen=True)
@@ -104,3 +118,46 @@ def build_pdb(owner: Owner, pods: int) -> dict[str, Any]:
         },
         "spec": {"minAvailable": pods, "selector": {"matchLabels": {LABEL_TOPOLOGY: owner.name}}},
     }
+
+
+def peers_secret_name(topology: str) -> str:
+    """``<topology>-peers``: the Secret of the token that guards the tasks' ``PUT /peers``.
+
+    >>> peers_secret_name("wc")
+    'wc-peers'
+    """
+    return topology + PEERS_SECRET_SUFFIX
+
+
+def build_peers_secret(owner: Owner, token: str) -> dict[str, Any]:
+    """The Secret of the topology's peer token: the operator sends it with every
+    ``PUT /peers`` and the task pods read it as ``BACKSTOP_PEERS_TOKEN``
+    (:func:`peers_token_env`), so nothing else in the cluster can redirect a task's
+    input. Deleted with the topology.
+
+    >>> s = build_peers_secret(Owner("wc", "ns", "u1"), "abc")
+    >>> s["metadata"]["name"], s["stringData"], s["type"]
+    ('wc-peers', {'token': 'abc'}, 'Opaque')
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": peers_secret_name(owner.name),
+            "namespace": owner.namespace,
+            "labels": {LABEL_TOPOLOGY: owner.name},
+            "ownerReferences": [owner.reference()],
+        },
+        "stringData": {PEERS_TOKEN_KEY: token},
+    }
+
+
+def peers_token_env(owner: Owner) -> dict[str, Any]:
+    """The task container's ``BACKSTOP_PEERS_TOKEN``, from the topology's Secret.
+
+    >>> peers_token_env(Owner("wc", "ns", "u1"))["valueFrom"]
+    {'secretKeyRef': {'name': 'wc-peers', 'key': 'token'}}
+    """
+    ref = {"name": peers_secret_name(owner.name), "key": PEERS_TOKEN_KEY}
+    return {"name": "BACKSTOP_PEERS_TOKEN", "valueFrom": {"secretKeyRef": ref}}
