@@ -125,7 +125,9 @@ async def drive(task: Task, until: Callable[[], bool]) -> list[tuple[float, floa
     return lags
 
 
-def in_process(topo: LocalTopology, task_id: str, port: int) -> tuple[Task, list[tuple[float, float, str]]]:
+def in_process(
+    topo: LocalTopology, task_id: str, port: int
+) -> tuple[Task, list[tuple[float, float, str]]]:
     """``task_id`` as this process runs it, its store (and a sink's output) slow."""
     task = Task(from_env({**topo.env[task_id], "BACKSTOP_METRICS_PORT": str(port)}))
     writes: list[tuple[float, float, str]] = []
@@ -138,18 +140,20 @@ def in_process(topo: LocalTopology, task_id: str, port: int) -> tuple[Task, list
 
 
 @pytest.mark.parametrize(
-    ("task_id", "kind"),
-    [("sink-0", "/ckpt/"), ("source-0", "/batches/")],
+    ("task_id", "kind", "batch"),
+    [("sink-0", "/ckpt/", 20), ("source-0", "/batches/", 40)],
     ids=["sink-checkpoints", "source-batch-log"],
 )
 def test_the_loop_serves_while_slow_writes_are_in_flight(
-    task_id: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    task_id: str, kind: str, batch: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """``batch``: records per mini-batch, as many rounds as give a few writes of ``kind``
+    (a sink checkpoints every tenth round, a source logs every round)."""
     inp = tmp_path / "input"
-    write_input(inp, files=2, per_file=300)
+    write_input(inp, files=3, per_file=400)
     out = tmp_path / "out"
     topo = LocalTopology(
-        "wordcount", wordcount_spec(inp, out, rate=300.0, batch=20), tmp_path / "store"
+        "wordcount", wordcount_spec(inp, out, rate=300.0, batch=batch), tmp_path / "store"
     )
     port = free_port()
     monkeypatch.setenv("BACKSTOP_METRICS_PORT", str(port))
