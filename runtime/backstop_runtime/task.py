@@ -110,6 +110,8 @@ class Task:
     # ---- life cycle ---------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Start up (its store calls inline: nothing is served before they are done), then
+        serve and work until ``stop``, the work's failure or a fence."""
         if self.cfg.role == "replica":
             # Active replicas (spec.replication) are not implemented by this runtime yet: a
             # replica must not claim an epoch, which would fence the primary out.
@@ -125,18 +127,7 @@ class Task:
         web = await httpmetrics.serve(
             int(os.environ.get("BACKSTOP_METRICS_PORT", "9090")), self.cfg.task, self._values
         )
-        node = os.environ.get("BACKSTOP_NODE_NAME") or "localhost"
-        writer = MetricsWriter(
-            self.store.blobs,
-            self.cfg.metrics_key,
-            self.cfg.topology,
-            self.cfg.task,
-            node,
-            self.epoch,
-            self.cfg.checkpoint_interval,
-            self.counters,
-            self.metrics,
-        )
+        writer = self._metrics_writer()
         helpers = [
             asyncio.ensure_future(self._fence_watch()),
             asyncio.ensure_future(self._trim_loop()),
@@ -172,6 +163,19 @@ class Task:
                     await self._status()
             finally:
                 await asyncio.to_thread(self.writes.close)
+
+    def _metrics_writer(self) -> MetricsWriter:
+        return MetricsWriter(
+            self.store.blobs,
+            self.cfg.metrics_key,
+            self.cfg.topology,
+            self.cfg.task,
+            os.environ.get("BACKSTOP_NODE_NAME") or "localhost",
+            self.epoch,
+            self.cfg.checkpoint_interval,
+            self.counters,
+            self.metrics,
+        )
 
     def _restore(self) -> Any:
         if self.cfg.is_source:
@@ -280,6 +284,7 @@ class Task:
                     # before publishing: no consumer can checkpoint round r before we have
                     # (a regenerating replay restores our checkpoint at its round)
                     await self.writes(self._checkpoint, r)
+                    await self._status()
                 if self.channels:
                     await self._publish(outs)
                 self.round = r  # after publishing: a subscriber regenerates up to self.round
@@ -345,8 +350,8 @@ class Task:
 
     def _checkpoint(self, r: int) -> None:
         """Save round ``r``'s checkpoint (the state holds round ``r``): the sink's output
-        first, then the dead letters, the checkpoint, the status. Blocking: the live task
-        runs it on :attr:`writes`, while the one coroutine that steps the state waits."""
+        first, then the dead letters, then the checkpoint. Blocking: the live task runs it
+        on :attr:`writes`, while the one coroutine that steps the state waits."""
         t0 = time.monotonic()
         state = self.proc.snapshot()
         if self.sink is not None:
@@ -356,7 +361,6 @@ class Task:
         self.store.save_checkpoint(r, state, list(self.channels))
         self.metrics.checkpoint_seconds += time.monotonic() - t0
         self.metrics.checkpoints += 1
-        self.store.write_status(**self._status_fields())
 
     async def _publish(self, outs: dict[str, Batch]) -> None:
         if self.round == 0 and not self.backup:
@@ -400,6 +404,7 @@ class Task:
         await self.writes(functools.partial(self.store.write_status, **self._status_fields()))
 
     def _status_fields(self) -> dict[str, Any]:
+        """What ``status.json`` says now (read on the loop, which changes these)."""
         return dict(
             round=self.round,
             eos=self.eos,
