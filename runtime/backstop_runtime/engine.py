@@ -120,13 +120,17 @@ class DeadLetters:
         self.rows.append(json.dumps({"task": self.task, "reason": reason, "payload": payload}))
 
     def flush(self) -> None:
-        """Store the rows gathered since the last flush as one object (none if none)."""
+        """Store the rows gathered since the last flush as one object (none if none).
+
+        The live task flushes on its writer thread (:mod:`backstop_runtime.offloop`):
+        the rows are taken before the write, so a row added meanwhile goes with the next
+        flush."""
         if self.store is None or not self.rows:
             return
+        rows, self.rows = self.rows, []
         self.seq += 1
         key = f"{self.store.key}/dead-letters/{self.store.epoch}-{self.seq:08d}.jsonl"
-        self.store.blobs.put(key, "".join(r + "\n" for r in self.rows).encode())
-        self.rows = []
+        self.store.blobs.put(key, "".join(r + "\n" for r in rows).encode())
 
 
 class SinkWriter:

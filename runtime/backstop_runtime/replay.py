@@ -8,10 +8,14 @@ producers, which answer from their buffers or, lacking them, in the same way: re
 up to a buffer or the source's log. That is why a chain of tasks without backups costs
 the sum of their reprocessing latencies, ``ℓ(v) = t_v + ℓ(u)``. Determinism (``engine``)
 makes every regenerated batch identical to the one the consumer would have got.
+
+A replay runs while the task serves live consumers, so what it reads from the store (a
+checkpoint, a source's input segments) it reads in a thread (:mod:`backstop_runtime.offloop`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -75,6 +79,21 @@ async def _from_log(
     task: Producer, consumer: str, lo: int, hi: int, counters: Counters
 ) -> AsyncGenerator[Batch, None]:
     """A source's batches ``lo..hi``, read again from its batch log."""
+    proc = await asyncio.to_thread(_log_replayer, task, consumer, counters)
+    for r in range(lo, hi + 1):
+        if task.log.eos_round is not None and r > task.log.eos_round:
+            yield Batch(r, [], INF, True)  # the stream ended before round r
+            return
+        await task.logged(r)
+        batch = (await asyncio.to_thread(proc.step_replay, r))[consumer]
+        yield batch
+        if batch.eos:
+            return
+
+
+def _log_replayer(task: Producer, consumer: str, counters: Counters) -> SourceProcessor:
+    """A second instance of the source, opened on its input (which may be a store), to
+    read ``consumer``'s batches again from ``task``'s batch log."""
     cfg = task.cfg
     source: Source = instantiate(cfg, Source)
     ctx = Context(
@@ -85,16 +104,7 @@ async def _from_log(
         DeadLetters(None, counters, cfg.task),
     )
     source.open(ctx)
-    proc = SourceProcessor(cfg, source, task.log, counters, only=consumer)
-    for r in range(lo, hi + 1):
-        if task.log.eos_round is not None and r > task.log.eos_round:
-            yield Batch(r, [], INF, True)  # the stream ended before round r
-            return
-        await task.logged(r)
-        batch = proc.step_replay(r)[consumer]
-        yield batch
-        if batch.eos:
-            return
+    return SourceProcessor(cfg, source, task.log, counters, only=consumer)
 
 
 async def _recompute(
@@ -103,7 +113,7 @@ async def _recompute(
     """An operator's batches ``lo..hi``: a second instance from the checkpoint before ``lo``,
     fed by replays from its own producers."""
     cfg = task.cfg
-    ckpt = task.store.load_checkpoint(at_most=lo - 1)
+    ckpt = await asyncio.to_thread(task.store.load_checkpoint, at_most=lo - 1)
     r0 = int(ckpt["round"]) if ckpt else 0
     op: Operator = instantiate(cfg, Operator)
     replayer = Processor(cfg, op, counters, DeadLetters(None, counters, cfg.task), only=consumer)

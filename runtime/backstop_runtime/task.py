@@ -3,19 +3,22 @@
 Start-up order matters for fencing: the copy claims a new epoch first (unless it finds
 itself fenced already: :mod:`backstop_runtime.fencing`), then restores
 its newest checkpoint (a sink deletes its output objects after the checkpointed round),
-then binds its port and publishes the address. Consumers and producers find it through
-the registry and re-subscribe; anything they already have is dropped by batch number,
-anything nobody holds is regenerated (``replay``). Checkpoints are taken after every
-batch whose number is a multiple of ``K = checkpoint interval / batch interval``: every
-task checkpoints the same rounds, so batch ``K·k`` is the checkpoint punctuation ``P_k``
-of *Incremental Recovery in Distributed Stream Processing Systems*, Section 4.1, and the
-checkpoints of one round form a consistent cut.
+then binds its port and publishes the address. Once it serves, its store calls run in
+threads (:mod:`backstop_runtime.offloop`), so the loop keeps serving meanwhile. Consumers
+and producers find it through the registry and re-subscribe; anything they already have
+is dropped by batch number, anything nobody holds is regenerated (``replay``).
+Checkpoints are taken after every batch whose number is a multiple of
+``K = checkpoint interval / batch interval``: every task checkpoints the same rounds, so
+batch ``K·k`` is the checkpoint punctuation ``P_k`` of *Incremental Recovery in
+Distributed Stream Processing Systems*, Section 4.1, and the checkpoints of one round
+form a consistent cut.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -41,6 +44,7 @@ from backstop_runtime.engine import (
     instantiate,
 )
 from backstop_runtime.metrics import Metrics, MetricsWriter
+from backstop_runtime.offloop import StoreWriter
 from backstop_runtime.replay import regenerate
 from backstop_runtime.store import Store
 
@@ -53,6 +57,8 @@ class Task:
     def __init__(self, cfg: TaskConfig) -> None:
         self.cfg = cfg
         self.store = Store(cfg)
+        self.writes = StoreWriter(cfg.task)
+        """The thread that performs the store writes of the running task, in order."""
         self.counters = Counters()
         self.metrics = Metrics()
         self.started = time.time()
@@ -104,6 +110,8 @@ class Task:
     # ---- life cycle ---------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Start up (its store calls inline: nothing is served before they are done), then
+        serve and work until ``stop``, the work's failure or a fence."""
         if self.cfg.role == "replica":
             # Active replicas (spec.replication) are not implemented by this runtime yet: a
             # replica must not claim an epoch, which would fence the primary out.
@@ -119,18 +127,7 @@ class Task:
         web = await httpmetrics.serve(
             int(os.environ.get("BACKSTOP_METRICS_PORT", "9090")), self.cfg.task, self._values
         )
-        node = os.environ.get("BACKSTOP_NODE_NAME") or "localhost"
-        writer = MetricsWriter(
-            self.store.blobs,
-            self.cfg.metrics_key,
-            self.cfg.topology,
-            self.cfg.task,
-            node,
-            self.epoch,
-            self.cfg.checkpoint_interval,
-            self.counters,
-            self.metrics,
-        )
+        writer = self._metrics_writer()
         helpers = [
             asyncio.ensure_future(self._fence_watch()),
             asyncio.ensure_future(self._trim_loop()),
@@ -148,7 +145,9 @@ class Task:
                 if f is not stopping and f.exception() is not None:
                     raise f.exception()
             if stopping in done:  # SIGTERM: the operator stops this pod on purpose
-                stopping_.final_checkpoint(self)
+                work.cancel()  # the state stays at the round it holds now
+                await asyncio.wait([work])
+                await self.writes(stopping_.final_checkpoint, self)
         except Fenced:
             fenced = True  # the newer copy owns status.json now: write nothing more
             raise
@@ -157,10 +156,26 @@ class Task:
                 f.cancel()
             server.close()
             web.close()
-            if not fenced:
-                with contextlib.suppress(Exception):
-                    writer.write()
-                self._status()
+            try:
+                if not fenced:
+                    with contextlib.suppress(Exception):
+                        await self.writes(writer.write)
+                    await self._status()
+            finally:
+                await asyncio.to_thread(self.writes.close)
+
+    def _metrics_writer(self) -> MetricsWriter:
+        return MetricsWriter(
+            self.store.blobs,
+            self.cfg.metrics_key,
+            self.cfg.topology,
+            self.cfg.task,
+            os.environ.get("BACKSTOP_NODE_NAME") or "localhost",
+            self.epoch,
+            self.cfg.checkpoint_interval,
+            self.counters,
+            self.metrics,
+        )
 
     def _restore(self) -> Any:
         if self.cfg.is_source:
@@ -214,8 +229,9 @@ class Task:
             r = self.round + 1
             t0 = time.monotonic()
             before = self.counters.tuples_in
-            outs = self.proc_src.step_live(
-                r, self.max_records, self.behind_since, paced=self.rate > 0
+            # read and logged on the writer thread: the entry is stored before we publish
+            outs = await self.writes(
+                self.proc_src.step_live, r, self.max_records, self.behind_since, self.rate > 0
             )
             self.behind_since = float(self.log.entries[r]["at"])
             async with self.logged_cond:
@@ -224,14 +240,14 @@ class Task:
             self.metrics.checkpoints += 1
             await self._publish(outs)
             self.round = r
-            self._progress(time.time() - float(self.log.entries[r]["at"]))
+            await self._progress(time.time() - float(self.log.entries[r]["at"]))
             if any(b.eos for b in outs.values()) or self.log.entries[r]["eos"]:
                 await self._ended()
-                self._status()
+                await self._status()
                 break
             n = self.counters.tuples_in - before
             if n < self.max_records:
-                if self.store.leading_source_round() > r:
+                if await asyncio.to_thread(self.store.leading_source_round) > r:
                     await asyncio.sleep(0)  # behind another source's rounds: catch up
                 else:
                     await asyncio.sleep(self.cfg.batch_interval)  # no backlog: pace the batches
@@ -267,14 +283,15 @@ class Task:
                 if r % self.period == 0 or self.proc.eos:
                     # before publishing: no consumer can checkpoint round r before we have
                     # (a regenerating replay restores our checkpoint at its round)
-                    self._checkpoint(r)
+                    await self.writes(self._checkpoint, r)
+                    await self._status()
                 if self.channels:
                     await self._publish(outs)
                 self.round = r  # after publishing: a subscriber regenerates up to self.round
-                self._progress(time.time() - min(b.at for b in batches))
+                await self._progress(time.time() - min(b.at for b in batches))
             self._check_replay()
             await self._ended()
-            self._status()
+            await self._status()
             await asyncio.Event().wait()
         finally:
             for p in pumps:
@@ -299,7 +316,7 @@ class Task:
             await q.put(b)
         await asyncio.Event().wait()  # ended with eos: stay done without raising
 
-    def _progress(self, lag: float) -> None:
+    async def _progress(self, lag: float) -> None:
         self.metrics.round, self.metrics.lag = self.round, lag
         if self.metrics.recovery_seconds is None and lag <= self.catch_up_lag:
             self.metrics.recovery_seconds = time.time() - self.started
@@ -310,7 +327,7 @@ class Task:
                 lag,
             )
             self._check_replay()
-            self._status()
+            await self._status()
 
     def _check_replay(self) -> None:
         """Compare where the replay came from with where the session's plan said (once:
@@ -332,6 +349,9 @@ class Task:
             )
 
     def _checkpoint(self, r: int) -> None:
+        """Save round ``r``'s checkpoint (the state holds round ``r``): the sink's output
+        first, then the dead letters, then the checkpoint. Blocking: the live task runs it
+        on :attr:`writes`, while the one coroutine that steps the state waits."""
         t0 = time.monotonic()
         state = self.proc.snapshot()
         if self.sink is not None:
@@ -341,7 +361,6 @@ class Task:
         self.store.save_checkpoint(r, state, list(self.channels))
         self.metrics.checkpoint_seconds += time.monotonic() - t0
         self.metrics.checkpoints += 1
-        self._status()
 
     async def _publish(self, outs: dict[str, Batch]) -> None:
         if self.round == 0 and not self.backup:
@@ -380,8 +399,13 @@ class Task:
             "unanswered": inputs.unanswered(),
         }
 
-    def _status(self) -> None:
-        self.store.write_status(
+    async def _status(self) -> None:
+        """Write ``status.json`` as of now, on the writer thread."""
+        await self.writes(functools.partial(self.store.write_status, **self._status_fields()))
+
+    def _status_fields(self) -> dict[str, Any]:
+        """What ``status.json`` says now (read on the loop, which changes these)."""
+        return dict(
             round=self.round,
             eos=self.eos,
             started=self.started,
@@ -519,7 +543,7 @@ class Task:
     async def _fence_watch(self) -> None:
         while True:
             await asyncio.sleep(0.2)
-            self.store.check_fence()
+            await asyncio.to_thread(self.store.check_fence)
 
     async def _trim_loop(self) -> None:
         """Publish our replay floor, and trim what no consumer can ask for any more: each
@@ -528,14 +552,16 @@ class Task:
         ``f``). See
         :meth:`Store.replay_floor` for why this is exactly what a replay may still need."""
         consumers = list(self.channels)
+        store = self.store
         while True:
-            if not self.cfg.is_source:
-                self.store.publish_floor(self.store.replay_floor(consumers))
-            if self.cfg.is_source:
-                self.log.forget_before(self.store.consumer_floor(consumers))
+            if not self.cfg.is_source:  # beside the checkpoints, which delete below it
+                await self.writes(lambda: store.publish_floor(store.replay_floor(consumers)))
+            if self.cfg.is_source:  # between two appends: the writer changes the log
+                floor = await asyncio.to_thread(store.consumer_floor, consumers)
+                await self.writes(self.log.forget_before, floor)
             if self.backup:
                 for c, ch in self.channels.items():
-                    await ch.trim(self.store.published_floor(c))
+                    await ch.trim(await asyncio.to_thread(store.published_floor, c))
             await asyncio.sleep(0.5)
 
     async def _session_watch(self) -> None:
@@ -565,9 +591,9 @@ class Task:
             # measures its recovery from outside (the benchmark on real nodes)
             await asyncio.sleep(min(0.25, self.cfg.metrics_interval))
             if time.monotonic() >= next_row:
-                writer.write()
+                await self.writes(writer.write)
                 next_row += self.cfg.metrics_interval
-            self._status()
+            await self._status()
 
 
 __all__ = ["Fenced", "Task"]
