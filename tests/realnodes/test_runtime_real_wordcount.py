@@ -356,6 +356,10 @@ def test_killing_a_real_node_mid_stream_changes_no_output_line(
     for t in lost:  # the lost tasks really ran again (a new epoch), on another node
         assert env.status(name, t).get("epoch", 0) > (epochs[t] or 0), t
     n = exact_output(env, name, reference)
+    # the node boots again (its containers gone): the runs after this one have three nodes
+    result = CliRunner().invoke(app, ["nodes", "revive", victim, "--kubeconfig", env.cluster])
+    assert result.exit_code == 0, result.output
+    wait_for(lambda: node_ready(env.core, victim), 120, f"{victim} Ready again")
     print(
         f"killed {victim} with {lost} {time.monotonic() - killed_at:.0f}s before the end; "
         f"run {time.monotonic() - t0:.0f}s, {n} lines"
