@@ -198,6 +198,21 @@ def _operator_default(schema: dict[str, Any]) -> None:
     schema.pop("default", None)
 
 
+DETECTION_DESCRIPTION = (
+    "Seconds from a node's failure to the operator detecting the loss (the model's d, "
+    "measured like restartSeconds): the planners keep detectionSeconds + restartSeconds + "
+    "H <= recoveryLatencyBound, so the bound counts from the failure. The operator detects a "
+    "loss once the node-monitor grace period of the control plane (kube-controller-manager "
+    "--node-monitor-grace-period, 40 s by default) and then recovery.gracePeriodSeconds have "
+    "passed. The first is a control-plane flag and the second may be the operator's default, "
+    "so neither is known from the spec: the default 0 counts the bound from the loss detected "
+    "(the RecoveryPlan). Set the sum measured on your nodes (about 25 s on local real nodes "
+    "with a 20 s node-monitor grace period and a 5 s gracePeriodSeconds) to count from the "
+    "failure."
+)
+"""``spec.recovery.detectionSeconds``: what ``d`` is and why its default is 0."""
+
+
 class RecoveryPolicy(_Model):
     """How the operator recovers from node loss."""
 
@@ -208,6 +223,7 @@ class RecoveryPolicy(_Model):
         "recovery.gracePeriodSeconds), else 30.",
         json_schema_extra=_operator_default,
     )
+    detection_seconds: Seconds = Field(0.0, description=DETECTION_DESCRIPTION)
     restart_seconds: Seconds = Field(0.0, description="Pod (re)start of a lost task.")
     utilization_cap: float = Field(
         0.8,
@@ -353,16 +369,37 @@ class StreamTopologySpec(_Model, LifecycleFields):
 
     @model_validator(mode="after")
     def _bound_above_restart(self) -> StreamTopologySpec:
-        if self.planning_bound <= 0:  # a restart alone breaks the bound: nothing keeps it
-            c, r = self.recovery.restart_seconds, self.recovery_latency_bound
+        if self.planning_bound <= 0:  # detection and restart alone break the bound
             raise ValueError(
-                f"recovery.restartSeconds ({c:g}) must be below recoveryLatencyBound ({r:g})"
+                f"{self.fixed_terms_text()} must be below recoveryLatencyBound "
+                f"({self.recovery_latency_bound:g})"
             )
         return self
 
     @property
-    def planning_bound(self) -> float:  # R − restart: lost pods restart at once, then H
-        return self.recovery_latency_bound - self.recovery.restart_seconds
+    def fixed_seconds(self) -> float:
+        """``d + c``: the loss is detected, then every lost pod restarts at once."""
+        return self.recovery.detection_seconds + self.recovery.restart_seconds
+
+    def fixed_terms_text(self) -> str:
+        """The fixed terms by field name, for messages: ``recovery.restartSeconds (5)``,
+        preceded by ``recovery.detectionSeconds (25) +`` when detection is counted."""
+        rec = self.recovery
+        text = f"recovery.restartSeconds ({rec.restart_seconds:g})"
+        if rec.detection_seconds:
+            text = f"recovery.detectionSeconds ({rec.detection_seconds:g}) + {text}"
+        return text
+
+    def budget(self, bound: float | None = None) -> float:
+        """What the planners and the evaluator keep ``H(K_p)`` within: ``R − d − c``, with
+        ``R`` the manifest's ``recoveryLatencyBound`` unless ``bound`` overrides it."""
+        r = self.recovery_latency_bound if bound is None else bound
+        return r - self.fixed_seconds
+
+    @property
+    def planning_bound(self) -> float:
+        """:meth:`budget` of the manifest's bound: ``d + c + H(K_p) <= R``."""
+        return self.budget()
 
 
 class Metadata(BaseModel):
