@@ -224,7 +224,9 @@ class RecoveryPolicy(_Model):
         json_schema_extra=_operator_default,
     )
     detection_seconds: Seconds = Field(0.0, description=DETECTION_DESCRIPTION)
-    restart_seconds: Seconds = Field(0.0, description="Pod (re)start of a lost task.")
+    restart_seconds: Seconds = Field(
+        0.0, description="Pod (re)start of a lost task (the model's c, measured)."
+    )
     utilization_cap: float = Field(
         0.8,
         gt=0,
