@@ -155,3 +155,18 @@ def test_backstop_backups_keeps_detection_too(tmp_path: Path) -> None:
     path = _manifest(tmp_path, 1.5)
     out = json.loads(runner.invoke(app, ["backups", str(path), "--json"]).stdout)
     assert out["bound"] == pytest.approx(3.5) and out["worstRecoveryLatency"] <= 3.5 + 1e-9
+
+
+def test_the_tradeoff_curve_at_factor_one_is_the_plan_of_the_spec() -> None:
+    """The re-optimization's trade-off point scales ``H``'s budget ``R − d − c``; at factor
+    1 it plans exactly what the operator plans, detection and restart counted once."""
+    from backstop.domain.recommend import PlanParams, tradeoff_point
+
+    doc = {"metadata": {"name": "chain"}, "spec": spec(1.5)}
+    point = tradeoff_point(doc, NODES, 1.0, PlanParams(time_limit=2.0))
+    s = parse_spec(spec(1.5))
+    plan = plan_topology(s, expand(s), NODES, time_limit=2.0)
+    assert point["feasible"] is True, point
+    assert point["bound"] == pytest.approx(3.5)
+    assert point["backupCount"] == len(plan.backups)
+    assert point["worstRecoveryLatency"] == pytest.approx(plan.worst)

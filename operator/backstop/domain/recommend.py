@@ -269,8 +269,10 @@ def tradeoff_point(
     ``manifest`` is the estimated manifest of a recommendation.
     """
     topo = parse_topology(dict(manifest))
-    bound = topo.spec.planning_bound * factor
-    spec = topo.spec.model_copy(update={"recovery_latency_bound": bound})
+    bound = topo.spec.planning_bound * factor  # the budget of H; R adds detection and restart
+    spec = topo.spec.model_copy(
+        update={"recovery_latency_bound": bound + topo.spec.fixed_seconds}
+    )
     point: dict[str, Any] = {"boundFactor": factor, "bound": round(bound, 6)}
     try:
         plan = plan_topology(spec, expand(spec), nodes, time_limit=params.time_limit)
