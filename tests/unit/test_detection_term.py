@@ -38,9 +38,8 @@ def spec(detection: float | None, restart: float = 1.0, bound: float = 6.0) -> d
         recovery["detectionSeconds"] = detection
     ops: list[dict[str, Any]] = [{"name": "src", "reprocessingLatency": 1, "resources": cpu}]
     for prev, name in (("src", "a"), ("a", "b"), ("b", "sink")):
-        ops.append(
-            {"name": name, "reprocessingLatency": 1, "resources": cpu, "inputs": [{"operator": prev}]}
-        )
+        inputs = [{"operator": prev}]
+        ops.append({"name": name, "reprocessingLatency": 1, "resources": cpu, "inputs": inputs})
     return {"image": "x", "recoveryLatencyBound": bound, "recovery": recovery, "operators": ops}
 
 

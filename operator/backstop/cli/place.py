@@ -346,10 +346,10 @@ def _print_plan(topo: StreamTopology, graph: TaskGraph, plan: Placement, pool: N
         ok &= h <= plan.bound + 1e-9
         console.print(f"Worst failure-domain loss: {label} recovers in {h:g}s")
     verdict = "holds" if ok else "is BROKEN"
-    total, kept = d + c + plan.worst, plan.worst <= plan.bound + 1e-9
+    total, within = d + c + plan.worst, plan.worst <= plan.bound + 1e-9
     console.print(
         f"Worst node failure: d {d:g} + c {c:g} + H {plan.worst:g} = {total:g}s "
-        f"{'<=' if kept else '>'} R {r:g}s; the bound {verdict} on {plan.nodes_used} nodes."
+        f"{'<=' if within else '>'} R {r:g}s; the bound {verdict} on {plan.nodes_used} nodes."
     )
     return ok
 

@@ -270,9 +270,7 @@ def tradeoff_point(
     """
     topo = parse_topology(dict(manifest))
     bound = topo.spec.planning_bound * factor  # the budget of H; R adds detection and restart
-    spec = topo.spec.model_copy(
-        update={"recovery_latency_bound": bound + topo.spec.fixed_seconds}
-    )
+    spec = topo.spec.model_copy(update={"recovery_latency_bound": bound + topo.spec.fixed_seconds})
     point: dict[str, Any] = {"boundFactor": factor, "bound": round(bound, 6)}
     try:
         plan = plan_topology(spec, expand(spec), nodes, time_limit=params.time_limit)
