@@ -60,15 +60,17 @@ def planners_bound(spec: StreamTopologySpec, bound: float | None) -> float:
     """The bound the planners keep: R (``--bound``, else the manifest's) minus the detection
     time ``spec.recovery.detectionSeconds`` and the pod restart time
     ``spec.recovery.restartSeconds``, since a loss is detected first, then a lost task
-    restarts and recovers within H (:meth:`StreamTopologySpec.budget`, the operator's too).
+    restarts and recovers within H (:func:`backstop.domain.budget.budget`, the operator's too).
     Exits with a message naming them when R leaves no time."""
-    budget = spec.budget(bound)
-    if budget <= 0:
+    from backstop.domain.budget import budget, fixed_terms_text  # see backstop.cli: lazy
+
+    left = budget(spec, bound)
+    if left <= 0:
         r = spec.recovery_latency_bound if bound is None else bound
         source = "--bound" if bound is not None else "spec.recoveryLatencyBound"
         fail(
-            f"the bound {r:g}s ({source}) must exceed the spec's {spec.fixed_terms_text()}: "
+            f"the bound {r:g}s ({source}) must exceed the spec's {fixed_terms_text(spec)}: "
             "detecting a loss and restarting a lost task's pod alone take that long",
             EXIT_INFEASIBLE,
         )
-    return budget
+    return left

@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from backstop.domain.budget import fixed_terms_text
 from backstop.domain.constants import ANN_HASH, ANN_NODE, DEFAULT_TIME_LIMIT, LABEL_ROLE, LABEL_TASK
 from backstop.domain.podfaults import TERMINAL_PHASES
 from backstop.domain.spec import BackupMode, StreamTopologySpec, cpu_cores
@@ -81,7 +82,7 @@ def plan_topology(
     """
     if spec.planning_bound <= 0:  # detection and restart alone break the bound
         raise Infeasible(
-            f"{spec.fixed_terms_text()} must be below "
+            f"{fixed_terms_text(spec)} must be below "
             f"recoveryLatencyBound ({spec.recovery_latency_bound:g})"
         )
     pool = NodePool.of(nodes)

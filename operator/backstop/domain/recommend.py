@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from backstop.domain.budget import fixed_seconds
 from backstop.domain.estimates import estimated_topology
 from backstop.domain.planning import plan_topology
 from backstop.domain.spec import expand, parse_topology, spec_hash
@@ -270,7 +271,7 @@ def tradeoff_point(
     """
     topo = parse_topology(dict(manifest))
     bound = topo.spec.planning_bound * factor  # the budget of H; R adds detection and restart
-    spec = topo.spec.model_copy(update={"recovery_latency_bound": bound + topo.spec.fixed_seconds})
+    spec = topo.spec.model_copy(update={"recovery_latency_bound": bound + fixed_seconds(topo.spec)})
     point: dict[str, Any] = {"boundFactor": factor, "bound": round(bound, 6)}
     try:
         plan = plan_topology(spec, expand(spec), nodes, time_limit=params.time_limit)

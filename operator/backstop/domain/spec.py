@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from backstop.domain.budget import DETECTION_DESCRIPTION, budget, check_fixed_terms
 from backstop.domain.constants import (
     DNS_LABEL,
     DNS_SUBDOMAIN,
@@ -198,21 +199,6 @@ def _operator_default(schema: dict[str, Any]) -> None:
     schema.pop("default", None)
 
 
-DETECTION_DESCRIPTION = (
-    "Seconds from a node's failure to the operator detecting the loss (the model's d, "
-    "measured like restartSeconds): the planners keep detectionSeconds + restartSeconds + "
-    "H <= recoveryLatencyBound, so the bound counts from the failure. The operator detects a "
-    "loss once the node-monitor grace period of the control plane (kube-controller-manager "
-    "--node-monitor-grace-period, 40 s by default) and then recovery.gracePeriodSeconds have "
-    "passed. The first is a control-plane flag and the second may be the operator's default, "
-    "so neither is known from the spec: the default 0 counts the bound from the loss detected "
-    "(the RecoveryPlan). Set the sum measured on your nodes (about 25 s on local real nodes "
-    "with a 20 s node-monitor grace period and a 5 s gracePeriodSeconds) to count from the "
-    "failure."
-)
-"""``spec.recovery.detectionSeconds``: what ``d`` is and why its default is 0."""
-
-
 class RecoveryPolicy(_Model):
     """How the operator recovers from node loss."""
 
@@ -369,39 +355,12 @@ class StreamTopologySpec(_Model, LifecycleFields):
             seen.add(op.name)
         return operators
 
-    @model_validator(mode="after")
-    def _bound_above_restart(self) -> StreamTopologySpec:
-        if self.planning_bound <= 0:  # detection and restart alone break the bound
-            raise ValueError(
-                f"{self.fixed_terms_text()} must be below recoveryLatencyBound "
-                f"({self.recovery_latency_bound:g})"
-            )
-        return self
-
-    @property
-    def fixed_seconds(self) -> float:
-        """``d + c``: the loss is detected, then every lost pod restarts at once."""
-        return self.recovery.detection_seconds + self.recovery.restart_seconds
-
-    def fixed_terms_text(self) -> str:
-        """The fixed terms by field name, for messages: ``recovery.restartSeconds (5)``,
-        preceded by ``recovery.detectionSeconds (25) +`` when detection is counted."""
-        rec = self.recovery
-        text = f"recovery.restartSeconds ({rec.restart_seconds:g})"
-        if rec.detection_seconds:
-            text = f"recovery.detectionSeconds ({rec.detection_seconds:g}) + {text}"
-        return text
-
-    def budget(self, bound: float | None = None) -> float:
-        """What the planners and the evaluator keep ``H(K_p)`` within: ``R − d − c``, with
-        ``R`` the manifest's ``recoveryLatencyBound`` unless ``bound`` overrides it."""
-        r = self.recovery_latency_bound if bound is None else bound
-        return r - self.fixed_seconds
+    _fixed_terms = model_validator(mode="after")(check_fixed_terms)  # d + c below R
 
     @property
     def planning_bound(self) -> float:
-        """:meth:`budget` of the manifest's bound: ``d + c + H(K_p) <= R``."""
-        return self.budget()
+        """What the planners keep ``H(K_p)`` within: ``R − d − c`` (:mod:`.budget`)."""
+        return budget(self)
 
 
 class Metadata(BaseModel):
