@@ -156,8 +156,12 @@ def test_spec_change_moves_only_pods_whose_node_or_role_changes(env: Env) -> Non
             "cycle",
         ),
         (lambda s: s["operators"][1]["inputs"].append({"operator": "nope"}), "InvalidSpec", "nope"),
-        (  # 0.2 s left to the planners after the restart term (a bound below it is invalid)
-            lambda s: s.update(recoveryLatencyBound=s["recovery"]["restartSeconds"] + 0.2),
+        (  # 0.2 s left to the planners after detection and restart (a bound below is invalid)
+            lambda s: s.update(
+                recoveryLatencyBound=s["recovery"].get("detectionSeconds", 0.0)
+                + s["recovery"]["restartSeconds"]
+                + 0.2
+            ),
             "Infeasible",
             "infeasible",
         ),

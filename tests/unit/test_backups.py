@@ -350,11 +350,12 @@ def test_cli_json_shape(algorithm: str) -> None:
 
 
 def test_cli_bound_overrides_the_manifest() -> None:
-    restart = load_topology(SENTIMENT).spec.recovery.restart_seconds
-    result = runner.invoke(app, ["backups", str(SENTIMENT), "--json", "--bound", str(restart + 2)])
+    rec = load_topology(SENTIMENT).spec.recovery
+    fixed = rec.detection_seconds + rec.restart_seconds
+    result = runner.invoke(app, ["backups", str(SENTIMENT), "--json", "--bound", str(fixed + 2)])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    assert out["bound"] == 2.0  # what the planners keep: R minus the pod restart
+    assert out["bound"] == 2.0  # what the planners keep: R minus detection and pod restart
     assert out["worstRecoveryLatency"] <= 2.0
     graph = expand(load_topology(SENTIMENT).spec)
     assert check_plan(graph, bound=2.0, backups=out["backups"]) == []
@@ -362,14 +363,16 @@ def test_cli_bound_overrides_the_manifest() -> None:
 
 @pytest.mark.parametrize("command", ["backups", "place"])
 def test_cli_bound_below_the_restart_time_names_both(command: str) -> None:
-    """A --bound no longer than spec.recovery.restartSeconds leaves the planners a negative
-    bound; say so by name (it printed "bound -3s is infeasible" before)."""
-    restart = load_topology(SENTIMENT).spec.recovery.restart_seconds
-    assert restart > 0, "the example models the pod restart"
+    """A --bound no longer than spec.recovery.detectionSeconds + restartSeconds leaves the
+    planners a negative bound; say so by name (it printed "bound -3s is infeasible" before)."""
+    rec = load_topology(SENTIMENT).spec.recovery
+    assert rec.restart_seconds > 0 and rec.detection_seconds > 0, "the example models both"
+    fixed = rec.detection_seconds + rec.restart_seconds
     extra = ["--node-cpu", "4"] if command == "place" else []
-    result = runner.invoke(app, [command, str(SENTIMENT), "--bound", str(restart - 1), *extra])
+    result = runner.invoke(app, [command, str(SENTIMENT), "--bound", str(fixed - 1), *extra])
     assert result.exit_code == 3, result.output
     assert "--bound" in result.output and "restartSeconds" in result.output
+    assert "detectionSeconds" in result.output
 
 
 def test_cli_table() -> None:

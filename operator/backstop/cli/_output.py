@@ -57,16 +57,20 @@ def print_json(obj: Any) -> None:
 
 
 def planners_bound(spec: StreamTopologySpec, bound: float | None) -> float:
-    """The bound the planners keep: R (``--bound``, else the manifest's) minus the pod
-    restart time ``spec.recovery.restartSeconds``, since a lost task restarts first and
-    then recovers within H. Exits with a message naming both when R leaves no time."""
-    r = spec.recovery_latency_bound if bound is None else bound
-    c = spec.recovery.restart_seconds
-    if r <= c:
+    """The bound the planners keep: R (``--bound``, else the manifest's) minus the detection
+    time ``spec.recovery.detectionSeconds`` and the pod restart time
+    ``spec.recovery.restartSeconds``, since a loss is detected first, then a lost task
+    restarts and recovers within H (:func:`backstop.domain.budget.budget`, the operator's too).
+    Exits with a message naming them when R leaves no time."""
+    from backstop.domain.budget import budget, fixed_terms_text  # see backstop.cli: lazy
+
+    left = budget(spec, bound)
+    if left <= 0:
+        r = spec.recovery_latency_bound if bound is None else bound
         source = "--bound" if bound is not None else "spec.recoveryLatencyBound"
         fail(
-            f"the bound {r:g}s ({source}) must exceed spec.recovery.restartSeconds ({c:g}s): "
-            "a lost task's pod restart alone takes that long",
+            f"the bound {r:g}s ({source}) must exceed the spec's {fixed_terms_text(spec)}: "
+            "detecting a loss and restarting a lost task's pod alone take that long",
             EXIT_INFEASIBLE,
         )
-    return r - c
+    return left

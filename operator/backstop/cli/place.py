@@ -32,7 +32,7 @@ from planners.placement import PLACEMENT_ALGORITHMS, NodePool, Placement, place,
 if TYPE_CHECKING:  # the models are imported by the commands (see backstop.cli)
     from backstop.domain.spec import StreamTopology
 
-__all__ = ["BackupsOption", "compute_plan", "placement_json", "register"]
+__all__ = ["BackupsOption", "bound_terms", "compute_plan", "placement_json", "register"]
 
 
 class BackupsOption(StrEnum):
@@ -146,6 +146,19 @@ def placement_json(graph: TaskGraph, plan: Placement) -> dict[str, object]:
         "nodesUsed": plan.nodes_used,
         "worstRecoveryLatency": plan.worst,
         "violations": list(plan.violations),
+    }
+
+
+def bound_terms(topo: StreamTopology, plan: Placement) -> dict[str, float]:
+    """The terms of ``d + c + H <= R`` for ``plan``: ``bound`` (what ``H``, the
+    ``worstRecoveryLatency``, is kept within) is ``R − d − c``, so ``R`` is the manifest's
+    bound or ``--bound``."""
+    rec = topo.spec.recovery
+    d, c = rec.detection_seconds, rec.restart_seconds
+    return {
+        "recoveryLatencyBound": plan.bound + d + c,
+        "detectionSeconds": d,
+        "restartSeconds": c,
     }
 
 
@@ -305,18 +318,21 @@ def plan_command(
             topo, pool, algorithm=algorithm, backups=backups, bound=bound, time_limit=time_limit
         )
     if json_output:
-        print_json(placement_json(graph, plan))
+        print_json({**placement_json(graph, plan), **bound_terms(topo, plan)})
         return
-    if not _print_plan(topo.metadata.name, graph, plan, pool):
+    if not _print_plan(topo, graph, plan, pool):
         raise typer.Exit(1)
 
 
-def _print_plan(name: str, graph: TaskGraph, plan: Placement, pool: NodePool) -> bool:
+def _print_plan(topo: StreamTopology, graph: TaskGraph, plan: Placement, pool: NodePool) -> bool:
     """Print the dry run's tables and verdict; whether the bound holds."""
     console = Console(highlight=False, soft_wrap=True)
     mode = "all" if plan.backups is None else "planned"
+    terms = bound_terms(topo, plan)
+    d, c, r = terms["detectionSeconds"], terms["restartSeconds"], terms["recoveryLatencyBound"]
     console.print(
-        f"[bold]{name}[/]: {len(graph)} tasks, bound {plan.bound:g}s, "
+        f"[bold]{topo.metadata.name}[/]: {len(graph)} tasks, bound {r:g}s from the failure: "
+        f"detection d {d:g}s + restart c {c:g}s + recovery H <= {plan.bound:g}s; "
         f"placement {plan.algorithm}, backups {mode}"
     )
     kept = list(graph.tasks) if plan.backups is None else list(plan.backups)
@@ -330,9 +346,10 @@ def _print_plan(name: str, graph: TaskGraph, plan: Placement, pool: NodePool) ->
         ok &= h <= plan.bound + 1e-9
         console.print(f"Worst failure-domain loss: {label} recovers in {h:g}s")
     verdict = "holds" if ok else "is BROKEN"
+    total, within = d + c + plan.worst, plan.worst <= plan.bound + 1e-9
     console.print(
-        f"Worst node failure: {plan.worst:g}s; the bound {plan.bound:g}s {verdict} "
-        f"on {plan.nodes_used} nodes."
+        f"Worst node failure: d {d:g} + c {c:g} + H {plan.worst:g} = {total:g}s "
+        f"{'<=' if within else '>'} R {r:g}s; the bound {verdict} on {plan.nodes_used} nodes."
     )
     return ok
 

@@ -111,6 +111,7 @@ def rollout_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = 
         limit=policy.max_unavailable,
         now=now,
         restart=t.model.recovery.restart_seconds,
+        detection=t.model.recovery.detection_seconds,
     )
     if new is None or not _write(t, new, indexed):
         return False

@@ -89,7 +89,8 @@ class OperatorMetrics:
         )
         self.bound = gauge(
             "topology_recovery_bound_seconds",
-            "The bound the plan is checked against (recoveryLatencyBound minus restartSeconds).",
+            "The bound the plan is checked against (recoveryLatencyBound minus detectionSeconds "
+            "and restartSeconds).",
         )
         self.bound_ok = gauge(
             "topology_bound_satisfied", "1 when the recorded plan keeps the bound, else 0."

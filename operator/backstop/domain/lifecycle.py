@@ -288,13 +288,15 @@ def rollout_next(
     limit: int,
     now: float,
     restart: float = 0.0,
+    detection: float = 0.0,
 ) -> tuple[TopologyStatus | None, RolloutStepRecord | None]:
     """Advance a rollout: ``(new status or None, the step issued now or None)``.
 
     ``fresh`` are the tasks whose pod runs the new spec. The step in flight must have
     landed before the next is issued; tasks renewed another way (a recovery) leave
     ``pending``. The next step is planned on the state the pods are in now. ``bound`` is the
-    planning bound, ``restart`` what the user's bound adds to it (said in the message).
+    planning bound, ``detection`` and ``restart`` what the user's bound adds to it (said in
+    the message).
     """
     rec, plan = status.rollout, status.plan_or_empty
     assert rec is not None
@@ -334,7 +336,7 @@ def rollout_next(
             "history": [*rec.history, issued],
             "message": f"step {rec.step + 1}: {len(tasks)} pods replaced, {len(rest)} left; "
             "worst single-node recovery meanwhile "
-            + said(worst, restart=restart, bound=bound + restart),
+            + said(worst, detection=detection, restart=restart, bound=bound + detection + restart),
         }
     )
     return with_changes(status, rollout=new), issued

@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from backstop.domain.budget import fixed_terms_text
 from backstop.domain.constants import ANN_HASH, ANN_NODE, DEFAULT_TIME_LIMIT, LABEL_ROLE, LABEL_TASK
 from backstop.domain.podfaults import TERMINAL_PHASES
 from backstop.domain.spec import BackupMode, StreamTopologySpec, cpu_cores
@@ -31,6 +32,10 @@ class TopologyPlan:
     backups: frozenset[str]
     worst_by_node: dict[str, float]
     moved: int
+    detection: float = 0.0
+    """``spec.recovery.detectionSeconds`` (``d``): ``placement.bound`` is ``R − d − c``."""
+    restart: float = 0.0
+    """``spec.recovery.restartSeconds`` (``c``)."""
 
     @property
     def worst(self) -> float:
@@ -75,9 +80,9 @@ def plan_topology(
     planners.Infeasible
         No placement keeps the bound on these nodes (the message says why).
     """
-    if spec.planning_bound <= 0:  # a restart alone breaks the bound: nothing can keep it
+    if spec.planning_bound <= 0:  # detection and restart alone break the bound
         raise Infeasible(
-            f"recovery.restartSeconds ({spec.recovery.restart_seconds:g}) must be below "
+            f"{fixed_terms_text(spec)} must be below "
             f"recoveryLatencyBound ({spec.recovery_latency_bound:g})"
         )
     pool = NodePool.of(nodes)
@@ -113,7 +118,11 @@ def plan_topology(
     assignment = plan.assignment
     flags = frozenset(graph.tasks) if backups is None else frozenset(backups)
     moved = sum(1 for t, n in assignment.items() if current and t in current and current[t] != n)
-    return TopologyPlan(plan, flags, per_node_worst(graph, backups, assignment), moved)
+    worst_by_node = per_node_worst(graph, backups, assignment)
+    rec = spec.recovery
+    return TopologyPlan(
+        plan, flags, worst_by_node, moved, rec.detection_seconds, rec.restart_seconds
+    )
 
 
 def plan_replicas(

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from backstop.domain.budget import fixed_seconds
 from backstop.domain.estimates import estimated_topology
 from backstop.domain.planning import plan_topology
 from backstop.domain.spec import expand, parse_topology, spec_hash
@@ -269,8 +270,8 @@ def tradeoff_point(
     ``manifest`` is the estimated manifest of a recommendation.
     """
     topo = parse_topology(dict(manifest))
-    bound = topo.spec.planning_bound * factor
-    spec = topo.spec.model_copy(update={"recovery_latency_bound": bound})
+    bound = topo.spec.planning_bound * factor  # the budget of H; R adds detection and restart
+    spec = topo.spec.model_copy(update={"recovery_latency_bound": bound + fixed_seconds(topo.spec)})
     point: dict[str, Any] = {"boundFactor": factor, "bound": round(bound, 6)}
     try:
         plan = plan_topology(spec, expand(spec), nodes, time_limit=params.time_limit)

@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from backstop.domain.budget import DETECTION_DESCRIPTION, budget, check_fixed_terms
 from backstop.domain.constants import (
     DNS_LABEL,
     DNS_SUBDOMAIN,
@@ -208,7 +209,10 @@ class RecoveryPolicy(_Model):
         "recovery.gracePeriodSeconds), else 30.",
         json_schema_extra=_operator_default,
     )
-    restart_seconds: Seconds = Field(0.0, description="Pod (re)start of a lost task.")
+    detection_seconds: Seconds = Field(0.0, description=DETECTION_DESCRIPTION)
+    restart_seconds: Seconds = Field(
+        0.0, description="Pod (re)start of a lost task (the model's c, measured)."
+    )
     utilization_cap: float = Field(
         0.8,
         gt=0,
@@ -351,18 +355,12 @@ class StreamTopologySpec(_Model, LifecycleFields):
             seen.add(op.name)
         return operators
 
-    @model_validator(mode="after")
-    def _bound_above_restart(self) -> StreamTopologySpec:
-        if self.planning_bound <= 0:  # a restart alone breaks the bound: nothing keeps it
-            c, r = self.recovery.restart_seconds, self.recovery_latency_bound
-            raise ValueError(
-                f"recovery.restartSeconds ({c:g}) must be below recoveryLatencyBound ({r:g})"
-            )
-        return self
+    _fixed_terms = model_validator(mode="after")(check_fixed_terms)  # d + c below R
 
     @property
-    def planning_bound(self) -> float:  # R − restart: lost pods restart at once, then H
-        return self.recovery_latency_bound - self.recovery.restart_seconds
+    def planning_bound(self) -> float:
+        """What the planners keep ``H(K_p)`` within: ``R − d − c`` (:mod:`.budget`)."""
+        return budget(self)
 
 
 class Metadata(BaseModel):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from backstop.domain.status.boundtext import said
 from backstop.domain.status.conditions import build_condition, merge_conditions
 from backstop.domain.status.plan import expected_pods
 from backstop.domain.status.pods import PodState, pod_key
@@ -54,10 +55,20 @@ def conditions_patch(
 
 
 def _worst_now(plan: PlanStatus) -> str:
-    """The plan's worst single-node failure as ``BoundSatisfied`` says it."""
+    """The plan's worst single-node failure as ``BoundSatisfied`` says it: with the
+    detection and restart terms the plan records, against ``recoveryLatencyBound``.
+
+    >>> _worst_now(PlanStatus(worst_recovery_latency=2.1, bound=3, detection_seconds=1,
+    ...                       restart_seconds=5))
+    'worst single-node failure recovers in 8.1s (1s detection + 5s restart + 2.1s after it; \
+bound 9s)'
+    """
     worst = plan.worst_recovery_latency if plan.worst_recovery_latency is not None else 0.0
     bound = plan.bound if plan.bound is not None else 0.0
-    return f"worst single-node failure recovers in {worst:g}s (bound {bound:g}s)"
+    d, c = plan.detection_seconds or 0.0, plan.restart_seconds or 0.0
+    return "worst single-node failure recovers in " + said(
+        worst, detection=d, restart=c, bound=bound + d + c
+    )
 
 
 def _last_recovery(recovery: RecoveryStatus, plan: PlanStatus) -> str:

@@ -31,6 +31,8 @@ def build_plan_status(
         "nodesUsed": p.nodes_used,
         "worstRecoveryLatency": round(p.worst, 6),
         "bound": p.bound,
+        "detectionSeconds": plan.detection,
+        "restartSeconds": plan.restart,
         "boundSatisfied": p.worst <= p.bound + 1e-9,
         "optimal": p.optimal,
         "assignment": dict(sorted(p.assignment.items(), key=lambda kv: graph.index(kv[0]))),

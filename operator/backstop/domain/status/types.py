@@ -64,6 +64,11 @@ class PlanStatus(_Status):
     nodes_used: int | None = None
     worst_recovery_latency: float | None = None
     bound: float | None = None
+    """The bound ``H`` is kept within: ``recoveryLatencyBound − d − c``."""
+    detection_seconds: float | None = None
+    """``d`` of that bound (``spec.recovery.detectionSeconds``)."""
+    restart_seconds: float | None = None
+    """``c`` of that bound (``spec.recovery.restartSeconds``)."""
     bound_satisfied: bool | None = None
     optimal: bool | None = None
     assignment: dict[str, str] | None = None
