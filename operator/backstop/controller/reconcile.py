@@ -13,7 +13,10 @@
    ledger's free capacity, record it before any pod is touched, then make the pods match.
 
 Temporary problems (not enough Ready nodes yet, pods still terminating, API hiccups) are
-retried with ``kopf.TemporaryError``. The supervise daemon
+retried with ``kopf.TemporaryError``. Task pods the namespace refuses (403: Pod Security
+admission, a ResourceQuota, a missing ServiceAccount) are recorded in ``status.podsRefused``
+(``Ready=False``, reason ``PodsRefused``) with a Warning Event, and retried with a growing
+delay until pods are created again. The supervise daemon
 (:mod:`backstop.controller.supervisor`) works the same way around its own context,
 :class:`~backstop.controller.tick.Tick`; both take the topology's lock in its memo.
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -51,11 +54,13 @@ from backstop.domain.spec import StreamTopologySpec, expand, spec_hash
 from backstop.domain.status import (
     Condition,
     PlanStatus,
+    PodsRefusedStatus,
     Problem,
     RolloutStatus,
     TopologyStatus,
     build_plan_status,
     conditions_patch,
+    now_rfc3339,
     parse_status,
     plain_status,
     pod_state,
@@ -63,7 +68,7 @@ from backstop.domain.status import (
     with_changes,
     worst_vs_bound,
 )
-from backstop.k8s.kubeio import ClusterView, Kube
+from backstop.k8s.kubeio import ClusterView, Kube, PodRefused
 from backstop.k8s.ledger import Booking, Overcommitted, Reading, manifest_holds
 from backstop.k8s.manifests import Owner, build_pdb, desired_pods, template_samples
 from backstop.k8s.peerpush import peers_token
@@ -168,6 +173,14 @@ def reconcile(req: Request) -> None:
         patch=req.patch,
         logger=req.logger,
     )
+    try:
+        _run(ctx, req)
+    except PodRefused as err:
+        refused(ctx, err)
+
+
+def _run(ctx: Reconcile, req: Request) -> None:
+    """The three steps of :func:`reconcile` on its context."""
     if not validate(ctx, req.spec):
         return
     _warn_unknown_fields(ctx, req.meta)
@@ -339,16 +352,43 @@ def apply_plan(ctx: Reconcile, plan: PlanStatus, held: set[str]) -> None:
         diff = hold_pending(diff_pods(desired, view.own_pods, dead), view.own_pods, held, live)
         k.put_pdb(build_pdb(owner, len(desired)))  # evictions wait for the operator's drain
         deleted, created = k.apply_pod_diff(owner.namespace, diff)
+    except PodRefused:
+        raise  # recorded by the reconcile's caller (refused)
     except ApiException as err:
         raise kopf.TemporaryError(f"API error while applying pods: {err.reason}", delay=2) from err
     ctx.logger.info("pods: %d unchanged, %d deleted, %d created", diff.unchanged, deleted, created)
+    if ctx.status.pods_refused is not None:  # the pods are created again
+        record(ctx, pods_refused=None)
     ctx.patch.status["conditions"] = conditions_patch(
         ctx.generation,
-        with_changes(ctx.status, plan=plan, problem=None),
+        with_changes(ctx.status, plan=plan, problem=None, pods_refused=None),
         [pod_state(pod) for pod in ctx.placing.pods()],  # the index: new pods may lag
     )
     if diff.waiting:
         raise kopf.TemporaryError(f"waiting for {diff.waiting} pods to terminate", delay=1)
+
+
+def refused(ctx: Reconcile, err: PodRefused) -> NoReturn:
+    """Record that the namespace refuses the task pods (``status.podsRefused``), post a
+    Warning Event when the refusal is new or says something new, and retry later: each
+    attempt doubles the delay (:meth:`PodsRefusedStatus.retry_delay`), as only a change
+    of the namespace (its Pod Security level, quota or ServiceAccount) helps."""
+    old = ctx.status.pods_refused
+    reason = str(err.reason or "")
+    rec = PodsRefusedStatus(
+        code=int(err.status or 0),
+        reason=reason,
+        message=err.message,
+        since=old.since if old is not None else now_rfc3339(),
+        attempts=old.attempts + 1 if old is not None else 1,
+    )
+    if old is None or (old.code, old.message) != (rec.code, rec.message):
+        text = f"the API server refuses the task pods ({rec.code} {reason}): {err.message}"
+        ctx.emit("PodsRefused", text, True)
+    record(ctx, pods_refused=rec)
+    delay = rec.retry_delay()
+    why = f"the API server refuses the task pods ({rec.code}); retried in {delay:.0f}s"
+    raise kopf.TemporaryError(why, delay=delay) from err
 
 
 def plan_anew(ctx: Reconcile) -> tuple[PlanStatus, int, RolloutStatus | None] | None:

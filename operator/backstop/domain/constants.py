@@ -94,6 +94,7 @@ EventReason = Literal[
     "Resumed",
     "RolloutStep",
     "RolloutComplete",
+    "PodsRefused",
 ]
 """The fixed set of Event reasons the operator posts (Kopf posts no log line as an Event).
 

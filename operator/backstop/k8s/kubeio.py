@@ -71,6 +71,51 @@ FaultHook = Callable[[Literal["mid-pod-batch"]], None]
 (:mod:`backstop.controller.faults`; this layer may not import the controller)."""
 
 
+class PodRefused(ApiException):  # type: ignore[misc]  # the client's classes are untyped
+    """The API server refuses to create a task pod for a reason of the namespace, not of
+    the pod: 403 Forbidden (Pod Security admission, a ResourceQuota, a missing
+    ServiceAccount) or a 404 naming the ServiceAccount. Retrying at once cannot help;
+    someone has to change the namespace. ``message`` is the API server's own."""
+
+    def __init__(self, err: ApiException, message: str) -> None:
+        super().__init__(status=err.status, reason=err.reason)
+        self.body = err.body
+        self.headers = err.headers
+        self.message = message
+
+
+def api_message(err: ApiException) -> str:
+    """The ``message`` of the API server's ``Status`` answer (else its body or reason).
+
+    >>> api_message(ApiException(status=403, reason="Forbidden"))
+    'Forbidden'
+    """
+    try:
+        body = json.loads(err.body or "{}")
+    except ValueError:
+        return str(err.body or err.reason)
+    found = body.get("message") if isinstance(body, dict) else None
+    return str(found or err.reason)
+
+
+def pod_refusal(err: ApiException) -> PodRefused | None:
+    """``err`` of a pod creation as a :class:`PodRefused`, when it is one (else ``None``).
+
+    A 404 counts only when it names a ServiceAccount (``details.kind``): a 404 for the
+    namespace means the topology is being deleted with it.
+    """
+    if err.status == 403:
+        return PodRefused(err, api_message(err))
+    if err.status == 404:
+        try:
+            details = json.loads(err.body or "{}").get("details") or {}
+        except (ValueError, AttributeError):
+            return None
+        if details.get("kind") in ("serviceaccounts", "serviceaccount"):
+            return PodRefused(err, api_message(err))
+    return None
+
+
 @dataclass
 class ClusterView:
     """What the planner may use: Ready schedulable nodes and this topology's pods.
@@ -143,8 +188,9 @@ class Kube:
     def pod_rejection(self, namespace: str, manifest: Mapping[str, Any]) -> str | None:
         """Why the API server refuses to create this pod (a server-side dry run), or ``None``.
 
-        Only a refusal of the pod itself (400 Bad Request, 422 Invalid) is an answer; any
-        other error is raised (the handlers retry).
+        Only a refusal of the pod itself (400 Bad Request, 422 Invalid) is an answer; a
+        refusal of the namespace (:func:`pod_refusal`) is raised as :class:`PodRefused`,
+        any other error as it is (the handlers retry).
         """
         meta = dict(manifest["metadata"])
         meta["generateName"] = meta.pop("name") + "-"  # never collides with the real pod
@@ -153,12 +199,9 @@ class Kube:
                 namespace, {**manifest, "metadata": meta}, dry_run="All"
             )
         except ApiException as err:
-            if err.status not in (400, 422):
-                raise
-            try:
-                return str(json.loads(err.body or "{}").get("message") or err.reason)
-            except ValueError:
-                return str(err.body or err.reason)
+            if err.status in (400, 422):
+                return api_message(err)
+            raise pod_refusal(err) or err from None
         return None
 
     def view(
@@ -210,7 +253,8 @@ class Kube:
         Pods that are outdated are deleted first; a pod is recreated under the same
         name only once the old one is gone (the caller retries until then). The
         calls of each phase run concurrently (:meth:`_each`): one by one, a plan of
-        hundreds of pods would wait seconds for the round trips alone.
+        hundreds of pods would wait seconds for the round trips alone. A creation the
+        namespace refuses raises :class:`PodRefused` (after every other call is made).
         """
         self.force_delete(namespace, diff.force)
         deleted = len(diff.force)
@@ -236,7 +280,7 @@ class Kube:
                 resp.release_conn()
             except ApiException as err:
                 if err.status != 409:  # already exists: a previous attempt created it
-                    raise
+                    raise pod_refusal(err) or err from None
                 return 0
             return 1
 

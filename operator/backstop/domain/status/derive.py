@@ -42,7 +42,27 @@ def derive_conditions(
     """All conditions, from the recorded facts and the pods (see the module docstring)."""
     st = typed(status)
     derived = _derive_conditions(generation, st, pods)
-    return lifecycle_conditions(generation, st, derived)
+    return refused_ready(generation, st, lifecycle_conditions(generation, st, derived))
+
+
+def refused_ready(generation: int, status: TopologyStatus, derived: Conditions) -> Conditions:
+    """``derived`` with ``Ready=False`` reason ``PodsRefused`` while the API server refuses
+    the task pods (``status.podsRefused``), its own message quoted: the pods' view
+    ("0/4 pods running") does not say why (a suspend, which creates no pod, keeps its own).
+
+    >>> st = TopologyStatus.model_validate({"podsRefused": {"code": 403,
+    ...     "reason": "Forbidden", "message": "exceeded quota: q", "attempts": 2}})
+    >>> refused_ready(1, st, [])[0]["reason"], refused_ready(1, st, [])[0]["message"]
+    ('PodsRefused', 'the API server refuses the task pods (403 Forbidden, 2 attempts): \
+exceeded quota: q')
+    """
+    rec = status.pods_refused
+    if rec is None or status.suspended():
+        return derived
+    text = f"the API server refuses the task pods ({rec.code} {rec.reason}"
+    text += f", {rec.attempts} attempts): {rec.message}"
+    ready = build_condition("Ready", False, "PodsRefused", text, generation)
+    return [c for c in derived if c["type"] != "Ready"] + [ready]
 
 
 def conditions_patch(

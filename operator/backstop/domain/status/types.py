@@ -245,6 +245,27 @@ class ReoptimizationStatus(_Status):
     recommendation: dict[str, Any] | None = None
 
 
+class PodsRefusedStatus(_Status):
+    """``status.podsRefused``: the API server refuses to create the task pods for a reason
+    of the namespace (403: Pod Security admission, a ResourceQuota, a missing
+    ServiceAccount). Removed once pods are created again."""
+
+    code: int
+    reason: str = ""
+    message: str = ""
+    since: str | None = None
+    attempts: int = 1
+
+    def retry_delay(self) -> float:
+        """Seconds before the next creation: doubling from 5 s up to 5 min, since only
+        a change of the namespace helps.
+
+        >>> [PodsRefusedStatus(code=403, attempts=n).retry_delay() for n in (1, 2, 7, 20)]
+        [5.0, 10.0, 300.0, 300.0]
+        """
+        return float(min(300, 5 * 2 ** min(max(self.attempts - 1, 0), 10)))
+
+
 class Condition(_Status):
     """A ``metav1.Condition``."""
 
@@ -278,6 +299,7 @@ class TopologyStatus(_Status):
     suspend: SuspendStatus | None = None
     rollout: RolloutStatus | None = None
     reoptimization: ReoptimizationStatus | None = None
+    pods_refused: PodsRefusedStatus | None = None
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = None
 

@@ -1,0 +1,228 @@
+"""Task pods the namespace refuses are seen: a condition, a Warning Event, a backoff.
+
+A pod creation the API server answers with 403 Forbidden (Pod Security admission, a
+ResourceQuota, a missing ServiceAccount) is no spec error and no API hiccup: only a
+change of the namespace helps. The reconcile handler runs here as Kopf runs it, against
+a client whose API calls are mocks answering as a real API server does (a ``Status``
+body), and the status it writes is merged as the API server merges it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+from unittest import mock
+
+import kopf
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from backstop.controller import handlers, metrics
+from backstop.domain.incidents import node_info
+from backstop.k8s.kubeio import Kube, PodRefused, pod_refusal
+from backstop.k8s.ledger import CapacityLedger
+
+NS = "team"
+SPEC: dict[str, Any] = {
+    "image": "registry.example/t:1",
+    "recoveryLatencyBound": 10,
+    "store": {"objectStore": {"bucket": "state", "secretRef": {"name": "s3"}}},
+    "operators": [
+        {"name": "src", "parallelism": 2, "resources": {"cpu": "500m"}, "reprocessingLatency": 1},
+        {
+            "name": "sink",
+            "parallelism": 2,
+            "resources": {"cpu": "500m"},
+            "reprocessingLatency": 1,
+            "inputs": [{"operator": "src"}],
+        },
+    ],
+}
+QUOTA = (
+    'pods "t--src-0" is forbidden: exceeded quota: compute, requested: requests.cpu=500m, '
+    "used: requests.cpu=2, limited: requests.cpu=2"
+)
+PSA = (
+    'pods "t--src-0" is forbidden: violates PodSecurity "restricted:latest": '
+    'allowPrivilegeEscalation != false (container "task" must set '
+    "securityContext.allowPrivilegeEscalation=false)"
+)
+
+
+class Response:
+    """The urllib3 response the client's ``ApiException`` reads (status, reason, body)."""
+
+    def __init__(self, status: int, reason: str, body: dict[str, Any]) -> None:
+        self.status, self.reason, self.data = status, reason, json.dumps(body).encode()
+        self.headers = {"Content-Type": "application/json"}
+
+    def getheaders(self) -> dict[str, str]:
+        return self.headers
+
+
+def api_error(code: int, reason: str, message: str, kind: str = "pods") -> ApiException:
+    """An ``ApiException`` as the client raises it for a ``Status`` answer."""
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "details": {"name": "t--src-0", "kind": kind},
+        "code": code,
+    }
+    return ApiException(http_resp=Response(code, reason, body))
+
+
+def merged(old: Any, patch: Any) -> Any:
+    """``patch`` applied to ``old`` as a JSON merge patch (RFC 7386)."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(old) if isinstance(old, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merged(out.get(key), value)
+    return out
+
+
+class Cluster:
+    """The mocked API server: pod creations answered by ``answer``; the status kept."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.kube = Kube(client.ApiClient())
+        self.kube.core = mock.MagicMock(spec=client.CoreV1Api)
+        self.kube.core.read_namespaced_secret.return_value = client.V1Secret(data={"token": "dG9r"})
+        self.kube.custom = mock.MagicMock(spec=client.CustomObjectsApi)
+        self.status: dict[str, Any] = {}
+        self.events: list[tuple[str, str, bool]] = []
+        self.answer: ApiException | None = None
+        self.kube.custom.patch_namespaced_custom_object_status.side_effect = self._patch
+        self.kube.core.create_namespaced_pod.side_effect = self._create
+        self.ledger = CapacityLedger()
+        self.ledger.replace_pods([])
+        monkeypatch.setattr(handlers, "kube", lambda: self.kube)
+        monkeypatch.setattr(handlers, "post_event", self._event)
+
+    def _patch(self, *args: Any) -> dict[str, Any]:
+        self.status = merged(self.status, args[-1]["status"])
+        return {}
+
+    def _create(self, namespace: str, manifest: dict[str, Any], **kwargs: Any) -> Any:
+        if self.answer is not None:
+            raise self.answer
+        return mock.MagicMock()
+
+    def _event(self, body: Any, reason: str, message: str, *, warning: bool) -> None:
+        self.events.append((reason, message, warning))
+
+    def reconcile(self, spec: dict[str, Any] = SPEC) -> kopf.Patch:
+        meta = {"name": "t", "namespace": NS, "uid": "u1", "generation": 1}
+        nodes = [node("a"), node("b")]
+        patch = kopf.Patch()
+        status = json.loads(json.dumps(self.status))
+        reconcile: Any = handlers.reconcile  # Kopf passes these by keyword
+        reconcile(
+            body={"metadata": meta, "spec": spec, "status": status}, spec=spec, meta=meta,
+            status=status, name="t", namespace=NS, patch=patch, logger=logging.getLogger("t"),
+            memo=kopf.Memo(ledger=self.ledger, metrics=metrics.OperatorMetrics()),
+            node_index={n["metadata"]["name"]: [node_info(n)] for n in nodes},
+            pods_by_topology={},
+        )  # fmt: skip
+        self.status = merged(self.status, dict(patch.status))
+        return patch
+
+    def ready(self) -> dict[str, Any]:
+        found: dict[str, Any] = next(c for c in self.status["conditions"] if c["type"] == "Ready")
+        return found
+
+
+def node(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {}},
+        "spec": {},
+        "status": {
+            "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def test_a_refused_pod_is_a_condition_an_event_and_a_backoff_until_pods_come(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = Cluster(monkeypatch)
+    cluster.answer = api_error(403, "Forbidden", QUOTA)
+    with pytest.raises(kopf.TemporaryError) as first:
+        cluster.reconcile()
+    assert first.value.delay == 5
+    refused = cluster.status["podsRefused"]
+    assert (refused["code"], refused["reason"], refused["attempts"]) == (403, "Forbidden", 1)
+    assert refused["message"] == QUOTA and refused["since"]
+    ready = cluster.ready()
+    assert (ready["status"], ready["reason"]) == ("False", "PodsRefused")
+    assert QUOTA in ready["message"]
+    assert cluster.status["plan"]["generation"] == 1  # the plan itself stays recorded
+    assert [(r, w) for r, _, w in cluster.events if r == "PodsRefused"] == [("PodsRefused", True)]
+    assert QUOTA in next(m for r, m, _ in cluster.events if r == "PodsRefused")
+
+    with pytest.raises(kopf.TemporaryError) as second:  # still refused: a longer delay
+        cluster.reconcile()
+    assert second.value.delay == 10
+    assert cluster.status["podsRefused"]["attempts"] == 2
+    assert cluster.status["podsRefused"]["since"] == refused["since"]
+    assert len([r for r, _, _ in cluster.events if r == "PodsRefused"]) == 1  # nothing new
+
+    cluster.answer = api_error(403, "Forbidden", PSA)  # another refusal: a new Event
+    with pytest.raises(kopf.TemporaryError):
+        cluster.reconcile()
+    assert [m for r, m, _ in cluster.events if r == "PodsRefused"][-1].endswith(PSA)
+
+    cluster.answer = None  # the namespace is fixed: the pods are created, the refusal goes
+    cluster.reconcile()
+    assert "podsRefused" not in cluster.status
+    assert cluster.ready()["reason"] != "PodsRefused"
+
+
+def test_an_api_hiccup_is_no_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = Cluster(monkeypatch)
+    cluster.answer = api_error(500, "InternalError", "etcdserver: request timed out")
+    with pytest.raises(kopf.TemporaryError) as err:
+        cluster.reconcile()
+    assert err.value.delay == 2
+    assert "podsRefused" not in cluster.status
+    assert not [r for r, _, _ in cluster.events if r == "PodsRefused"]
+
+
+def test_a_template_the_namespace_refuses_in_the_dry_run_is_no_invalid_spec(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = Cluster(monkeypatch)
+    cluster.answer = api_error(403, "Forbidden", PSA)
+    spec = {**SPEC, "podTemplate": {"metadata": {"labels": {"team": "a"}}}}
+    with pytest.raises(kopf.TemporaryError):
+        cluster.reconcile(spec)
+    dry_runs = [c for c in cluster.kube.core.create_namespaced_pod.call_args_list if c.kwargs]
+    assert dry_runs and dry_runs[0].kwargs.get("dry_run") == "All"
+    assert "problem" not in cluster.status
+    assert cluster.status["podsRefused"]["message"] == PSA
+    assert [r for r, _, _ in cluster.events] == ["PodsRefused"]
+
+
+def test_which_errors_of_a_pod_creation_are_refusals() -> None:
+    sa = 'pods "t--src-0" is forbidden: error looking up service account team/runner: ' + (
+        'serviceaccount "runner" not found'
+    )
+    forbidden = pod_refusal(api_error(403, "Forbidden", sa))
+    assert isinstance(forbidden, PodRefused) and forbidden.message == sa
+    assert forbidden.status == 403
+    missing_sa = api_error(404, "NotFound", 'serviceaccounts "runner" not found', "serviceaccounts")
+    assert pod_refusal(missing_sa) is not None
+    gone = api_error(404, "NotFound", 'namespaces "team" not found', "namespaces")
+    assert pod_refusal(gone) is None
+    assert pod_refusal(api_error(422, "Invalid", "spec.containers: Required value")) is None
+    assert pod_refusal(api_error(409, "AlreadyExists", 'pods "t--src-0" already exists')) is None
