@@ -66,13 +66,13 @@ def test_metrics_values_render_port_service_monitors_and_dashboard(
     assert sm["spec"]["namespaceSelector"] == {"matchNames": ["mon"]}
     selected = sm["spec"]["selector"]["matchLabels"]
     assert selected.items() <= svc["metadata"]["labels"].items()
-    assert sm["spec"]["endpoints"] == [
-        {"port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}
-    ]
+    # honorLabels: a per-topology series keeps its topology's `namespace` label
+    endpoint = {"port": "metrics", "path": "/metrics", "honorLabels": True}
+    assert sm["spec"]["endpoints"] == [{**endpoint, "interval": "15s", "scrapeTimeout": "10s"}]
     pm = one(docs, "PodMonitor")
     assert pm["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     assert pm["spec"]["podMetricsEndpoints"] == [
-        {"port": "metrics", "path": "/metrics", "interval": "30s", "scrapeTimeout": "5s"}
+        {**endpoint, "interval": "30s", "scrapeTimeout": "5s"}
     ]
     cm = one(docs, "ConfigMap", "rel-backstop-dashboard")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
