@@ -185,6 +185,7 @@ def _kopf_settings(options: OperatorOptions) -> tuple[OperatorSettings, Webhook 
         cert_secret=options.webhook_cert_secret,
         configuration=options.webhook_configuration or None,
         persistent=options.leader_elect,  # one replica stopping must not unregister the others
+        namespaces=tuple(options.namespaces),
     )
     admission.configure(settings, kopf.get_default_registry(), webhook)
     return settings, webhook

@@ -12,13 +12,16 @@ Scope and failure policy (docs/admission.md): only CREATE and UPDATE of
 ``failurePolicy: Ignore``: while no operator answers, changes are admitted as before and the
 operator marks a bad spec ``InvalidSpec`` when it is back. Recovery writes only status and
 other kinds, so the webhook can never block it; an update that leaves the spec alone (the
-operator's own annotations, its finalizer) is always admitted.
+operator's own annotations, its finalizer) is always admitted. An operator that watches
+some namespaces only gives its webhooks a ``namespaceSelector`` naming them
+(:mod:`backstop.k8s.webhookscope`): the API server does not call it for other namespaces.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable, Collection
@@ -26,12 +29,16 @@ from pathlib import Path
 from typing import Any
 
 import kopf
+import kopf._core.engines.admission as kopf_admission
 
 from backstop.controller.settings import settings
 from backstop.domain.admission import admission_problem
 from backstop.domain.constants import GROUP, PLURAL, VERSION
-from backstop.k8s.cluster import api_client
+from backstop.k8s.cluster import ClusterUnavailable, api_client
 from backstop.k8s.webhookcert import self_signed, shared_certificate
+from backstop.k8s.webhookscope import namespace_selector, server_version
+
+logger = logging.getLogger(__name__)
 
 CONFIGURATION = f"backstop.{GROUP}"
 """Default name of the ValidatingWebhookConfiguration the operator manages."""
@@ -59,6 +66,9 @@ class Webhook:
     """The ValidatingWebhookConfiguration Kopf keeps up to date; ``None``: not managed."""
     persistent: bool = False
     """Keep the webhook registered when this process stops (other replicas still serve)."""
+    namespaces: tuple[str, ...] = ()
+    """The namespaces the operator watches (none: every namespace); the webhooks are
+    called for these only (:func:`scope_webhooks`)."""
 
     def hostnames(self) -> list[str]:
         """The names the API server may call this server by (the certificate's SANs)."""
@@ -140,13 +150,47 @@ def build_server(webhook: Webhook) -> kopf.WebhookServer:
     return kopf.WebhookServer(host=webhook.host or webhook.addr, **common)
 
 
+KOPF_BUILD_WEBHOOKS = kopf_admission.build_webhooks
+"""Kopf's own builder of the managed configuration's ``webhooks``."""
+
+
+def scope_webhooks(selector: dict[str, Any] | None) -> None:
+    """Give every webhook Kopf writes into the managed configuration ``selector`` as its
+    ``namespaceSelector`` (``None``: Kopf's webhooks as they are).
+
+    Kopf builds the whole ``webhooks`` list each time it reconfigures (and merge-patches it
+    over the old one) with no namespace selector of its own, so the selector is added to
+    what its builder returns: the module attribute its configuration manager calls.
+    """
+
+    def scoped(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        webhooks = KOPF_BUILD_WEBHOOKS(*args, **kwargs)
+        return [{**w, "namespaceSelector": selector} for w in webhooks]
+
+    kopf_admission.build_webhooks = KOPF_BUILD_WEBHOOKS if selector is None else scoped
+
+
 def configure(
     settings: kopf.OperatorSettings, registry: kopf.OperatorRegistry, webhook: Webhook
 ) -> None:
-    """Serve admission from this operator: the handler, the server and the managed configuration."""
+    """Serve admission from this operator: the handler, the server and the managed
+    configuration, limited to the watched namespaces where the API server allows it."""
     register(registry, webhook)
     settings.admission.server = build_server(webhook)
     settings.admission.managed = webhook.configuration
+    selector = None
+    if webhook.namespaces:
+        try:
+            version = server_version(api_client())
+        except ClusterUnavailable:  # the operator says so itself, in one line
+            version = None
+        selector = namespace_selector(webhook.namespaces, version)
+        if selector is None:
+            logger.warning(
+                "the API server labels no namespace with its name (before Kubernetes 1.21): "
+                "the admission webhook is called for every namespace"
+            )
+    scope_webhooks(selector)
 
 
 def serve_while_standby(
