@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 from unittest import mock
 
@@ -19,10 +20,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from backstop.controller import handlers, metrics
+from backstop.controller import handlers, metrics, supervisor
+from backstop.controller.tick import Tick
 from backstop.domain.incidents import node_info
+from backstop.domain.spec import expand, parse_spec
+from backstop.domain.status import TopologyStatus, parse_status, with_changes
 from backstop.k8s.kubeio import Kube, PodRefused, pod_refusal
 from backstop.k8s.ledger import CapacityLedger
+from backstop.k8s.manifests import Owner
 
 NS = "team"
 SPEC: dict[str, Any] = {
@@ -163,6 +168,7 @@ def test_a_refused_pod_is_a_condition_an_event_and_a_backoff_until_pods_come(
     refused = cluster.status["podsRefused"]
     assert (refused["code"], refused["reason"], refused["attempts"]) == (403, "Forbidden", 1)
     assert refused["message"] == QUOTA and refused["since"]
+    assert 4 <= refused["retryAt"] - time.time() <= 5  # the supervisor waits for it too
     ready = cluster.ready()
     assert (ready["status"], ready["reason"]) == ("False", "PodsRefused")
     assert QUOTA in ready["message"]
@@ -226,3 +232,38 @@ def test_which_errors_of_a_pod_creation_are_refusals() -> None:
     assert pod_refusal(gone) is None
     assert pod_refusal(api_error(422, "Invalid", "spec.containers: Required value")) is None
     assert pod_refusal(api_error(409, "AlreadyExists", 'pods "t--src-0" already exists')) is None
+
+
+def test_the_supervisor_creates_no_pod_before_the_next_attempt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The supervise daemon converges the same recorded plan every second: while the
+    refusal holds it leaves the creations to the reconcile's next attempt."""
+    cluster = Cluster(monkeypatch)
+    cluster.answer = api_error(403, "Forbidden", QUOTA)
+    with pytest.raises(kopf.TemporaryError):
+        cluster.reconcile()
+    status = parse_status(cluster.status).status
+    model = parse_spec(SPEC)
+    created: list[int] = []
+
+    class Pods:
+        def apply_pod_diff(self, namespace: str, diff: Any) -> tuple[int, int]:
+            created.append(len(diff.create))
+            return 0, len(diff.create)
+
+    def tick(status: TopologyStatus) -> Tick:
+        return Tick(
+            kube=Pods(),  # type: ignore[arg-type]
+            owner=Owner("t", NS, "u1"), model=model, graph=expand(model), generation=1,
+            status=status, nodes={n: node_info(node(n)) for n in ("a", "b")},
+            emit=lambda *a: None, ledger=cluster.ledger, resource_version="1",
+        )  # fmt: skip
+
+    supervisor.converge(tick(status), [], force_nodes=set())
+    assert created == [0]  # refused, and the next attempt is seconds away
+    refused = status.pods_refused
+    assert refused is not None
+    due = refused.model_copy(update={"retry_at": time.time() - 1})
+    supervisor.converge(tick(with_changes(status, pods_refused=due)), [], force_nodes=set())
+    assert created == [0, 4]  # due: the plan's four pods

@@ -24,6 +24,7 @@ delay until pods are created again. The supervise daemon
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -372,7 +373,8 @@ def refused(ctx: Reconcile, err: PodRefused) -> NoReturn:
     """Record that the namespace refuses the task pods (``status.podsRefused``), post a
     Warning Event when the refusal is new or says something new, and retry later: each
     attempt doubles the delay (:meth:`PodsRefusedStatus.retry_delay`), as only a change
-    of the namespace (its Pod Security level, quota or ServiceAccount) helps."""
+    of the namespace (its Pod Security level, quota or ServiceAccount) helps. The supervise
+    daemon creates no pod before that attempt either (``retryAt``)."""
     old = ctx.status.pods_refused
     reason = str(err.reason or "")
     rec = PodsRefusedStatus(
@@ -382,11 +384,12 @@ def refused(ctx: Reconcile, err: PodRefused) -> NoReturn:
         since=old.since if old is not None else now_rfc3339(),
         attempts=old.attempts + 1 if old is not None else 1,
     )
+    delay = rec.retry_delay()
+    rec = rec.model_copy(update={"retry_at": round(time.time() + delay, 3)})
     if old is None or (old.code, old.message) != (rec.code, rec.message):
         text = f"the API server refuses the task pods ({rec.code} {reason}): {err.message}"
         ctx.emit("PodsRefused", text, True)
     record(ctx, pods_refused=rec)
-    delay = rec.retry_delay()
     why = f"the API server refuses the task pods ({rec.code}); retried in {delay:.0f}s"
     raise kopf.TemporaryError(why, delay=delay) from err
 

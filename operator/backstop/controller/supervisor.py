@@ -220,6 +220,8 @@ def converge(
 ) -> tuple[int, int, int]:
     """Make the pods match the recorded plan. Returns (deleted, created, still waiting).
 
+    While the reconcile has recorded that the namespace refuses the pods
+    (``status.podsRefused``), no pod is created before its next attempt.
     The ``mid-pod-batch`` fault point sits inside :meth:`Kube.apply_pod_diff`.
     """
     plan = t.status.plan
@@ -249,6 +251,9 @@ def converge(
     drain = t.status.drain
     held = drain_held(drain.dump() if drain is not None else {}, time.time())
     diff.create = [m for m in diff.create if m["metadata"]["labels"].get(LABEL_TASK) not in held]
+    refused = t.status.pods_refused
+    if refused is not None and refused.holds(time.time()):  # the reconcile's next attempt
+        diff.create = []
     deleted, created = t.kube.apply_pod_diff(t.owner.namespace, diff)
     return deleted, created, diff.waiting
 

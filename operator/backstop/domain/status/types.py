@@ -255,6 +255,8 @@ class PodsRefusedStatus(_Status):
     message: str = ""
     since: str | None = None
     attempts: int = 1
+    retry_at: float | None = None
+    """Unix time of the next attempt: the supervise daemon creates no pod before it either."""
 
     def retry_delay(self) -> float:
         """Seconds before the next creation: doubling from 5 s up to 5 min, since only
@@ -264,6 +266,10 @@ class PodsRefusedStatus(_Status):
         [5.0, 10.0, 300.0, 300.0]
         """
         return float(min(300, 5 * 2 ** min(max(self.attempts - 1, 0), 10)))
+
+    def holds(self, now: float) -> bool:
+        """Whether pod creations wait for the next attempt at ``now``."""
+        return self.retry_at is not None and now < self.retry_at
 
 
 class Condition(_Status):
