@@ -221,7 +221,8 @@ def converge(
     """Make the pods match the recorded plan. Returns (deleted, created, still waiting).
 
     While the reconcile has recorded that the namespace refuses the pods
-    (``status.podsRefused``), no pod is created before its next attempt.
+    (``status.podsRefused``), no pod is created before its next attempt; pods created
+    after it remove the record (also during a recovery, when the reconcile stands aside).
     The ``mid-pod-batch`` fault point sits inside :meth:`Kube.apply_pod_diff`.
     """
     plan = t.status.plan
@@ -255,6 +256,8 @@ def converge(
     if refused is not None and refused.holds(time.time()):  # the reconcile's next attempt
         diff.create = []
     deleted, created = t.kube.apply_pod_diff(t.owner.namespace, diff)
+    if created and refused is not None:  # the namespace takes pods again
+        write_status(t, with_changes(t.status, pods_refused=None))
     return deleted, created, diff.waiting
 
 
