@@ -1,0 +1,189 @@
+"""Node loss noticed on the data plane and confirmed by the operator: the pure decisions.
+
+Tasks notice a silent or broken producer within about a second (heartbeats on idle
+connections, see ``runtime/backstop_runtime/suspects.py``) and list it at ``GET /suspects``.
+The operator reads those lists (:mod:`backstop.controller.dataplane`) and groups the
+suspected tasks by the node their pod runs on (:func:`suspected_nodes`). A suspicion is no
+verdict: the operator then asks every task pod of the topology on that node itself, and
+:func:`confirm` calls the node lost only when none of them answers. A node with one pod
+that answers is alive (only some of its tasks are in trouble, which the pod-level paths
+handle), and a node whose pods were not all asked is not judged.
+
+A wrong verdict is safe, not free: the node's tasks are fenced with new epochs and
+recreated elsewhere, so the worst case is one extra copy and a replay (the old copy is
+fenced out by the store, see :mod:`backstop.domain.fencing`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from backstop.domain.constants import LABEL_ROLE, LABEL_TASK, METRICS_PORT
+from backstop.domain.peers import address
+
+MAX_LISTED = 8
+"""Tasks named in a verdict's message before it says ``…``."""
+
+
+@dataclass(frozen=True)
+class Suspicion:
+    """One task's report that a producer does not answer."""
+
+    reporter: str
+    task: str
+    since: float
+    """Epoch seconds since when the reporter has heard nothing (or the break)."""
+    reason: str
+
+
+@dataclass(frozen=True)
+class TaskPod:
+    """A running primary task pod: where it runs and where its metrics port is."""
+
+    task: str
+    pod: str
+    node: str
+    endpoint: str
+    """``ip:port`` of the pod's metrics port (``/suspects``, ``/ready``)."""
+
+
+def _metrics_port(pod: Mapping[str, Any]) -> int:
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for p in c.get("ports") or [] if c.get("name") == "task" else []:
+            if p.get("name") == "metrics" and p.get("containerPort"):
+                return int(p["containerPort"])
+    return METRICS_PORT
+
+
+def task_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, TaskPod]:
+    """``{task: TaskPod}`` of the running primary pods (Running, with an IP and a node,
+    not being deleted): the pods that can report and be asked.
+
+    >>> pod = {"metadata": {"name": "t--a-0", "labels": {"streams.backstop.dev/task": "a-0"}},
+    ...        "spec": {"nodeName": "n1"}, "status": {"phase": "Running", "podIP": "10.0.0.1"}}
+    >>> task_pods([pod])["a-0"]
+    TaskPod(task='a-0', pod='t--a-0', node='n1', endpoint='10.0.0.1:9090')
+    >>> task_pods([{**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "x"}}])
+    {}
+    """
+    out: dict[str, TaskPod] = {}
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        labels = meta.get("labels") or {}
+        task, ip = labels.get(LABEL_TASK), status.get("podIP")
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not task or not ip or not node or meta.get("deletionTimestamp"):
+            continue
+        if status.get("phase") != "Running" or labels.get(LABEL_ROLE, "primary") != "primary":
+            continue
+        endpoint = address(str(ip), _metrics_port(pod))
+        out[str(task)] = TaskPod(str(task), str(meta.get("name", "")), str(node), endpoint)
+    return out
+
+
+def parse_suspects(reporter: str, doc: Any) -> list[Suspicion]:
+    """The suspicions in a task's ``GET /suspects`` answer; what is malformed is dropped.
+
+    >>> parse_suspects("b-0", [{"task": "a-0", "since": 5.0, "reason": "silent for 1.0s"},
+    ...                        {"task": 3}, "x"])
+    [Suspicion(reporter='b-0', task='a-0', since=5.0, reason='silent for 1.0s')]
+    """
+    out = []
+    for item in doc if isinstance(doc, list) else []:
+        if not isinstance(item, dict) or not isinstance(item.get("task"), str):
+            continue
+        try:
+            since = float(item.get("since", 0.0))
+        except (TypeError, ValueError):
+            continue
+        out.append(Suspicion(reporter, item["task"], since, str(item.get("reason", ""))))
+    return out
+
+
+def suspected_nodes(
+    suspicions: Iterable[Suspicion],
+    pods: Mapping[str, TaskPod],
+    ready: Collection[str],
+) -> dict[str, list[Suspicion]]:
+    """The nodes to confirm: ``{node: its suspicions}``, for nodes that the node index
+    still calls Ready (a NotReady node is the node-monitor's already) and on which no
+    reporter runs (a pod that answered the poll shows its node is up). Suspicions of a
+    task without a running pod are dropped (it is being recreated anyway).
+
+    >>> pods = {t: TaskPod(t, "p-" + t, n, "") for t, n in
+    ...         [("a-0", "n1"), ("b-0", "n2"), ("c-0", "n1")]}
+    >>> s = [Suspicion("b-0", "a-0", 1.0, "silent"), Suspicion("b-0", "z-0", 1.0, "silent")]
+    >>> {n: [x.task for x in found] for n, found in suspected_nodes(s, pods, {"n1"}).items()}
+    {'n1': ['a-0']}
+    >>> suspected_nodes(s, pods, ready={"n2"})  # n1 is NotReady: the node-monitor's
+    {}
+    >>> suspected_nodes([*s, Suspicion("c-0", "b-0", 1.0, "x")], pods, {"n1", "n2"})
+    {}
+    """
+    reporters = {pods[s.reporter].node for s in suspicions if s.reporter in pods}
+    out: dict[str, list[Suspicion]] = {}
+    for s in suspicions:
+        pod = pods.get(s.task)
+        if pod is None or pod.node not in ready or pod.node in reporters:
+            continue
+        out.setdefault(pod.node, []).append(s)
+    return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the operator concludes about one suspected node."""
+
+    node: str
+    lost: bool
+    message: str
+
+
+def _names(items: Iterable[str]) -> str:
+    names = sorted(set(items))
+    more = ", …" if len(names) > MAX_LISTED else ""
+    return ", ".join(names[:MAX_LISTED]) + more
+
+
+def confirm(
+    node: str,
+    suspicions: Sequence[Suspicion],
+    on_node: Sequence[TaskPod],
+    answered: Mapping[str, bool],
+    tries: int,
+) -> Verdict:
+    """The verdict on ``node``: lost when it has suspicions and none of the topology's task
+    pods on it (``on_node``) answered any of ``tries`` probes (``answered``: pod name →
+    whether it answered; a pod missing from it was not asked, so nothing is concluded).
+
+    >>> p = [TaskPod("a-0", "pa", "n1", ""), TaskPod("c-0", "pc", "n1", "")]
+    >>> s = [Suspicion("b-0", "a-0", 1.0, "silent for 1.2s")]
+    >>> confirm("n1", s, p, {"pa": False, "pc": False}, 2).lost
+    True
+    >>> confirm("n1", s, p, {"pa": False, "pc": True}, 2).lost
+    False
+    """
+    suspected = _names(s.task for s in suspicions)
+    reporters = _names(s.reporter for s in suspicions)
+    reasons = "; ".join(sorted({s.reason for s in suspicions})[:3])
+    said = f"{suspected} suspected by {reporters} ({reasons})"
+    if not suspicions or not on_node:
+        return Verdict(node, False, f"node {node}: nothing to confirm")
+    unasked = [p.pod for p in on_node if p.pod not in answered]
+    if unasked:
+        return Verdict(node, False, f"node {node}: {said}; {_names(unasked)} not asked yet")
+    alive = [p.task for p in on_node if answered[p.pod]]
+    if alive:
+        return Verdict(
+            node,
+            False,
+            f"node {node}: {said}, but {_names(alive)} on it answered: a false suspicion",
+        )
+    return Verdict(
+        node,
+        True,
+        f"node {node} lost (data plane): {said}; none of its {len(on_node)} task pods "
+        f"answered {tries} probes",
+    )
