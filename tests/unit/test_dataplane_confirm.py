@@ -8,6 +8,7 @@ from backstop.domain.dataplane import (
     confirm,
     parse_suspects,
     suspected_nodes,
+    with_confirmed,
 )
 
 PODS = {
@@ -80,3 +81,22 @@ def test_malformed_answers_are_dropped() -> None:
     ]
     assert parse_suspects("sink-0", doc) == [Suspicion("sink-0", "src-0", 100.5, "silent for 1.0s")]
     assert parse_suspects("sink-0", {"task": "src-0"}) == []
+
+
+def test_a_confirmed_node_is_lost_at_once_with_the_data_plane_trigger() -> None:
+    """The recovery session starts on the confirmation, not after NotReady + grace; the
+    node-monitor's path is unchanged for the other nodes."""
+    from tests.unit.test_recovery_decide import FOUR, GRAPH, node, recorded, tick
+
+    nodes = {f"n{i}": node(f"n{i}") for i in range(4)} | {"big": node("big", 4.0)}
+    seen = with_confirmed(nodes, {"n0": 99.5}, now=100.0)
+    assert seen["n1"] is nodes["n1"]
+    d = tick(recorded(GRAPH, FOUR), seen, 100.0)
+    rec = d.status.recovery
+    assert rec is not None and d.trigger == "DataPlane" and set(rec.lost) == {"n0"}
+    assert d.issued is not None and d.issued.trigger == "DataPlane"
+    assert set(d.issued.recover) == {t for t, n in FOUR.items() if n == "n0"}
+    lost = [n.message for n in d.notices if n.reason == "NodeLost"]
+    assert lost and "confirmed on the data plane" in lost[0]
+    # without the confirmation the same Ready node is nobody's loss
+    assert with_confirmed(nodes, {"n0": 99.5}, now=99.5 + 400)["n0"].ready

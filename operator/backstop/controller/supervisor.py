@@ -346,7 +346,7 @@ def _loss_due(t: Tick, now: float) -> bool:
     return any(
         0 < info.since + grace - now <= DUE_SOON
         for n in used
-        if (info := t.nodes.get(n)) is not None and not info.ready
+        if (info := t.nodes.get(n)) is not None and not info.ready and info.confirmed_lost is None
     )
 
 

@@ -17,14 +17,19 @@ fenced out by the store, see :mod:`backstop.domain.fencing`).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from backstop.domain.constants import LABEL_ROLE, LABEL_TASK, METRICS_PORT
+from backstop.domain.incidents import NodeInfo
 from backstop.domain.peers import address
 
 MAX_LISTED = 8
 """Tasks named in a verdict's message before it says ``…``."""
+HOLD = 300.0
+"""Seconds a confirmed loss stands while the node's Ready condition stays True: long past
+the node-monitor's grace (a lost node turns NotReady within about 40 s), so a node the
+operator alone could not reach (a partition between the two) comes back afterwards."""
 
 
 @dataclass(frozen=True)
@@ -187,3 +192,28 @@ def confirm(
         f"node {node} lost (data plane): {said}; none of its {len(on_node)} task pods "
         f"answered {tries} probes",
     )
+
+
+def with_confirmed(
+    nodes: Mapping[str, NodeInfo], confirmed: Mapping[str, float], now: float, hold: float = HOLD
+) -> dict[str, NodeInfo]:
+    """The node index as recovery sees it: a node confirmed lost at ``confirmed[node]``
+    (epoch seconds) is NotReady and unschedulable since then, and lost at once
+    (:attr:`NodeInfo.confirmed_lost`), for ``hold`` seconds while the index still calls
+    it Ready. Once its Ready condition turns False the index's own view is used: the
+    node-monitor caught up, and the loss stays recorded in the recovery session.
+
+    >>> up = NodeInfo("n1", True, 10.0, 4, True, False)
+    >>> seen = with_confirmed({"n1": up}, {"n1": 100.0}, now=101.0)["n1"]
+    >>> seen.ready, seen.schedulable, seen.since, seen.confirmed_lost
+    (False, False, 100.0, 100.0)
+    >>> with_confirmed({"n1": up}, {"n1": 100.0}, now=500.0)["n1"] is up
+    True
+    """
+    out = dict(nodes)
+    for node, at in confirmed.items():
+        info = out.get(node)
+        if info is None or not info.ready or now - at >= hold:
+            continue
+        out[node] = replace(info, ready=False, schedulable=False, since=at, confirmed_lost=at)
+    return out
