@@ -30,17 +30,23 @@ def test_agreeing_peers_are_grouped_under_the_suspected_node() -> None:
         PODS,
         ready={"n1", "n2", "n3"},
     )
-    # count-1 reported, so its node n2 answered: only n1 is left to confirm
     assert {n: sorted((s.reporter, s.task) for s in ss) for n, ss in found.items()} == {
-        "n1": [("count-1", "src-0"), ("sink-0", "count-0")]
+        "n1": [("count-1", "src-0"), ("sink-0", "count-0")],
+        "n2": [("sink-0", "count-1")],
     }
+
+
+def test_a_suspected_reporter_that_answered_is_alive() -> None:
+    """count-1 is suspected but reported itself: its answer shows its node is up."""
+    v = confirm("n2", [_s("sink-0", "count-1")], [PODS["count-1"]], {"topo--count-1": True}, 2)
+    assert not v.lost and "false suspicion" in v.message
 
 
 def test_a_node_whose_suspected_pods_all_fail_the_probe_is_lost() -> None:
     suspicions = [_s("count-1", "src-0"), _s("sink-0", "count-0", "connection broken: reset")]
     v = confirm("n1", suspicions, ON_N1, {"topo--src-0": False, "topo--count-0": False}, 2)
     assert v.lost and v.node == "n1"
-    for part in ("src-0", "count-0", "count-1", "sink-0", "connection broken", "2 probes"):
+    for part in ("src-0", "count-0", "count-1", "sink-0", "connection broken", "2 requests"):
         assert part in v.message, (part, v.message)
 
 

@@ -113,27 +113,21 @@ def suspected_nodes(
     ready: Collection[str],
 ) -> dict[str, list[Suspicion]]:
     """The nodes to confirm: ``{node: its suspicions}``, for nodes that the node index
-    still calls Ready (a NotReady node is the node-monitor's already) and on which no
-    reporter runs (a pod that answered the poll shows its node is up). Suspicions of a
+    still calls Ready (a NotReady node is the node-monitor's already). Suspicions of a
     task without a running pod are dropped (it is being recreated anyway).
 
-    >>> pods = {t: TaskPod(t, "p-" + t, n, "") for t, n in
-    ...         [("a-0", "n1"), ("b-0", "n2"), ("c-0", "n1")]}
+    >>> pods = {t: TaskPod(t, "p-" + t, n, "") for t, n in [("a-0", "n1"), ("b-0", "n2")]}
     >>> s = [Suspicion("b-0", "a-0", 1.0, "silent"), Suspicion("b-0", "z-0", 1.0, "silent")]
     >>> {n: [x.task for x in found] for n, found in suspected_nodes(s, pods, {"n1"}).items()}
     {'n1': ['a-0']}
     >>> suspected_nodes(s, pods, ready={"n2"})  # n1 is NotReady: the node-monitor's
     {}
-    >>> suspected_nodes([*s, Suspicion("c-0", "b-0", 1.0, "x")], pods, {"n1", "n2"})
-    {}
     """
-    reporters = {pods[s.reporter].node for s in suspicions if s.reporter in pods}
     out: dict[str, list[Suspicion]] = {}
     for s in suspicions:
         pod = pods.get(s.task)
-        if pod is None or pod.node not in ready or pod.node in reporters:
-            continue
-        out.setdefault(pod.node, []).append(s)
+        if pod is not None and pod.node in ready:
+            out.setdefault(pod.node, []).append(s)
     return out
 
 
@@ -190,7 +184,7 @@ def confirm(
         node,
         True,
         f"node {node} lost (data plane): {said}; none of its {len(on_node)} task pods "
-        f"answered {tries} probes",
+        f"answered {tries} requests",
     )
 
 

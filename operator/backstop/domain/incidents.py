@@ -148,9 +148,8 @@ def detect_lost(
     lost = set()
     for name in nodes_in_use:
         info = nodes.get(name)
-        if info is None or info.confirmed_lost is not None:
-            lost.add(name)
-        elif not info.ready and now - info.since >= grace:
+        confirmed = info is not None and info.confirmed_lost is not None
+        if info is None or confirmed or (not info.ready and now - info.since >= grace):
             lost.add(name)
     return lost
 
