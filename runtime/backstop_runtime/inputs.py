@@ -179,19 +179,25 @@ async def stream(
                 if batch.eos:
                     suspects.clear(producer)
                     return
-        except PeerGone as err:
-            suspects.clear(producer)  # refused, or moved: the new address is tried next
-            log.info("input %s: %s; re-resolving", producer, err)
-        except (OSError, asyncio.IncompleteReadError, ValueError) as err:
-            why = str(err) or type(err).__name__
-            suspects.suspect(producer, f"connection broken: {why}")
-            log.info("input %s: %s; re-resolving", producer, why)
+        except (PeerGone, OSError, asyncio.IncompleteReadError, ValueError) as err:
+            _ended(producer, err)
         finally:
             watch.cancel()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
         await asyncio.sleep(POLL)
+
+
+def _ended(producer: str, err: Exception) -> None:
+    """A connection to ``producer`` ended: suspect it if it broke (not if it refused the
+    subscription or moved: it answered, and the new address is tried next)."""
+    why = str(err) or type(err).__name__
+    if isinstance(err, PeerGone):
+        suspects.clear(producer)
+    else:
+        suspects.suspect(producer, f"connection broken: {why}")
+    log.info("input %s: %s; re-resolving", producer, why)
 
 
 async def _frames(
