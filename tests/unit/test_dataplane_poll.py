@@ -18,7 +18,7 @@ import pytest
 
 from backstop.controller import dataplane
 from backstop.controller import memo as topology_memo
-from backstop.domain.dataplane import Verdict
+from backstop.domain.dataplane import PollBackoff, Verdict, task_pods
 from backstop.domain.incidents import NodeInfo
 from backstop_runtime import httpmetrics, suspects
 from backstop_testkit.support.kubetools import free_port
@@ -75,7 +75,7 @@ def _round(layout: dict[str, tuple[str, str]], nodes: dict[str, NodeInfo] = NODE
         async with _endpoints() as port:
             pods = [_pod(t, n, port(kind)) for t, (n, kind) in layout.items()]
             began = time.monotonic()
-            verdicts = await dataplane.confirm_round(pods, nodes, {})
+            verdicts = await dataplane.confirm_round(pods, nodes, {}, PollBackoff())
             return verdicts, time.monotonic() - began
 
     return asyncio.run(go())
@@ -139,3 +139,20 @@ def test_a_confirmed_loss_is_recorded_and_wakes_the_supervisor(
     # a later round forgets it after the hold, the node-monitor's view takes over
     assert not dataplane.act([], mem, {}, logging.getLogger("t"), now=100.0 + 301)  # type: ignore[arg-type]
     assert mem.dataplane_lost == {}
+
+
+def test_a_pod_that_does_not_answer_is_polled_less_but_still_probed() -> None:
+    async def go() -> tuple[list[Verdict], list[Verdict], PollBackoff]:
+        backoff = PollBackoff()
+        async with _endpoints() as port:
+            pods = [_pod("sink-0", "n2", port("reporter")), _pod("src-0", "n1", port("silent"))]
+            first = await dataplane.confirm_round(pods, NODES, {}, backoff)
+            asked_again = [p.task for p in backoff.due(task_pods(pods).values(), time.monotonic())]
+            assert asked_again == ["sink-0"], "the silent pod backs off"
+            second = await dataplane.confirm_round(pods, NODES, {}, backoff)
+            return first, second, backoff
+
+    first, second, backoff = asyncio.run(go())
+    assert [(v.node, v.lost) for v in first] == [("n1", True)]
+    assert [(v.node, v.lost) for v in second] == [("n1", True)], "its probes alone confirm it"
+    assert [pod for pod, _ in backoff.waits] == ["topo--src-0"]

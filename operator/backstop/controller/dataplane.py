@@ -29,6 +29,7 @@ from backstop.controller import memo as topology_memo
 from backstop.controller.context import gone, node_snapshot, post_event
 from backstop.domain.dataplane import (
     HOLD,
+    PollBackoff,
     Verdict,
     confirm,
     suspected_nodes,
@@ -48,13 +49,22 @@ async def confirm_round(
     indexed: Sequence[Mapping[str, Any]],
     nodes: Mapping[str, NodeInfo],
     confirmed: Mapping[str, float],
+    backoff: PollBackoff,
     timeout: float = suspectpoll.TIMEOUT,
     tries: int = suspectpoll.TRIES,
 ) -> list[Verdict]:
-    """One round: poll the pods' suspicions, probe the suspected nodes' pods, and judge
-    each such node (nodes already confirmed are not judged again)."""
+    """One round: poll the pods' suspicions (those not backing off), probe the suspected
+    nodes' pods, and judge each such node (nodes already confirmed are not judged again)."""
     pods = task_pods(indexed)
-    answers = await suspectpoll.suspects(list(pods.values()), timeout)
+    backoff.forget_except(pods.values())
+    asked = backoff.due(pods.values(), time.monotonic())
+    answers = await suspectpoll.suspects(asked, timeout)
+    now = time.monotonic()
+    for p in asked:
+        if answers.get(p.task) is None:
+            backoff.failed(p, now)
+        else:
+            backoff.answered(p)
     reports = [s for found in answers.values() if found for s in found]
     if not reports:
         return []
@@ -62,12 +72,13 @@ async def confirm_round(
     by_node = suspected_nodes(reports, pods, ready)
     judged = sorted(by_node)
     on = {n: [p for p in pods.values() if p.node == n] for n in judged}
-    # this round's poll was every pod's first try; a node with a pod that answered it is
-    # up, the others' pods are probed for the rest of the tries
+    # this round's poll was a pod's first try (unless it was backing off); a node with a
+    # pod that answered it is up, the others' pods are probed for the rest of the tries
     polled = {p.pod: answers.get(p.task) is not None for ps in on.values() for p in ps}
+    rest = {n: tries - all(p.task in answers for p in on[n]) for n in judged}
     probes = await asyncio.gather(
         *(
-            suspectpoll.probe([p for p in on[n] if not polled[p.pod]], tries - 1, timeout)
+            suspectpoll.probe([p for p in on[n] if not polled[p.pod]], rest[n], timeout)
             for n in judged
             if not any(polled[p.pod] for p in on[n])
         )
@@ -126,12 +137,14 @@ async def run(
     mem = topology_memo.of(memo)
     index: kopf.Index[tuple[str | None, str], Any] = kwargs["pods_by_topology"]
     watch: topology_memo.NodeWatch | None = memo.get("node_watch")
+    backoff = PollBackoff()
     while not stopped and not gone(kwargs["topologies"], namespace, name, meta["uid"]):
         began = time.monotonic()
         pods = list(index.get(key, []))
         if pods:
             nodes = node_snapshot(kwargs["node_index"])
-            verdicts = await confirm_round(pods, nodes, mem.dataplane_lost)
+            verdicts = await confirm_round(pods, nodes, mem.dataplane_lost, backoff)
             if act(verdicts, mem, body, logger, time.time()) and watch is not None:
                 watch.poke()  # the supervisor looks now, not up to a second later
-        await asyncio.sleep(max(0.05, POLL - (time.monotonic() - began)))
+        took = time.monotonic() - began  # a round of many pods waits as long as it took
+        await asyncio.sleep(max(0.05, POLL - took, took))

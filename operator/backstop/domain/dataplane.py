@@ -17,7 +17,7 @@ fenced out by the store, see :mod:`backstop.domain.fencing`).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from backstop.domain.constants import LABEL_ROLE, LABEL_TASK, METRICS_PORT
@@ -86,6 +86,47 @@ def task_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, TaskPod]:
         endpoint = address(str(ip), _metrics_port(pod))
         out[str(task)] = TaskPod(str(task), str(meta.get("name", "")), str(node), endpoint)
     return out
+
+
+@dataclass
+class PollBackoff:
+    """Which pods a round polls: a pod that did not answer is asked again after a delay
+    that doubles up to :attr:`longest` (one that is starting, or an endpoint nobody
+    serves, e.g. a simulated node's pod), so a round costs about one request per live
+    pod. A pod's delay is kept per endpoint: a new pod or a new IP starts afresh.
+
+    >>> b, p = PollBackoff(), TaskPod("a-0", "pa", "n1", "10.0.0.1:9090")
+    >>> b.failed(p, now=0.0); [x.pod for x in b.due([p], now=0.5)], b.due([p], now=1.0) == [p]
+    ([], True)
+    >>> b.failed(p, now=1.0); b.due([p], now=2.5), b.due([p], now=3.0) == [p]
+    ([], True)
+    >>> b.answered(p); b.due([p], now=3.0) == [p]
+    True
+    """
+
+    first: float = 1.0
+    longest: float = 30.0
+    waits: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    """``(pod, endpoint)`` → (when to ask again, the delay before that)."""
+
+    def due(self, pods: Iterable[TaskPod], now: float) -> list[TaskPod]:
+        """The pods to poll now."""
+        return [p for p in pods if self.waits.get((p.pod, p.endpoint), (0.0, 0.0))[0] <= now]
+
+    def failed(self, pod: TaskPod, now: float) -> None:
+        key = (pod.pod, pod.endpoint)
+        _, delay = self.waits.get(key, (0.0, 0.0))
+        delay = min(self.longest, max(self.first, 2 * delay))
+        self.waits[key] = (now + delay, delay)
+
+    def answered(self, pod: TaskPod) -> None:
+        self.waits.pop((pod.pod, pod.endpoint), None)
+
+    def forget_except(self, pods: Iterable[TaskPod]) -> None:
+        """Drop the delays of pods that are gone."""
+        keep = {(p.pod, p.endpoint) for p in pods}
+        for key in [k for k in self.waits if k not in keep]:
+            del self.waits[key]
 
 
 def parse_suspects(reporter: str, doc: Any) -> list[Suspicion]:
