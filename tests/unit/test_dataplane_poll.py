@@ -75,7 +75,10 @@ def _round(layout: dict[str, tuple[str, str]], nodes: dict[str, NodeInfo] = NODE
         async with _endpoints() as port:
             pods = [_pod(t, n, port(kind)) for t, (n, kind) in layout.items()]
             began = time.monotonic()
-            verdicts = await dataplane.confirm_round(pods, nodes, {}, PollBackoff())
+            backoff = PollBackoff()
+            for p in task_pods(pods).values():
+                backoff.answered(p)  # each answered a poll before this round
+            verdicts = await dataplane.confirm_round(pods, nodes, {}, backoff)
             return verdicts, time.monotonic() - began
 
     return asyncio.run(go())
@@ -146,6 +149,8 @@ def test_a_pod_that_does_not_answer_is_polled_less_but_still_probed() -> None:
         backoff = PollBackoff()
         async with _endpoints() as port:
             pods = [_pod("sink-0", "n2", port("reporter")), _pod("src-0", "n1", port("silent"))]
+            for p in task_pods(pods).values():
+                backoff.answered(p)
             first = await dataplane.confirm_round(pods, NODES, {}, backoff)
             asked_again = [p.task for p in backoff.due(task_pods(pods).values(), time.monotonic())]
             assert asked_again == ["sink-0"], "the silent pod backs off"
@@ -155,4 +160,25 @@ def test_a_pod_that_does_not_answer_is_polled_less_but_still_probed() -> None:
     first, second, backoff = asyncio.run(go())
     assert [(v.node, v.lost) for v in first] == [("n1", True)]
     assert [(v.node, v.lost) for v in second] == [("n1", True)], "its probes alone confirm it"
-    assert [pod for pod, _ in backoff.waits] == ["topo--src-0"]
+    assert [key[0] for key in backoff.waits] == ["topo--src-0"]
+
+
+def test_a_pod_that_never_answered_is_starting_and_not_judged() -> None:
+    """A new pod restores its checkpoint before it serves: its silence says nothing."""
+
+    async def go() -> list[Verdict]:
+        async with _endpoints() as port:
+            pods = [_pod("sink-0", "n2", port("reporter")), _pod("src-0", "n1", port("closed"))]
+            return await dataplane.confirm_round(pods, NODES, {}, PollBackoff())
+
+    assert asyncio.run(go()) == []
+
+
+def test_a_container_its_kubelet_saw_stop_is_not_a_node_loss() -> None:
+    pod = _pod("src-0", "n1", 9090)
+    pod["status"]["containerStatuses"] = [
+        {"name": "task", "restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
+    ]
+    assert task_pods([pod]) == {}
+    pod["status"]["containerStatuses"][0]["state"] = {"running": {}}
+    assert task_pods([pod])["src-0"].restarts == 3

@@ -69,9 +69,10 @@ async def confirm_round(
     if not reports:
         return []
     ready = {n for n, info in nodes.items() if info.ready and n not in confirmed}
-    by_node = suspected_nodes(reports, pods, ready)
+    known = {t: p for t, p in pods.items() if backoff.known(p)}  # not one still starting
+    by_node = suspected_nodes(reports, known, ready)
     judged = sorted(by_node)
-    on = {n: [p for p in pods.values() if p.node == n] for n in judged}
+    on = {n: [p for p in known.values() if p.node == n] for n in judged}
     # this round's poll was a pod's first try (unless it was backing off); a node with a
     # pod that answered it is up, the others' pods are probed for the rest of the tries
     polled = {p.pod: answers.get(p.task) is not None for ps in on.values() for p in ps}

@@ -52,6 +52,8 @@ class TaskPod:
     node: str
     endpoint: str
     """``ip:port`` of the pod's metrics port (``/suspects``, ``/ready``)."""
+    restarts: int = 0
+    """The task container's restarts: with the pod and endpoint, its incarnation."""
 
 
 def _metrics_port(pod: Mapping[str, Any]) -> int:
@@ -62,14 +64,26 @@ def _metrics_port(pod: Mapping[str, Any]) -> int:
     return METRICS_PORT
 
 
+def _task_container(pod: Mapping[str, Any]) -> tuple[bool, int]:
+    """Whether the task container runs as far as the kubelet said (a status without it
+    says nothing against it), and its restarts."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == "task":
+            running = (cs.get("state") or {}).get("running") is not None
+            return running, int(cs.get("restartCount") or 0)
+    return True, 0
+
+
 def task_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, TaskPod]:
     """``{task: TaskPod}`` of the running primary pods (Running, with an IP and a node,
-    not being deleted): the pods that can report and be asked.
+    not being deleted, the task container not reported stopped by its kubelet): the
+    pods that can report and be asked. A container the kubelet saw end is not a node's
+    loss: its kubelet is there (the pod-level paths handle it).
 
     >>> pod = {"metadata": {"name": "t--a-0", "labels": {"streams.backstop.dev/task": "a-0"}},
     ...        "spec": {"nodeName": "n1"}, "status": {"phase": "Running", "podIP": "10.0.0.1"}}
     >>> task_pods([pod])["a-0"]
-    TaskPod(task='a-0', pod='t--a-0', node='n1', endpoint='10.0.0.1:9090')
+    TaskPod(task='a-0', pod='t--a-0', node='n1', endpoint='10.0.0.1:9090', restarts=0)
     >>> task_pods([{**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "x"}}])
     {}
     """
@@ -83,50 +97,69 @@ def task_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, TaskPod]:
             continue
         if status.get("phase") != "Running" or labels.get(LABEL_ROLE, "primary") != "primary":
             continue
+        running, restarts = _task_container(pod)
+        if not running:
+            continue
         endpoint = address(str(ip), _metrics_port(pod))
-        out[str(task)] = TaskPod(str(task), str(meta.get("name", "")), str(node), endpoint)
+        name = str(meta.get("name", ""))
+        out[str(task)] = TaskPod(str(task), name, str(node), endpoint, restarts)
     return out
 
 
 @dataclass
 class PollBackoff:
-    """Which pods a round polls: a pod that did not answer is asked again after a delay
-    that doubles up to :attr:`longest` (one that is starting, or an endpoint nobody
-    serves, e.g. a simulated node's pod), so a round costs about one request per live
-    pod. A pod's delay is kept per endpoint: a new pod or a new IP starts afresh.
+    """Which pods a round polls, and which have answered: a pod that did not answer is
+    asked again after a delay that doubles up to :attr:`longest` (one that is starting,
+    or an endpoint nobody serves, e.g. a simulated node's pod), so a round costs about
+    one request per live pod. Only a pod that has answered once (:meth:`known`) counts
+    in a verdict: the silence of one still starting (restoring its checkpoint before it
+    serves) says nothing of its node. Both are kept per incarnation (pod, endpoint,
+    restarts): a new pod, IP or container starts afresh.
 
     >>> b, p = PollBackoff(), TaskPod("a-0", "pa", "n1", "10.0.0.1:9090")
     >>> b.failed(p, now=0.0); [x.pod for x in b.due([p], now=0.5)], b.due([p], now=1.0) == [p]
     ([], True)
     >>> b.failed(p, now=1.0); b.due([p], now=2.5), b.due([p], now=3.0) == [p]
     ([], True)
-    >>> b.answered(p); b.due([p], now=3.0) == [p]
-    True
+    >>> b.known(p), b.answered(p), b.due([p], now=3.0) == [p], b.known(p)
+    (False, None, True, True)
     """
 
     first: float = 1.0
     longest: float = 30.0
-    waits: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
-    """``(pod, endpoint)`` → (when to ask again, the delay before that)."""
+    waits: dict[tuple[str, str, int], tuple[float, float]] = field(default_factory=dict)
+    """Incarnation → (when to ask again, the delay before that)."""
+    seen: set[tuple[str, str, int]] = field(default_factory=set)
+    """Incarnations that have answered a poll."""
+
+    @staticmethod
+    def _key(pod: TaskPod) -> tuple[str, str, int]:
+        return pod.pod, pod.endpoint, pod.restarts
 
     def due(self, pods: Iterable[TaskPod], now: float) -> list[TaskPod]:
         """The pods to poll now."""
-        return [p for p in pods if self.waits.get((p.pod, p.endpoint), (0.0, 0.0))[0] <= now]
+        return [p for p in pods if self.waits.get(self._key(p), (0.0, 0.0))[0] <= now]
 
     def failed(self, pod: TaskPod, now: float) -> None:
-        key = (pod.pod, pod.endpoint)
+        key = self._key(pod)
         _, delay = self.waits.get(key, (0.0, 0.0))
         delay = min(self.longest, max(self.first, 2 * delay))
         self.waits[key] = (now + delay, delay)
 
     def answered(self, pod: TaskPod) -> None:
-        self.waits.pop((pod.pod, pod.endpoint), None)
+        self.waits.pop(self._key(pod), None)
+        self.seen.add(self._key(pod))
+
+    def known(self, pod: TaskPod) -> bool:
+        """Whether this incarnation of ``pod`` has answered a poll."""
+        return self._key(pod) in self.seen
 
     def forget_except(self, pods: Iterable[TaskPod]) -> None:
-        """Drop the delays of pods that are gone."""
-        keep = {(p.pod, p.endpoint) for p in pods}
+        """Drop what is kept of pods that are gone."""
+        keep = {self._key(p) for p in pods}
         for key in [k for k in self.waits if k not in keep]:
             del self.waits[key]
+        self.seen &= keep
 
 
 def parse_suspects(reporter: str, doc: Any) -> list[Suspicion]:
