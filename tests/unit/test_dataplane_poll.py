@@ -9,6 +9,7 @@ an answering pod is another runtime endpoint.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -182,3 +183,55 @@ def test_a_container_its_kubelet_saw_stop_is_not_a_node_loss() -> None:
     assert task_pods([pod]) == {}
     pod["status"]["containerStatuses"][0]["state"] = {"running": {}}
     assert task_pods([pod])["src-0"].restarts == 3
+
+
+class _Once:
+    """A daemon's ``stopped`` flag that turns true once the daemon has slept once."""
+
+    def __init__(self) -> None:
+        self.rounds = 0
+
+    def __bool__(self) -> bool:
+        self.rounds += 1
+        return self.rounds > 1
+
+
+def test_the_daemon_records_a_loss_and_wakes_the_supervisor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The daemon's wiring: the topology's pods from the index, the node index, the memo
+    the supervisor reads (:func:`backstop.domain.dataplane.with_confirmed`), its wake-up."""
+    posted: list[str] = []
+
+    def post(body: Any, reason: str, message: str, warning: bool = False) -> None:
+        posted.append(reason)
+
+    monkeypatch.setattr(dataplane, "post_event", post)
+    monkeypatch.setattr(dataplane, "PollBackoff", _Knowing)
+    memo: dict[str, Any] = {"node_watch": topology_memo.NodeWatch()}
+    seen = memo["node_watch"].changes
+
+    async def go() -> None:
+        async with _endpoints() as port:
+            pods = [_pod("sink-0", "n2", port("reporter")), _pod("src-0", "n1", port("silent"))]
+            kwargs: dict[str, Any] = dict(
+                meta={"uid": "u1"},
+                body={},
+                stopped=_Once(),
+                memo=memo,
+                pods_by_topology={("ns", "topo"): pods},
+                topologies={("ns", "topo"): ["u1"]},
+                node_index={n: [info] for n, info in NODES.items()},
+            )
+            await dataplane.run("topo", "ns", logger=logging.getLogger("t"), **kwargs)
+
+    asyncio.run(go())
+    assert list(topology_memo.of(memo).dataplane_lost) == ["n1"]
+    assert posted == ["NodeLost"] and memo["node_watch"].changes > seen
+
+
+class _Knowing(PollBackoff):
+    """A backoff that has seen every pod answer before (earlier rounds)."""
+
+    def known(self, pod: Any) -> bool:
+        return True
