@@ -1,10 +1,12 @@
-"""``GET /metrics`` (Prometheus text), ``GET /status`` (JSON), ``GET /ready`` and
-``PUT /peers`` on ``BACKSTOP_METRICS_PORT``.
+"""``GET /metrics`` (Prometheus text), ``GET /status`` (JSON), ``GET /ready``,
+``GET /suspects`` and ``PUT /peers`` on ``BACKSTOP_METRICS_PORT``.
 
 The JSON-lines rows in the store feed the re-optimization job; this endpoint is for live
 scraping and for probes. ``/ready`` is the pod's readiness probe: 503 with one line per
 producer that has not answered for ``BACKSTOP_PEER_TIMEOUT`` seconds (the operator reads
-that body into the topology's ``Ready`` condition), 200 otherwise. ``PUT /peers`` is
+that body into the topology's ``Ready`` condition), 200 otherwise. ``GET /suspects`` lists
+the producers this task suspects to be lost (:mod:`backstop_runtime.suspects`), for the
+operator to confirm; it needs no token (it changes nothing). ``PUT /peers`` is
 where the operator tells the task where its producers are (:mod:`backstop_runtime.peermap`);
 when ``BACKSTOP_PEERS_TOKEN`` is set (the operator's per-topology Secret) it needs
 ``Authorization: Bearer <token>`` (401 otherwise), and a body that is not a peer map is a
@@ -21,7 +23,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from backstop_runtime import peermap
+from backstop_runtime import peermap, suspects
 
 METRICS = (
     ("tuples_in_total", "counter", "Records processed."),
@@ -162,6 +164,8 @@ def _answer(
         return code, "text/plain", body
     if path == "/peers":
         return 200, "application/json", json.dumps(peers.snapshot())
+    if path == "/suspects":
+        return 200, "application/json", json.dumps(suspects.snapshot())
     return 404, "text/plain", "not found\n"
 
 

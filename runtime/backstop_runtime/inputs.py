@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, NoReturn
 
-from backstop_runtime import wire
+from backstop_runtime import suspects, wire
 from backstop_runtime.config import Fenced
 from backstop_runtime.engine import Batch
 from backstop_runtime.store import Store
@@ -101,7 +101,9 @@ async def _connect(
             asyncio.open_connection(doc["host"], int(doc["port"])), CONNECT_TIMEOUT
         )
     except (OSError, TimeoutError) as err:
-        _no_answer(producer, f"cannot connect to {_where(doc)}: {err or 'timeout'}")
+        why = f"cannot connect to {_where(doc)}: {err or 'timeout'}"
+        _no_answer(producer, why)
+        suspects.suspect(producer, why)
         await asyncio.sleep(POLL)
         return None
     wire.tune(writer)
@@ -154,11 +156,12 @@ async def stream(
         writer.write(wire.encode({**sub, "to": end}))
         watch = asyncio.ensure_future(_watch_peer(store, producer, doc))
         try:
-            async for msg in _frames(reader, watch):
+            async for msg in _frames(reader, watch, producer):
                 kind = msg["t"]
                 if kind == "err":
                     _refused(producer, expected, msg)
                 if kind == "end":
+                    suspects.clear(producer)
                     return
                 if kind == "replay":
                     replay_upto, replay_via = int(msg["upto"]), tuple(msg["via"])
@@ -174,9 +177,10 @@ async def stream(
                 expected += 1
                 yield batch
                 if batch.eos:
+                    suspects.clear(producer)
                     return
         except (PeerGone, OSError, asyncio.IncompleteReadError, ValueError) as err:
-            log.info("input %s: %s; re-resolving", producer, err or type(err).__name__)
+            _ended(producer, err)
         finally:
             watch.cancel()
             writer.close()
@@ -185,14 +189,25 @@ async def stream(
         await asyncio.sleep(POLL)
 
 
-async def _frames(reader: asyncio.StreamReader, watch: asyncio.Future[None]) -> AsyncIterator[Any]:
-    """Frames from ``reader`` until the peer closes or ``watch`` fires."""
+def _ended(producer: str, err: Exception) -> None:
+    """A connection to ``producer`` ended: suspect it if it broke (not if it refused the
+    subscription or moved: it answered, and the new address is tried next)."""
+    why = str(err) or type(err).__name__
+    if isinstance(err, PeerGone):
+        suspects.clear(producer)
+    else:
+        suspects.suspect(producer, f"connection broken: {why}")
+    log.info("input %s: %s; re-resolving", producer, why)
+
+
+async def _frames(
+    reader: asyncio.StreamReader, watch: asyncio.Future[None], producer: str
+) -> AsyncIterator[Any]:
+    """Frames from ``reader`` until the peer closes or ``watch`` fires; heartbeats are
+    read (they clear a suspicion, :mod:`backstop_runtime.suspects`) and not yielded."""
     while True:
-        nxt: asyncio.Future[Any] = asyncio.ensure_future(wire.read(reader))
-        nxt.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved
-        waiting: set[asyncio.Future[Any]] = {nxt, watch}
-        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        if nxt not in done:
-            nxt.cancel()
+        msg = await suspects.read(reader, producer, watch)
+        if msg is None:
             raise PeerGone("the producer moved (a newer copy or another address)")
-        yield nxt.result()
+        if msg["t"] != "hb":
+            yield msg

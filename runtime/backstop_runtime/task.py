@@ -25,7 +25,7 @@ import os
 import time
 from typing import Any
 
-from backstop_runtime import httpmetrics, inputs, wire
+from backstop_runtime import httpmetrics, inputs, suspects, wire
 from backstop_runtime import session as sessions
 from backstop_runtime import stopping as stopping_
 from backstop_runtime.api import Context, Operator, Sink, Source
@@ -423,6 +423,7 @@ class Task:
     # ---- serving consumers ----------------------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        beat = suspects.beat(writer)  # heartbeats while idle: the consumer sees us alive
         try:
             wire.tune(writer)
             msg = await wire.read(reader)
@@ -455,6 +456,7 @@ class Task:
         except asyncio.CancelledError:
             pass  # shutting down; a cancelled handler would be logged as an error by asyncio
         finally:
+            beat.cancel()
             writer.close()
 
     async def _send(self, writer: asyncio.StreamWriter, frames: list[bytes]) -> None:

@@ -11,6 +11,8 @@ Messages (``"t"``):
   the checkpoint period, the checkpoint punctuation. ``at`` is when a source first made
   the round (wall time), so every task can tell how far behind it is.
 * ``end`` (producer → consumer): a bounded replay is complete.
+* ``hb`` (producer → consumer): a heartbeat on an idle connection, nothing else
+  (:mod:`backstop_runtime.suspects`).
 * ``err`` (producer → consumer): ``{"msg", "fenced"}``; the connection is closed after it.
 """
 

@@ -25,6 +25,7 @@ from backstop.controller.context import gone, kube, node_snapshot, post_event
 from backstop.controller.supervisor import supervise_once
 from backstop.controller.tick import Tick
 from backstop.domain.constants import EventReason
+from backstop.domain.dataplane import with_confirmed
 from backstop.domain.incidents import for_topology
 from backstop.domain.recovery import last_good_generation, next_look
 from backstop.domain.spec import StreamTopologySpec, expand
@@ -245,6 +246,7 @@ def _tick(
         post_event(body, reason, message, warning=warning)
 
     nodes = for_topology(node_snapshot(kwargs["node_index"]), model)  # its tolerations
+    nodes = with_confirmed(nodes, dict(mem.dataplane_lost), time.time())  # the data plane's
     changes: topology_memo.PodChanges | None = kwargs["memo"].get("pod_changes")
     inputs = None
     if changes is not None:

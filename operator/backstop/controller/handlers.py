@@ -10,6 +10,8 @@ handler is a registration that hands Kopf's arguments to the module doing the wo
 * the supervise daemon, one per topology: :mod:`backstop.controller.daemon`;
 * the peers daemon, one per topology, telling the task pods where their producers are:
   :mod:`backstop.controller.peers`;
+* the data-plane daemon, one per topology, confirming a node loss its task pods noticed:
+  :mod:`backstop.controller.dataplane`;
 * the re-optimization daemon, one per topology: :mod:`backstop.controller.handlers_reopt`.
 
 The admission webhook's handler is registered on demand by
@@ -27,6 +29,7 @@ import kopf
 
 from backstop.controller import (
     daemon,
+    dataplane,
     handlers_reopt,
     indexes,
     kopf_config,
@@ -58,6 +61,13 @@ async def push_peers(**kwargs: Any) -> None:
     """Push the topology's peer map to its task pods (:func:`peers.run`), ``async`` on
     Kopf's event loop beside the pod index that wakes it."""
     await peers.run(**kwargs)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=0.5, cancellation_timeout=3.0)
+async def confirm_losses(**kwargs: Any) -> None:
+    """Confirm node losses the topology's tasks suspect (:func:`dataplane.run`), ``async``
+    on Kopf's event loop: its requests hold no thread."""
+    await dataplane.run(**kwargs)
 
 
 @kopf.on.startup()

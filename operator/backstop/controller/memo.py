@@ -61,6 +61,11 @@ class TopologyMemo:
     (:mod:`backstop.controller.peers`)."""
     peers_token: str | None = None
     """The topology's peer token, read from (or first written to) its Secret."""
+    dataplane_lost: dict[str, float] = field(default_factory=dict)
+    """Nodes the data-plane daemon confirmed lost, and when (epoch seconds): the supervisor
+    counts them lost at once (:mod:`backstop.controller.dataplane`)."""
+    dataplane_told: dict[str, float] = field(default_factory=dict)
+    """When a node's last false suspicion was logged (epoch seconds)."""
     steady: tuple[Any, float] | None = None
     """The inputs (:attr:`~backstop.controller.tick.Tick.inputs`) of the last whole round
     that found everything settled, and when (``time.monotonic``): a round on the same
@@ -117,6 +122,13 @@ class NodeWatch:
             if self._ready.get(node) == ready:
                 return
             self._ready[node] = ready
+            self.changes += 1
+            self._cond.notify_all()
+
+    def poke(self) -> None:
+        """Wake the daemons without a readiness change (a loss confirmed on the data
+        plane, :mod:`backstop.controller.dataplane`)."""
+        with self._cond:
             self.changes += 1
             self._cond.notify_all()
 

@@ -55,7 +55,7 @@ TOPOLOGY = ("namespace", "topology")
 SINCE = ("not_ready", "grace_expiry")
 """Where the time to the first RecoveryPlan starts: the node's Ready condition turning
 False/Unknown (``not_ready``), or that moment plus the grace period (``grace_expiry``)."""
-TRIGGERS = ("NodeLost", "NodeBack", "NodeReady", "Retry", "SpecChanged")
+TRIGGERS = ("NodeLost", "DataPlane", "NodeBack", "NodeReady", "Retry", "SpecChanged")
 """``trigger`` values of ``backstop_recovery_steps_total`` (:data:`recovery.Trigger`)."""
 REOPT_RESULTS = (
     "Applied",

@@ -103,7 +103,11 @@ def _log_step(t: Tick, step: StepRecord, now: float, clock: Sequence[float]) -> 
     newest lost node (its Ready transition is stamped in whole seconds) to the tick,
     then the decision, the status write, and the RecoveryPlan and ConfigMap writes."""
     grace = t.model.recovery.grace_period_seconds
-    down = [i.since for n in step.lost_nodes or [] if (i := t.nodes.get(n)) and not i.ready]
+    down = [
+        i.since
+        for n in step.lost_nodes or []
+        if (i := t.nodes.get(n)) and not i.ready and i.confirmed_lost is None
+    ]
     late = f"{now - (max(down) + grace):.3f}s" if down and max(down) > 0 else "-"
     log.info(
         "recovery step %d (%s) of %s/%s: tick %s after grace, decided in %.3fs, "
@@ -354,7 +358,7 @@ def _loss_due(t: Tick, now: float) -> bool:
     return any(
         0 < info.since + grace - now <= DUE_SOON
         for n in used
-        if (info := t.nodes.get(n)) is not None and not info.ready
+        if (info := t.nodes.get(n)) is not None and not info.ready and info.confirmed_lost is None
     )
 
 

@@ -77,6 +77,7 @@ EventReason = Literal[
     "InvalidSpec",
     "Infeasible",
     "NodeLost",
+    "NodeSuspected",
     "NodeDraining",
     "RecoveryPlanIssued",
     "TaskRecovered",

@@ -42,6 +42,10 @@ class NodeInfo:
     """Allocatable pod slots (the kubelet's ``maxPods``)."""
     taints: tuple[tuple[str, str, str], ...] = ()
     """``(key, value, effect)`` of its NoSchedule and NoExecute taints."""
+    confirmed_lost: float | None = None
+    """Epoch seconds when the operator confirmed the node's loss on the data plane
+    (:mod:`backstop.domain.dataplane`) while its Ready condition still said True: lost at
+    once, without a grace period."""
 
     def matches(self, selector: Mapping[str, str]) -> bool:
         """Whether the node carries every label of ``selector``."""
@@ -129,7 +133,8 @@ def detect_lost(
     grace: float,
     now: float,
 ) -> set[str]:
-    """Nodes in use that count as lost: deleted, or not Ready for longer than ``grace``.
+    """Nodes in use that count as lost: deleted, not Ready for longer than ``grace``, or
+    confirmed lost on the data plane (:attr:`NodeInfo.confirmed_lost`).
 
     A node that flaps back to Ready within the grace period is not lost.
 
@@ -143,7 +148,8 @@ def detect_lost(
     lost = set()
     for name in nodes_in_use:
         info = nodes.get(name)
-        if info is None or (not info.ready and now - info.since >= grace):
+        confirmed = info is not None and info.confirmed_lost is not None
+        if info is None or confirmed or (not info.ready and now - info.since >= grace):
             lost.add(name)
     return lost
 

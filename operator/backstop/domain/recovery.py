@@ -43,7 +43,9 @@ RETRY_SECONDS = 10.0
 RECOVERY_TIME_LIMIT = 1.0
 """Planner budget per step: a plan must be out within ~2 s of its trigger."""
 
-Trigger = Literal["NodeLost", "NodeBack", "NodeReady", "Retry", "SpecChanged"]
+Trigger = Literal["NodeLost", "DataPlane", "NodeBack", "NodeReady", "Retry", "SpecChanged"]
+"""Why a step was issued; ``DataPlane``: nodes lost as the operator confirmed on the data
+plane (:mod:`backstop.domain.dataplane`), before their Ready condition changed."""
 Capacity = Callable[[Sequence[str]], Mapping[str, float]]
 """CPU a recovery step may fill on each of the given usable nodes: the utilisation cap
 applied, every pod and every reservation counted, this topology's own pods too (the
@@ -233,7 +235,7 @@ def next_look(
     due = [
         info.since + grace - now
         for n in set((assignment or {}).values())
-        if (info := nodes.get(n)) is not None and not info.ready
+        if (info := nodes.get(n)) is not None and not info.ready and info.confirmed_lost is None
     ]
     return min([period, *(d for d in due if d > 0)])
 
@@ -261,6 +263,8 @@ def decide(
     trigger = _trigger(prev, seen.newly, seen.back, seen.ready, bool(seen.dropped), now)
     if trigger is None:
         return None
+    if trigger == "NodeLost" and all(_confirmed(nodes, n) for n in seen.newly):
+        trigger = "DataPlane"
     rec = prev
     if seen.newly and not prev.active:
         rec = RecoveryStatus(session=f"s{int(now)}", started_at=epoch_rfc3339(now), lost=prev.lost)
@@ -273,7 +277,7 @@ def decide(
     free = capacity(usable) if needs_plan else {}
     session = session_over(graph, spec, seen.assignment, seen.known, free, mode)
     session = session.apply(NodesLost(tuple(sorted(seen.newly))))
-    notices = _loss_notices(graph, seen)
+    notices = _loss_notices(graph, seen, {n for n in seen.newly if _confirmed(nodes, n)})
     rec = rec.model_copy(
         update={
             "lost_history": history,
@@ -301,7 +305,13 @@ def decide(
     return Decision(status=new_status, trigger=trigger, issued=issued, notices=tuple(notices))
 
 
-def _loss_notices(graph: TaskGraph, seen: Observed) -> list[Notice]:
+def _confirmed(nodes: Mapping[str, NodeInfo], node: str) -> bool:
+    """Whether ``node`` is lost by the operator's data-plane confirmation."""
+    info = nodes.get(node)
+    return info is not None and info.confirmed_lost is not None
+
+
+def _loss_notices(graph: TaskGraph, seen: Observed, confirmed: Collection[str]) -> list[Notice]:
     notices: list[Notice] = []
     if seen.dropped:
         text = (
@@ -311,7 +321,8 @@ def _loss_notices(graph: TaskGraph, seen: Observed) -> list[Notice]:
     for n in sorted(seen.newly):
         gone = ordered(graph, [t for t, m in seen.assignment.items() if m == n])
         more = ", …" if len(gone) > 8 else ""
-        text = f"node {n} lost: {len(gone)} tasks failed ({', '.join(gone[:8])}{more})"
+        how = " (confirmed on the data plane)" if n in confirmed else ""
+        text = f"node {n} lost{how}: {len(gone)} tasks failed ({', '.join(gone[:8])}{more})"
         notices.append(Notice("NodeLost", text, True))
     return notices
 

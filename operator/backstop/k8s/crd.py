@@ -248,7 +248,8 @@ def _recoveryplan_spec() -> dict[str, Any]:
             "step": {"type": "integer", "minimum": 1},
             "trigger": {
                 "type": "string",
-                "description": "NodeLost, NodeReady, NodeBack or Retry (a recovery step); "
+                "description": "NodeLost, DataPlane (a node loss confirmed on the data "
+                "plane), NodeReady, NodeBack or Retry (a recovery step); "
                 "Restore (a step restoring the bound when capacity returned); Consolidate "
                 "(a step onto fewer nodes, apply: auto).",
             },

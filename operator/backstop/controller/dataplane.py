@@ -1,0 +1,151 @@
+"""The data-plane daemon: confirms a node loss that task pods noticed, within a second.
+
+One async daemon per topology (:mod:`backstop.controller.handlers` registers it) on Kopf's
+event loop, beside the peers daemon. Every :data:`POLL` seconds it asks each running task
+pod of the topology for its suspicions (``GET /suspects``, :mod:`backstop.k8s.suspectpoll`),
+groups the suspected tasks by their pod's node, and probes every task pod of the topology
+on such a node (``GET /ready``; the poll was the first of
+:data:`~backstop.k8s.suspectpoll.TRIES` tries). A node none
+of whose pods answers is lost now (:func:`backstop.domain.dataplane.confirm`): it is
+recorded in the topology's memo, and the supervise daemon, woken at once, sees it NotReady
+and lost (:func:`backstop.domain.dataplane.with_confirmed`) and starts the same recovery
+session the node-monitor's NotReady and grace period start, with the trigger
+``DataPlane``. A node with a pod that answers is a false suspicion: logged, not acted on.
+The node-monitor's path stays as it is, the fallback for what the data plane does not see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import kopf
+
+from backstop.controller import memo as topology_memo
+from backstop.controller.context import gone, node_snapshot, post_event
+from backstop.domain.dataplane import (
+    HOLD,
+    PollBackoff,
+    Verdict,
+    confirm,
+    suspected_nodes,
+    task_pods,
+)
+from backstop.domain.incidents import NodeInfo
+from backstop.k8s import suspectpoll
+
+POLL = float(os.environ.get("BACKSTOP_SUSPECT_POLL_SECONDS", "0.5"))
+"""Seconds between polls of a topology's suspicions (0: the daemon does nothing, and only
+the node-monitor's path notices a lost node)."""
+QUIET = 60.0
+"""Seconds between two log lines about the same node's false suspicion."""
+
+
+async def confirm_round(
+    indexed: Sequence[Mapping[str, Any]],
+    nodes: Mapping[str, NodeInfo],
+    confirmed: Mapping[str, float],
+    backoff: PollBackoff,
+    timeout: float = suspectpoll.TIMEOUT,
+    tries: int = suspectpoll.TRIES,
+) -> list[Verdict]:
+    """One round: poll the pods' suspicions (those not backing off), probe the suspected
+    nodes' pods, and judge each such node (nodes already confirmed are not judged again)."""
+    pods = task_pods(indexed)
+    backoff.forget_except(pods.values())
+    asked = backoff.due(pods.values(), time.monotonic())
+    answers = await suspectpoll.suspects(asked, timeout)
+    now = time.monotonic()
+    for p in asked:
+        if answers.get(p.task) is None:
+            backoff.failed(p, now)
+        else:
+            backoff.answered(p)
+    reports = [s for found in answers.values() if found for s in found]
+    if not reports:
+        return []
+    ready = {n for n, info in nodes.items() if info.ready and n not in confirmed}
+    known = {t: p for t, p in pods.items() if backoff.known(p)}  # not one still starting
+    by_node = suspected_nodes(reports, known, ready)
+    judged = sorted(by_node)
+    on = {n: [p for p in known.values() if p.node == n] for n in judged}
+    # this round's poll was a pod's first try (unless it was backing off); a node with a
+    # pod that answered it is up, the others' pods are probed for the rest of the tries
+    polled = {p.pod: answers.get(p.task) is not None for ps in on.values() for p in ps}
+    rest = {n: tries - all(p.task in answers for p in on[n]) for n in judged}
+    probes = await asyncio.gather(
+        *(
+            suspectpoll.probe([p for p in on[n] if not polled[p.pod]], rest[n], timeout)
+            for n in judged
+            if not any(polled[p.pod] for p in on[n])
+        )
+    )
+    probed = iter(probes)
+    verdicts = []
+    for n in judged:
+        answered = {p.pod: polled[p.pod] for p in on[n]}
+        if not any(answered.values()):
+            answered.update(next(probed))
+        verdicts.append(confirm(n, by_node[n], on[n], answered, tries))
+    return verdicts
+
+
+def act(
+    verdicts: Sequence[Verdict],
+    mem: topology_memo.TopologyMemo,
+    body: kopf.Body,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    now: float,
+) -> bool:
+    """Record the lost nodes in the memo (with a log line and an Event each), log false
+    suspicions now and then; whether a node was confirmed lost."""
+    lost = False
+    for v in verdicts:
+        if v.lost:
+            mem.dataplane_lost[v.node] = now
+            logger.warning("%s", v.message)
+            post_event(body, "NodeLost", v.message, warning=True)
+            lost = True
+        elif "false suspicion" in v.message and now - mem.dataplane_told.get(v.node, 0) >= QUIET:
+            mem.dataplane_told[v.node] = now
+            logger.info("%s", v.message)
+            post_event(body, "NodeSuspected", v.message)
+    for node, at in list(mem.dataplane_lost.items()):
+        if now - at >= HOLD:
+            del mem.dataplane_lost[node]
+    return lost
+
+
+async def run(
+    name: str,
+    namespace: str | None,
+    meta: kopf.Meta,
+    body: kopf.Body,
+    stopped: kopf.DaemonStopped,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    memo: kopf.Memo,
+    **kwargs: Any,
+) -> None:
+    """Poll and confirm until the topology is gone or the operator stops."""
+    assert namespace is not None
+    if POLL <= 0:
+        return
+    key = (namespace, name)
+    mem = topology_memo.of(memo)
+    index: kopf.Index[tuple[str | None, str], Any] = kwargs["pods_by_topology"]
+    watch: topology_memo.NodeWatch | None = memo.get("node_watch")
+    backoff = PollBackoff()
+    while not stopped and not gone(kwargs["topologies"], namespace, name, meta["uid"]):
+        began = time.monotonic()
+        pods = list(index.get(key, []))
+        if pods:
+            nodes = node_snapshot(kwargs["node_index"])
+            verdicts = await confirm_round(pods, nodes, mem.dataplane_lost, backoff)
+            if act(verdicts, mem, body, logger, time.time()) and watch is not None:
+                watch.poke()  # the supervisor looks now, not up to a second later
+        took = time.monotonic() - began  # a round of many pods waits as long as it took
+        await asyncio.sleep(max(0.05, POLL - took, took))
