@@ -45,6 +45,8 @@ class Publisher(Producer, Protocol):
 async def serve(
     task: Publisher, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
+    """Answer one connection of a consumer (the task's ``asyncio`` server callback): its
+    ``sub`` message, then the batches it asks for, until it or the task goes."""
     try:
         wire.tune(writer)
         msg = await wire.read(reader)
