@@ -12,6 +12,10 @@ Checkpoints are taken after every batch whose number is a multiple of
 batch ``K·k`` is the checkpoint punctuation ``P_k`` of *Incremental Recovery in
 Distributed Stream Processing Systems*, Section 4.1, and the checkpoints of one round
 form a consistent cut.
+
+The task serves its consumers through :mod:`backstop_runtime.serving` and runs its
+periodic duties (the fence check, the replay floors, the metrics rows) from
+:mod:`backstop_runtime.duties`; this module holds its life cycle, its state and its loops.
 """
 
 from __future__ import annotations
@@ -19,13 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
 import time
 from typing import Any
 
-from backstop_runtime import httpmetrics, inputs, suspects, wire
+from backstop_runtime import duties, httpmetrics, inputs, serving, wire
 from backstop_runtime import session as sessions
 from backstop_runtime import stopping as stopping_
 from backstop_runtime.api import Context, Operator, Sink, Source
@@ -38,14 +41,12 @@ from backstop_runtime.engine import (
     Counters,
     DeadLetters,
     Processor,
-    ReplayGone,
     SinkWriter,
     SourceProcessor,
     instantiate,
 )
 from backstop_runtime.metrics import Metrics, MetricsWriter
 from backstop_runtime.offloop import StoreWriter
-from backstop_runtime.replay import regenerate
 from backstop_runtime.store import Store
 
 log = logging.getLogger("backstop_runtime.task")
@@ -121,7 +122,8 @@ class Task:
         self.epoch = self.store.claim_epoch()
         log.info("%s: epoch %d, backup=%s", self.cfg.task, self.epoch, self.cfg.keeps_backup)
         main = self._restore()
-        server = await asyncio.start_server(self._serve, host="0.0.0.0", port=self.cfg.port)
+        serve = functools.partial(serving.serve, self)
+        server = await asyncio.start_server(serve, host="0.0.0.0", port=self.cfg.port)
         port = server.sockets[0].getsockname()[1]
         self.store.publish_address(self.cfg.host, port)
         web = await httpmetrics.serve(
@@ -129,10 +131,10 @@ class Task:
         )
         writer = self._metrics_writer()
         helpers = [
-            asyncio.ensure_future(self._fence_watch()),
-            asyncio.ensure_future(self._trim_loop()),
+            asyncio.ensure_future(duties.fence_watch(self.store)),
+            asyncio.ensure_future(duties.trim_loop(self)),
             asyncio.ensure_future(self._session_watch()),
-            asyncio.ensure_future(self._metrics_loop(writer)),
+            asyncio.ensure_future(duties.metrics_loop(self.cfg, self.writes, writer, self._status)),
         ]
         work = asyncio.ensure_future(main)
         stopping = asyncio.ensure_future(stop.wait())
@@ -420,151 +422,7 @@ class Task:
             plannedReplay=self.planned,
         )
 
-    # ---- serving consumers ----------------------------------------------------------------
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        beat = suspects.beat(writer)  # heartbeats while idle: the consumer sees us alive
-        try:
-            wire.tune(writer)
-            msg = await wire.read(reader)
-            ch = self.channels.get(str(msg.get("consumer")))
-            if msg.get("t") != "sub" or ch is None:
-                writer.write(
-                    wire.encode(
-                        {
-                            "t": "err",
-                            "msg": f"{msg.get('consumer')} is not a consumer of {self.cfg.task}",
-                            "fenced": False,
-                        }
-                    )
-                )
-                return
-            lo, hi = int(msg["from"]), msg.get("to")
-            if hi is None:
-                await self._serve_live(ch, writer, int(msg["epoch"]), lo)
-            else:
-                await self._serve_range(ch, writer, lo, int(hi))
-        except ReplayGone as err:
-            # the consumer asked for less than its published floor promised: say so, to it
-            # and in our log, instead of failing the connection without a word
-            log.error("%s: cannot serve a replay: %s", self.cfg.task, err)
-            with contextlib.suppress(ConnectionError):
-                writer.write(wire.encode({"t": "err", "msg": str(err), "fenced": False}))
-                await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, ValueError, json.JSONDecodeError):
-            pass
-        except asyncio.CancelledError:
-            pass  # shutting down; a cancelled handler would be logged as an error by asyncio
-        finally:
-            beat.cancel()
-            writer.close()
-
-    async def _send(self, writer: asyncio.StreamWriter, frames: list[bytes]) -> None:
-        writer.write(b"".join(frames))
-        await writer.drain()
-
-    def _replay_marker(self, upto: int) -> bytes:
-        """Tells the subscriber that batches up to ``upto`` are a replay from us (those
-        sent from our buffer; regenerated ones say where they came from themselves)."""
-        return wire.encode({"t": "replay", "upto": upto, "via": [self.cfg.task]})
-
-    async def _serve_range(
-        self, ch: OutChannel, writer: asyncio.StreamWriter, lo: int, hi: int
-    ) -> None:
-        await self._send(writer, [self._replay_marker(hi)])
-        if ch.holds(lo, hi):
-            await self._send(writer, ch.frames(lo, hi))
-        else:
-            async for b in regenerate(self, ch.consumer, lo, hi):
-                await self._send(writer, [wire.encode(b.to_msg())])
-        await self._send(writer, [wire.encode({"t": "end"})])
-
-    async def _serve_live(
-        self, ch: OutChannel, writer: asyncio.StreamWriter, epoch: int, nxt: int
-    ) -> None:
-        token = await ch.attach(epoch)
-        if token is None:
-            writer.write(
-                wire.encode(
-                    {
-                        "t": "err",
-                        "fenced": True,
-                        "msg": f"epoch {epoch} of {ch.consumer} is superseded",
-                    }
-                )
-            )
-            return
-        try:
-            # what exists already is a replay to this subscriber, later batches are live; a
-            # task without a backup holds only what it could not send yet (the consumer's
-            # backlog, not a replay: see ``channels``), so only what comes before is replayed
-            first = ch.first()
-            upto = max(self.round, ch.last() or 0) if self.backup or first is None else first - 1
-            await self._send(writer, [self._replay_marker(upto)])
-            while True:
-                async with ch.cond:
-                    await ch.cond.wait_for(
-                        lambda nxt=nxt: (
-                            ch.sub_token is not token  # type: ignore[misc]
-                            or (ch.last() or self.round) >= nxt
-                            or (self.eos and nxt > self.round)
-                        )
-                    )
-                    if ch.sub_token is not token:
-                        return
-                    past_end = self.eos and nxt > self.round and (ch.last() or 0) < nxt
-                    first = ch.first()
-                    frames = ch.frames(nxt) if first is not None and first <= nxt else []
-                    hi = (first - 1) if first is not None else self.round
-                if past_end:
-                    # the consumer restored past the end of our stream: tell it so (the
-                    # channel's lock is released: a newer subscriber must be able to attach)
-                    await self._send(writer, [wire.encode(Batch(nxt, [], INF, True).to_msg())])
-                    async with ch.cond:
-                        await ch.cond.wait_for(lambda: ch.sub_token is not token)
-                    return
-                if frames:
-                    await self._send(writer, frames)
-                    nxt += len(frames)
-                    if not self.backup:
-                        await ch.trim(nxt - 1)
-                    continue
-                # not held (no backup, or a restart lost it): recompute what is missing
-                async for b in regenerate(self, ch.consumer, nxt, hi):
-                    await self._send(writer, [wire.encode(b.to_msg())])
-                    nxt = b.r + 1
-                if hi >= nxt:  # the stream ended while regenerating
-                    async with ch.cond:
-                        await ch.cond.wait_for(lambda: ch.sub_token is not token)
-                    return
-        finally:
-            await ch.detach(token, self.backup)
-
-    # ---- background duties ----------------------------------------------------------------
-
-    async def _fence_watch(self) -> None:
-        while True:
-            await asyncio.sleep(0.2)
-            await asyncio.to_thread(self.store.check_fence)
-
-    async def _trim_loop(self) -> None:
-        """Publish our replay floor, and trim what no consumer can ask for any more: each
-        backup buffer up to its consumer's floor, a source's batch log (in memory and on
-        disk) before the lowest one (a replay of batch ``f + 1`` needs the log entry of
-        ``f``). See
-        :meth:`Store.replay_floor` for why this is exactly what a replay may still need."""
-        consumers = list(self.channels)
-        store = self.store
-        while True:
-            if not self.cfg.is_source:  # beside the checkpoints, which delete below it
-                await self.writes(lambda: store.publish_floor(store.replay_floor(consumers)))
-            if self.cfg.is_source:  # between two appends: the writer changes the log
-                floor = await asyncio.to_thread(store.consumer_floor, consumers)
-                await self.writes(self.log.forget_before, floor)
-            if self.backup:
-                for c, ch in self.channels.items():
-                    await ch.trim(await asyncio.to_thread(store.published_floor, c))
-            await asyncio.sleep(0.5)
+    # ---- following the recovery session --------------------------------------------------
 
     async def _session_watch(self) -> None:
         """Follow the operator's recovery session: adaptive buffering while it asks."""
@@ -585,17 +443,6 @@ class Task:
                     self._check_replay()
             await asyncio.sleep(1.0)
         await asyncio.Event().wait()
-
-    async def _metrics_loop(self, writer: MetricsWriter) -> None:
-        next_row = time.monotonic() + self.cfg.metrics_interval
-        while True:
-            # status.json four times a second: how far behind the task is, for whoever
-            # measures its recovery from outside (the benchmark on real nodes)
-            await asyncio.sleep(min(0.25, self.cfg.metrics_interval))
-            if time.monotonic() >= next_row:
-                await self.writes(writer.write)
-                next_row += self.cfg.metrics_interval
-            await self._status()
 
 
 __all__ = ["Fenced", "Task"]

@@ -36,3 +36,26 @@ def _client_parser() -> Callable[[Any], Decimal]:
 parse_quantity = _client_parser()
 """``kubernetes.utils.quantity.parse_quantity``: a quantity as a :class:`~decimal.Decimal`;
 ``ValueError`` when it is not one."""
+
+
+def positive_quantity(value: Any) -> str | None:
+    """``value`` as the text of a positive Kubernetes quantity (``None`` stays ``None``),
+    for the validators of quantity fields; a ``ValueError`` that says what is wrong
+    otherwise.
+
+    >>> positive_quantity(2), positive_quantity("250m"), positive_quantity(None)
+    ('2', '250m', None)
+    >>> positive_quantity("0")
+    Traceback (most recent call last):
+    ValueError: '0' must be positive
+    """
+    if value is None:
+        return None
+    text = str(value)
+    try:
+        q = parse_quantity(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity") from None
+    if q <= 0:
+        raise ValueError(f"{text!r} must be positive")
+    return text

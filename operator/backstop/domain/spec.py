@@ -3,7 +3,9 @@
 Every entry point (``backstop`` CLI, the Kopf handlers, the CRD generator) parses
 a manifest once into these pydantic models and then calls :func:`expand` to get
 the task DAG the planners work on. Keeping one model means the CRD schema, the
-CLI's validation and the operator's validation can never disagree.
+CLI's validation and the operator's validation can never disagree. The lifecycle
+fields (:mod:`backstop.domain.lifecycle_spec`) and the recovery, replication and
+re-optimization policies (:mod:`backstop.domain.policy_spec`) are in modules of their own.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -27,7 +29,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from backstop.domain.budget import DETECTION_DESCRIPTION, budget, check_fixed_terms
+from backstop.domain.budget import budget, check_fixed_terms
 from backstop.domain.constants import (
     DNS_LABEL,
     DNS_SUBDOMAIN,
@@ -43,8 +45,7 @@ from backstop.domain.constants import (
 )
 from backstop.domain.lifecycle_spec import LifecycleFields
 from backstop.domain.limits import check_size_limits
-from backstop.domain.metricspath import DESCRIPTION as METRICS_PATH_DESCRIPTION
-from backstop.domain.metricspath import check_path, check_s3_store
+from backstop.domain.metricspath import check_s3_store
 from backstop.domain.names import (
     check_topology_name,
     format_validation_error,
@@ -53,16 +54,17 @@ from backstop.domain.names import (
 )
 from backstop.domain.podmerge import check_templates, pod_weight
 from backstop.domain.podtemplate import OPERATOR_TEMPLATE, TOPOLOGY_TEMPLATE, PodTemplate
-from backstop.domain.quantity import parse_quantity
+from backstop.domain.policy_spec import ApplyMode as ApplyMode
+from backstop.domain.policy_spec import RecoveryMode as RecoveryMode
+from backstop.domain.policy_spec import RecoveryPolicy as RecoveryPolicy
+from backstop.domain.policy_spec import ReoptimizationPolicy as ReoptimizationPolicy
+from backstop.domain.policy_spec import ReplicationPolicy as ReplicationPolicy
+from backstop.domain.quantity import parse_quantity, positive_quantity
 from backstop.domain.storespec import DESCRIPTION as STORE_DESCRIPTION
 from backstop.domain.storespec import StoreSpec
 from backstop.domain.yamlio import load_all
 from planners import InvalidTopology, TaskGraph
 from planners.placement import PLACEMENT_ALGORITHMS
-from planners.recovery import RECOVERY_ALGORITHMS
-from planners.replication import STRATEGIES
-
-Seconds = Annotated[float, Field(ge=0, le=SECONDS_MAX)]
 
 
 class _Model(BaseModel):
@@ -137,16 +139,7 @@ class Resources(_Model):
     @field_validator("cpu", "memory", "cpu_limit", "memory_limit", mode="before")
     @classmethod
     def _quantity(cls, value: Any) -> str | None:
-        if value is None:
-            return None
-        text = str(value)
-        try:
-            q = parse_quantity(text)
-        except ValueError:
-            raise ValueError(f"{text!r} is not a Kubernetes quantity") from None
-        if q <= 0:
-            raise ValueError(f"{text!r} must be positive")
-        return text
+        return positive_quantity(value)
 
     @property
     def cpu_cores(self) -> float:
@@ -185,111 +178,6 @@ class OperatorSpec(_Model):
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
     pod_template: PodTemplate | None = OPERATOR_TEMPLATE
-
-
-class RecoveryMode(StrEnum):
-    incremental = "incremental"
-    blocking = "blocking"
-    auto = "auto"
-
-
-def _operator_default(schema: dict[str, Any]) -> None:
-    """No default in the CRD: the API server would store it, and an unset field must stay
-    unset so the operator-wide default applies (``Settings.resolve``)."""
-    schema.pop("default", None)
-
-
-class RecoveryPolicy(_Model):
-    """How the operator recovers from node loss."""
-
-    mode: RecoveryMode = RecoveryMode.auto
-    grace_period_seconds: Seconds = Field(
-        30.0,
-        description="NotReady time before loss; unset: the operator's default (Helm value "
-        "recovery.gracePeriodSeconds), else 30.",
-        json_schema_extra=_operator_default,
-    )
-    detection_seconds: Seconds = Field(0.0, description=DETECTION_DESCRIPTION)
-    restart_seconds: Seconds = Field(
-        0.0, description="Pod (re)start of a lost task (the model's c, measured)."
-    )
-    utilization_cap: float = Field(
-        0.8,
-        gt=0,
-        le=1,
-        description="Usable share of a node's CPU; unset: the operator's default (Helm value "
-        "recovery.utilizationCap), else 0.8.",
-        json_schema_extra=_operator_default,
-    )
-    correlated_threshold: int = Field(
-        2, ge=1, le=10000, description="Lost nodes that make it correlated."
-    )
-    window_seconds: Seconds = Field(60.0, description="Losses within it join one session.")
-    algorithm: str = registered("auto", RECOVERY_ALGORITHMS, "Recovery scheduling algorithm.")
-    replan_on_violation: bool = Field(
-        True,
-        description="Whenever the bound is broken (after a recovery, say), restore it as soon "
-        "as capacity allows: re-plan with the fewest moved pods and move a few at a time.",
-    )
-
-    _algorithm = field_validator("algorithm")(one_of("recovery algorithm", RECOVERY_ALGORITHMS))
-
-
-class ReplicationPolicy(_Model):
-    """Selective active replication on spare capacity."""
-
-    spare_cpu: str = Field(
-        description="CPU budget for active replicas (Kubernetes quantity).",
-        json_schema_extra={"x-kubernetes-int-or-string": True},
-    )
-
-    @field_validator("spare_cpu", mode="before")
-    @classmethod
-    def _quantity(cls, value: Any) -> str:
-        text = Resources._quantity(value)
-        assert text is not None  # a required field: pydantic refuses None first
-        return text
-
-    strategy: str = registered("qod-lu", STRATEGIES, "Importance: qod, lu, qod-lu, or random.")
-    host_failure_prob: float | None = Field(
-        None,
-        ge=0,
-        le=1,
-        description="Probability that a node crashes within a day (the replication seed's p). "
-        "When set, every selection (exact knapsack, the seed's sort-and-fill) with every "
-        "heuristic is tried and the replicas that keep the most queries running under "
-        "independent node crashes are chosen.",
-    )
-
-    _strategy = field_validator("strategy")(one_of("replication strategy", STRATEGIES))
-
-
-class ApplyMode(StrEnum):
-    auto = "auto"
-    suggest = "suggest"
-
-
-class ReoptimizationPolicy(_Model):
-    """Periodic re-estimation and re-planning on Spark (docs/reoptimization.md)."""
-
-    interval_seconds: float = Field(
-        3600.0, ge=60, le=30 * SECONDS_MAX, description="Seconds between runs (60 s to 30 days)."
-    )
-    apply: ApplyMode = Field(
-        ApplyMode.suggest,
-        description="auto: apply a better plan; suggest: only record it in status.",
-    )
-    min_improvement: float = Field(
-        0.1, ge=0, le=1, description="Smallest relative gain that is applied (hysteresis)."
-    )
-    nonce: str | None = Field(None, max_length=253, description="Change it to run once on demand.")
-    metrics_path: str | None = Field(
-        None,
-        max_length=4096,
-        description=METRICS_PATH_DESCRIPTION,
-    )
-
-    _metrics_path = field_validator("metrics_path")(check_path)
 
 
 class BackupMode(StrEnum):

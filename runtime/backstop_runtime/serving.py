@@ -1,0 +1,169 @@
+"""The task's server: the subscriptions of its consumers, live or a bounded replay.
+
+A consumer connects to the address its producer publishes and sends one ``sub``
+message. Without ``to`` it is a live subscription from batch ``from`` on: what the
+channel holds already is marked a replay, later batches are live, and what nobody holds
+is regenerated (:mod:`backstop_runtime.replay`). A subscription of an older epoch than
+the channel's current subscriber is refused as fenced; a newer one takes the channel
+over and the older sender stops. With ``to`` it is a bounded replay request (from a
+consumer that regenerates its own output), answered from the channel or regenerated,
+then ended. This module is apart from :mod:`backstop_runtime.task` because it only
+reads the task's channels and progress, through :class:`Publisher`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Protocol
+
+from backstop_runtime import suspects, wire
+from backstop_runtime.channels import OutChannel
+from backstop_runtime.engine import INF, Batch, ReplayGone
+from backstop_runtime.replay import Producer, regenerate
+
+log = logging.getLogger("backstop_runtime.serving")
+
+
+class Publisher(Producer, Protocol):
+    """What serving needs of the task (:class:`backstop_runtime.task.Task`)."""
+
+    channels: dict[str, OutChannel]
+    """One output channel per consumer task."""
+    round: int
+    """The last round the task has published."""
+    eos: bool
+    """Whether the task's stream has ended."""
+
+    @property
+    def backup(self) -> bool:
+        """Whether channels keep batches until the consumer's checkpoint (``M(v)=1``)."""
+
+
+async def serve(
+    task: Publisher, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """Answer one connection of a consumer (the task's ``asyncio`` server callback): its
+    ``sub`` message, then the batches it asks for, until it or the task goes."""
+    beat = suspects.beat(writer)  # heartbeats while idle: the consumer sees us alive
+    try:
+        wire.tune(writer)
+        msg = await wire.read(reader)
+        ch = task.channels.get(str(msg.get("consumer")))
+        if msg.get("t") != "sub" or ch is None:
+            writer.write(
+                wire.encode(
+                    {
+                        "t": "err",
+                        "msg": f"{msg.get('consumer')} is not a consumer of {task.cfg.task}",
+                        "fenced": False,
+                    }
+                )
+            )
+            return
+        lo, hi = int(msg["from"]), msg.get("to")
+        if hi is None:
+            await _serve_live(task, ch, writer, int(msg["epoch"]), lo)
+        else:
+            await _serve_range(task, ch, writer, lo, int(hi))
+    except ReplayGone as err:
+        # the consumer asked for less than its published floor promised: say so, to it
+        # and in our log, instead of failing the connection without a word
+        log.error("%s: cannot serve a replay: %s", task.cfg.task, err)
+        with contextlib.suppress(ConnectionError):
+            writer.write(wire.encode({"t": "err", "msg": str(err), "fenced": False}))
+            await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError, ValueError, json.JSONDecodeError):
+        pass
+    except asyncio.CancelledError:
+        pass  # shutting down; a cancelled handler would be logged as an error by asyncio
+    finally:
+        beat.cancel()
+        writer.close()
+
+
+async def _send(writer: asyncio.StreamWriter, frames: list[bytes]) -> None:
+    writer.write(b"".join(frames))
+    await writer.drain()
+
+
+def _replay_marker(task: Publisher, upto: int) -> bytes:
+    """Tells the subscriber that batches up to ``upto`` are a replay from us (those
+    sent from our buffer; regenerated ones say where they came from themselves)."""
+    return wire.encode({"t": "replay", "upto": upto, "via": [task.cfg.task]})
+
+
+async def _serve_range(
+    task: Publisher, ch: OutChannel, writer: asyncio.StreamWriter, lo: int, hi: int
+) -> None:
+    await _send(writer, [_replay_marker(task, hi)])
+    if ch.holds(lo, hi):
+        await _send(writer, ch.frames(lo, hi))
+    else:
+        async for b in regenerate(task, ch.consumer, lo, hi):
+            await _send(writer, [wire.encode(b.to_msg())])
+    await _send(writer, [wire.encode({"t": "end"})])
+
+
+async def _serve_live(
+    task: Publisher, ch: OutChannel, writer: asyncio.StreamWriter, epoch: int, nxt: int
+) -> None:
+    token = await ch.attach(epoch)
+    if token is None:
+        writer.write(
+            wire.encode(
+                {
+                    "t": "err",
+                    "fenced": True,
+                    "msg": f"epoch {epoch} of {ch.consumer} is superseded",
+                }
+            )
+        )
+        return
+    try:
+        # what exists already is a replay to this subscriber, later batches are live; a
+        # task without a backup holds only what it could not send yet (the consumer's
+        # backlog, not a replay: see ``channels``), so only what comes before is replayed
+        first = ch.first()
+        upto = max(task.round, ch.last() or 0) if task.backup or first is None else first - 1
+        await _send(writer, [_replay_marker(task, upto)])
+        while True:
+            async with ch.cond:
+                await ch.cond.wait_for(
+                    lambda nxt=nxt: (
+                        ch.sub_token is not token  # type: ignore[misc]
+                        or (ch.last() or task.round) >= nxt
+                        or (task.eos and nxt > task.round)
+                    )
+                )
+                if ch.sub_token is not token:
+                    return
+                past_end = task.eos and nxt > task.round and (ch.last() or 0) < nxt
+                first = ch.first()
+                frames = ch.frames(nxt) if first is not None and first <= nxt else []
+                hi = (first - 1) if first is not None else task.round
+            if past_end:
+                # the consumer restored past the end of our stream: tell it so (the
+                # channel's lock is released: a newer subscriber must be able to attach)
+                await _send(writer, [wire.encode(Batch(nxt, [], INF, True).to_msg())])
+                async with ch.cond:
+                    await ch.cond.wait_for(lambda: ch.sub_token is not token)
+                return
+            if frames:
+                await _send(writer, frames)
+                nxt += len(frames)
+                if not task.backup:
+                    await ch.trim(nxt - 1)
+                continue
+            # not held (no backup, or a restart lost it): recompute what is missing
+            async for b in regenerate(task, ch.consumer, nxt, hi):
+                await _send(writer, [wire.encode(b.to_msg())])
+                nxt = b.r + 1
+            if hi >= nxt:  # the stream ended while regenerating
+                async with ch.cond:
+                    await ch.cond.wait_for(lambda: ch.sub_token is not token)
+                return
+    finally:
+        await ch.detach(token, task.backup)
