@@ -57,7 +57,10 @@ def test_a_task_process_follows_the_map_pushed_to_it(tmp_path: Path) -> None:
     topo.start_all()
     try:
         topo.wait("the sink to be ready", lambda: _ready(port)[0] == 200)
-        registered = json.loads(topo.blobs.get(f"{topo.root_key}/peers/{producer}.json") or b"")
+        key = f"{topo.root_key}/peers/{producer}.json"
+        # ready says no producer went unanswered yet, not that this one has registered
+        topo.wait(f"{producer} registered", lambda: topo.blobs.get(key) is not None)
+        registered = json.loads(topo.blobs.get(key) or b"")
         real = f"{registered['host']}:{registered['port']}"
 
         refused = _push(port, 1, {producer: "127.0.0.1:1"}, None)
