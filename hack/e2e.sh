@@ -235,8 +235,9 @@ done_phase "$ntasks task pods Running in real containers on: $task_nodes; no hos
 phase logs "kubectl logs of a task pod on every node with tasks"
 for node in $task_nodes; do
   pod=$(kubectl get pods -n $NS -l $GROUP/topology=$TOPO --field-selector spec.nodeName=$node -o jsonpath='{.items[0].metadata.name}')
+  # a task logs once it has caught up with its input, which first has to reach the bucket
+  wait_until 60 "a log line of $pod (node $node)" bash -c "kubectl logs -n $NS $pod --tail=5 | grep -q ."
   out=$(kubectl logs -n $NS "$pod" --tail=5) || fail "kubectl logs $pod (node $node)"
-  [[ -n $out ]] || fail "kubectl logs $pod (node $node) is empty"
   echo "    $node/$pod: $(tail -1 <<<"$out" | cut -c1-120)" >&2
 done
 wait_until 120 "the sink's first output lines in the bucket" sink_output 1
