@@ -40,7 +40,7 @@ ALERTS = {
     "BackstopRecoverySessionLong": ("backstop_recovery_session_active", "10m"),
     "BackstopReconcileErrors": ("backstop_reconcile_errors_total", "10m"),
 }
-"""The alerts the issue asks for, each with its series and its ``for``."""
+"""The alerts an SRE needs on day two, each with its series and its ``for``."""
 WORDS = PROMQL_WORDS | {"or", "and", "unless", "vector", "absent", "max_over_time"}
 
 

@@ -84,6 +84,21 @@ def pod(
 # ---- the map, from the pods ------------------------------------------------------------
 
 
+def daemon_kwargs(memo: Any, stopped: Any, index: Any, key: Any) -> dict[str, Any]:
+    """What Kopf passes the peers daemon of topology ``ns/wc`` (uid ``u1``)."""
+    return {
+        "name": "wc",
+        "namespace": "ns",
+        "meta": {"uid": "u1"},
+        "spec": SPEC,
+        "stopped": stopped,
+        "logger": LOG,
+        "memo": memo,
+        "pods_by_topology": index,
+        "topologies": {key: ["u1"]},
+    }
+
+
 def test_the_map_names_running_primaries_with_an_ip_that_are_not_being_deleted() -> None:
     pods = [
         pod("src-0", "10.0.0.1"),
@@ -303,18 +318,7 @@ def test_the_daemon_pushes_a_move_as_soon_as_the_pod_index_sees_it(servers: list
     stopped = Flag()
 
     async def run() -> float:
-        kwargs: dict[str, Any] = {
-            "name": "wc",
-            "namespace": "ns",
-            "meta": {"uid": "u1"},
-            "spec": SPEC,
-            "stopped": stopped,
-            "logger": LOG,
-            "memo": memo,
-            "pods_by_topology": index,
-            "topologies": {key: ["u1"]},
-        }
-        daemon = asyncio.ensure_future(peers_daemon.run(**kwargs))
+        daemon = asyncio.ensure_future(peers_daemon.run(**daemon_kwargs(memo, stopped, index, key)))
         while not consumer.seen:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)
@@ -403,18 +407,7 @@ def test_a_steady_topology_is_not_rebuilt_until_its_pods_change(
     monkeypatch.setattr(peers_daemon, "RETRY", 0.05)
 
     async def run() -> None:
-        kwargs: dict[str, Any] = {
-            "name": "wc",
-            "namespace": "ns",
-            "meta": {"uid": "u1"},
-            "spec": SPEC,
-            "stopped": stopped,
-            "logger": LOG,
-            "memo": memo,
-            "pods_by_topology": index,
-            "topologies": {key: ["u1"]},
-        }
-        daemon = asyncio.ensure_future(peers_daemon.run(**kwargs))
+        daemon = asyncio.ensure_future(peers_daemon.run(**daemon_kwargs(memo, stopped, index, key)))
         await asyncio.sleep(0.5)  # ten timer rounds
         assert len(rounds) == 1 and len(consumer.seen) == 1
         index[key] = [pods[0], pods[2]]  # src-1 deleted without an event the index reports
