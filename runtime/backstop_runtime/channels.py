@@ -18,6 +18,11 @@ and the consumer's next copy regenerates the whole gap. Keeping it is beyond the
 (``M(v)`` of a task without a backup is empty): it spares the regeneration of the input
 that arrived while the consumer was down (failure detection plus pod start, which the
 model does not count), leaving only the regeneration the model prices in ``ℓ(v)``.
+
+A *follower* channel feeds an active replica of the consumer (``<task>#r<k>``): it carries
+the consumer's batches, never holds a backup (the primary's checkpoints are the ack) and
+never stops the producer: a replica that falls behind by a full buffer loses it and is
+sent the gap regenerated, as a consumer that is down would be.
 """
 
 from __future__ import annotations
@@ -29,9 +34,12 @@ from collections import deque
 class OutChannel:
     """Batches for one consumer task, contiguous by round."""
 
-    def __init__(self, consumer: str, cap: int) -> None:
+    def __init__(self, consumer: str, cap: int, *, follower: bool = False) -> None:
         self.consumer = consumer
+        """The consumer task whose batches the channel carries (a replica's task)."""
         self.cap = cap
+        self.follower = follower
+        """Whether the channel feeds an active replica of ``consumer`` (see above)."""
         self.rounds: deque[tuple[int, bytes]] = deque()
         self.cond = asyncio.Condition()
         self.sub_epoch = -1
@@ -45,7 +53,7 @@ class OutChannel:
         return self.sub_token is not None
 
     def retains(self, backup: bool) -> bool:
-        return backup or self.connected
+        return not self.follower and (backup or self.connected)
 
     async def append(self, r: int, frame: bytes, backup: bool) -> None:
         """Add round ``r``; wait while the buffer is full (back-pressure), except for a

@@ -43,6 +43,24 @@ class Downstream:
         return [f"{self.operator}-{i}" for i in range(self.parallelism)]
 
 
+REPLICA_MARK = "#r"
+"""Separates a task id from a replica's number in a copy's name (never in a task id)."""
+
+
+def copy_name(task: str, replica: int) -> str:
+    """The name a replica copy of ``task`` goes by on the data plane.
+
+    >>> copy_name("count-0", 0), base_task("count-0#r0"), base_task("count-0")
+    ('count-0#r0', 'count-0', 'count-0')
+    """
+    return f"{task}{REPLICA_MARK}{replica}"
+
+
+def base_task(copy: str) -> str:
+    """The task a copy's name belongs to (see :func:`copy_name`)."""
+    return copy.split(REPLICA_MARK, 1)[0]
+
+
 @dataclass(frozen=True)
 class TaskConfig:
     """Who the task is and where it keeps its state; see the README's runtime contract."""
@@ -72,10 +90,24 @@ class TaskConfig:
     topology_uid: str = ""
     """``BACKSTOP_TOPOLOGY_UID``: the StreamTopology's ``metadata.uid`` ("" by hand)."""
     extra: Mapping[str, str] = field(default_factory=dict)
+    replica: int = 0
+    """``BACKSTOP_REPLICA``: which active replica of the task this copy is (a replica)."""
 
     @property
     def is_source(self) -> bool:
         return not self.upstream
+
+    @property
+    def is_replica(self) -> bool:
+        """An active replica: it follows its primary's input and serves the same output,
+        but owns no state (no epoch, checkpoint, status or output of its own)."""
+        return self.role == "replica"
+
+    @property
+    def copy(self) -> str:
+        """This copy's name among the task's copies: the task id for the primary,
+        ``<task>#r<k>`` for its ``k``-th replica (:func:`copy_name`)."""
+        return copy_name(self.task, self.replica) if self.is_replica else self.task
 
     @property
     def root(self) -> str:
@@ -292,4 +324,5 @@ def from_env(env: Mapping[str, str] | None = None) -> TaskConfig:
         namespace=_component(env, "BACKSTOP_NAMESPACE", "default"),
         topology_uid=_component(env, "BACKSTOP_TOPOLOGY_UID", ""),
         extra={k: v for k, v in env.items() if k.startswith("BACKSTOP_")},
+        replica=_int(env, "BACKSTOP_REPLICA", default=0),
     )

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any, NoReturn
 
 from backstop_runtime import suspects, wire
@@ -129,16 +129,21 @@ async def stream(
     epoch: int,
     start: int,
     end: int | None = None,
+    floor: Callable[[], int] | None = None,
 ) -> AsyncGenerator[Batch, None]:
     """Batches ``start, start+1, …`` (to ``end`` inclusive if given) from ``producer``.
 
     Reconnects, re-resolving the producer, whenever the connection breaks; a bounded
     stream ends after ``end`` or after the batch that ends the stream (``eos``).
     Raises :class:`Fenced` if the producer says a newer copy of ``consumer`` exists.
+    With ``floor``, a (re)subscription starts at ``floor()`` if that is further on: the
+    batches below it came from another copy of the producer (:func:`stream_copies`).
     """
     expected = start
     warned = False
     while end is None or expected <= end:
+        if floor is not None:
+            expected = max(expected, floor())
         doc = store.peer(producer)
         if doc is None:
             if not warned:
@@ -211,3 +216,94 @@ async def _frames(
             raise PeerGone("the producer moved (a newer copy or another address)")
         if msg["t"] != "hb":
             yield msg
+
+
+COPIES_EVERY = 0.5
+"""Seconds between two looks at which copies of a producer the pushed map names."""
+
+
+async def stream_copies(
+    store: Store, producer: str, *, consumer: str, epoch: int, start: int
+) -> AsyncGenerator[Batch, None]:
+    """Batches ``start, start+1, …`` of ``producer``, taking the first copy of each.
+
+    Reads from the producer and from every active replica of it that the operator's map
+    names (``<task>#r<k>``), each through its own :func:`stream`, and yields batch ``r``
+    from whichever copy delivers it first. The copies compute the same batches (the
+    runtime is deterministic), so when the primary's node dies the replica's copy goes
+    on arriving: the consumer sees no gap, with no detection, restart or replay on its
+    path. A copy whose stream fails is dropped and tried again at the next look, except
+    the primary's failure to be fenced, which ends this stream as :func:`stream` does.
+    """
+    merge = _Merge(store, producer, consumer, epoch, start)
+    try:
+        async for batch in merge.batches():
+            yield batch
+    finally:
+        await merge.close()
+
+
+class _Merge:
+    """The copies of one producer read at once (see :func:`stream_copies`)."""
+
+    def __init__(self, store: Store, producer: str, consumer: str, epoch: int, nxt: int):
+        self.store, self.producer, self.consumer, self.epoch = store, producer, consumer, epoch
+        self.next = nxt
+        """The next batch to yield: each copy subscribes (again) from here on."""
+        self.queue: asyncio.Queue[tuple[str, Batch | Exception]] = asyncio.Queue(16)
+        self.readers: dict[str, asyncio.Task[None]] = {}
+        self.looked = 0.0
+
+    async def batches(self) -> AsyncIterator[Batch]:
+        while True:
+            self._look()
+            try:
+                copy, item = await asyncio.wait_for(self.queue.get(), COPIES_EVERY)
+            except TimeoutError:
+                continue
+            if isinstance(item, Exception):
+                if copy == self.producer or isinstance(item, Fenced):
+                    raise item
+                log.info("input %s: %s failed (%s); reading the others", self.producer, copy, item)
+                self.readers.pop(copy, None)
+                continue
+            if item.r < self.next:
+                continue  # another copy's batch came first (identical by construction)
+            self.next = item.r + 1
+            yield item
+            if item.eos:
+                return
+
+    def _look(self) -> None:
+        """Start a reader for each copy the map names, stop those it no longer names."""
+        now = time.monotonic()
+        if now - self.looked < COPIES_EVERY and self.readers:
+            return
+        self.looked = now
+        wanted = {self.producer, *self.store.pushed.copies(self.producer)}
+        for copy in wanted - set(self.readers):
+            self.readers[copy] = asyncio.ensure_future(self._read(copy))
+        for copy in set(self.readers) - wanted:
+            self.readers.pop(copy).cancel()
+            UNANSWERED.pop(copy, None)
+            suspects.clear(copy)
+
+    async def _read(self, copy: str) -> None:
+        try:
+            async for batch in stream(
+                self.store,
+                copy,
+                consumer=self.consumer,
+                epoch=self.epoch,
+                start=self.next,
+                floor=lambda: self.next,
+            ):
+                await self.queue.put((copy, batch))
+            await asyncio.Event().wait()  # ended with eos: stay done
+        except Exception as err:
+            await self.queue.put((copy, err))
+
+    async def close(self) -> None:
+        for reader in self.readers.values():
+            reader.cancel()
+        await asyncio.gather(*self.readers.values(), return_exceptions=True)

@@ -3,7 +3,8 @@
 The operator watches the task pods; when a topology's pods change (a pod got its IP, a
 task moved, a pod was deleted) it sends every task pod the addresses of the tasks it
 reads from, ``PUT /peers`` on the pod's metrics port (:mod:`backstop_runtime.httpmetrics`)
-with ``{"version": int, "peers": {task: "host:port"}}``. A newer version replaces the
+with ``{"version": int, "peers": {task: "host:port"}}``; a task's active replicas are
+named ``<task>#r<k>`` (:func:`backstop_runtime.config.copy_name`). A newer version replaces the
 map whole; an older or equal one (a retry that arrives late) is ignored.
 :meth:`Store.peer <backstop_runtime.store.Store.peer>` asks this map first, so a moved
 producer is found as soon as the operator has seen its new pod, without a read of the
@@ -17,6 +18,8 @@ import json
 import threading
 from collections.abc import Mapping
 from typing import Any
+
+from backstop_runtime.config import REPLICA_MARK
 
 MAX_BODY = 8 * 1024 * 1024
 """Bytes a ``PUT /peers`` body may have (a map of every task of the largest topology
@@ -105,6 +108,21 @@ class PushedPeers:
         """Where the pushed map says ``task`` listens (``None``: it does not name it)."""
         with self._lock:
             return self._peers.get(task)
+
+    def copies(self, task: str) -> list[str]:
+        """The names of ``task``'s active replicas the map names (``<task>#r<k>``), in
+        order: a consumer reads from each of them beside the primary.
+
+        >>> m = PushedPeers()
+        >>> m.update(1, {"a-0": ("10.0.0.1", 1), "a-0#r0": ("10.0.0.2", 1),
+        ...              "a-1#r0": ("10.0.0.3", 1)})
+        True
+        >>> m.copies("a-0"), m.copies("b-0")
+        (['a-0#r0'], [])
+        """
+        mark = task + REPLICA_MARK
+        with self._lock:
+            return sorted(t for t in self._peers if t.startswith(mark))
 
     def snapshot(self) -> dict[str, Any]:
         """The map as ``GET /peers`` shows it."""

@@ -7,8 +7,11 @@ is regenerated (:mod:`backstop_runtime.replay`). A subscription of an older epoc
 the channel's current subscriber is refused as fenced; a newer one takes the channel
 over and the older sender stops. With ``to`` it is a bounded replay request (from a
 consumer that regenerates its own output), answered from the channel or regenerated,
-then ended. This module is apart from :mod:`backstop_runtime.task` because it only
-reads the task's channels and progress, through :class:`Publisher`.
+then ended. An active replica of a consumer (``<task>#r<k>``) subscribes as the
+consumer does and is served from a follower channel of its own
+(:class:`~backstop_runtime.channels.OutChannel`). This module is apart from
+:mod:`backstop_runtime.task` because it only reads the task's channels and progress,
+through :class:`Publisher`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Protocol
 
 from backstop_runtime import suspects, wire
 from backstop_runtime.channels import OutChannel
+from backstop_runtime.config import base_task
 from backstop_runtime.engine import INF, Batch, ReplayGone
 from backstop_runtime.replay import Producer, regenerate
 
@@ -32,6 +36,9 @@ class Publisher(Producer, Protocol):
 
     channels: dict[str, OutChannel]
     """One output channel per consumer task."""
+    followers: dict[str, OutChannel]
+    """One follower channel per active replica of a consumer that subscribed, by its copy
+    name (``<task>#r<k>``)."""
     round: int
     """The last round the task has published."""
     eos: bool
@@ -51,7 +58,7 @@ async def serve(
     try:
         wire.tune(writer)
         msg = await wire.read(reader)
-        ch = task.channels.get(str(msg.get("consumer")))
+        ch = channel(task, str(msg.get("consumer")))
         if msg.get("t") != "sub" or ch is None:
             writer.write(
                 wire.encode(
@@ -82,6 +89,16 @@ async def serve(
     finally:
         beat.cancel()
         writer.close()
+
+
+def channel(task: Publisher, consumer: str) -> OutChannel | None:
+    """The channel of ``consumer``: a consumer task's own, or a follower channel for an
+    active replica of one (made when it first subscribes); ``None`` for a stranger."""
+    ch = task.channels.get(consumer) or task.followers.get(consumer)
+    base = base_task(consumer)
+    if ch is None and base != consumer and base in task.channels:
+        ch = task.followers[consumer] = OutChannel(base, task.channels[base].cap, follower=True)
+    return ch
 
 
 async def _send(writer: asyncio.StreamWriter, frames: list[bytes]) -> None:
@@ -126,8 +143,9 @@ async def _serve_live(
         # what exists already is a replay to this subscriber, later batches are live; a
         # task without a backup holds only what it could not send yet (the consumer's
         # backlog, not a replay: see ``channels``), so only what comes before is replayed
+        keeps = task.backup and not ch.follower  # the channel holds a backup
         first = ch.first()
-        upto = max(task.round, ch.last() or 0) if task.backup or first is None else first - 1
+        upto = max(task.round, ch.last() or 0) if keeps or first is None else first - 1
         await _send(writer, [_replay_marker(task, upto)])
         while True:
             async with ch.cond:
@@ -154,13 +172,14 @@ async def _serve_live(
             if frames:
                 await _send(writer, frames)
                 nxt += len(frames)
-                if not task.backup:
+                if not keeps:
                     await ch.trim(nxt - 1)
                 continue
             # not held (no backup, or a restart lost it): recompute what is missing
             async for b in regenerate(task, ch.consumer, nxt, hi):
                 await _send(writer, [wire.encode(b.to_msg())])
                 nxt = b.r + 1
+            ch.dropped = False  # a follower that fell behind is sent live batches again
             if hi >= nxt:  # the stream ended while regenerating
                 async with ch.cond:
                     await ch.cond.wait_for(lambda: ch.sub_token is not token)

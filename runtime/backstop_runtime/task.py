@@ -13,6 +13,14 @@ batch ``K·k`` is the checkpoint punctuation ``P_k`` of *Incremental Recovery in
 Distributed Stream Processing Systems*, Section 4.1, and the checkpoints of one round
 form a consistent cut.
 
+An active replica (``BACKSTOP_ROLE=replica``, ``spec.replication``) restores the same
+checkpoint, reads the same input (:func:`backstop_runtime.inputs.stream_copies`) and serves
+the same batches to the same consumers, which take the first copy of each: when the
+primary's node dies, the consumers' input goes on from the replica with no restart and no
+replay on their path. A replica owns nothing in the store: it claims no epoch (that would
+fence its primary out) and writes no checkpoint, status, metrics row or output; the
+operator starts the lost primary again in the background, from its checkpoint.
+
 The task serves its consumers through :mod:`backstop_runtime.serving` and runs its
 periodic duties (the fence check, the replay floors, the metrics rows) from
 :mod:`backstop_runtime.duties`; this module holds its life cycle, its state and its loops.
@@ -72,9 +80,8 @@ class Task:
         self.behind_since = time.time()  # the last time the input had no backlog (a source)
         self.replayed_from: set[str] = set()  # where replays to this copy came from
         self.replay_checked = False
-        self.planned = (
-            self.session.replay.get(cfg.task) if self.session.recovering(cfg.task) else None
-        )
+        recovering = self.session.recovering(cfg.task) and not cfg.is_replica
+        self.planned = self.session.replay.get(cfg.task) if recovering else None
         if self.planned is not None and self.session.before is not None:
             self.metrics.restart_seconds = self.started - self.session.before
         self.cap = int(os.environ.get("BACKSTOP_BUFFER_ROUNDS", "2000"))
@@ -83,10 +90,12 @@ class Task:
         self.period = max(1, round(cfg.checkpoint_interval / cfg.batch_interval))
         self.catch_up_lag = float(os.environ.get("BACKSTOP_CAUGHT_UP_LAG", "0.5"))
         self.channels = {c: OutChannel(c, self.cap) for c, _ in cfg.consumers()}
+        self.followers: dict[str, OutChannel] = {}  # the consumers' active replicas
         self.log = BatchLog(self.store.blobs if cfg.is_source else None, self.store.batches_key())
         self.logged_cond = asyncio.Condition()
         self.dead = DeadLetters(self.store, self.counters, cfg.task)
         # validate the user's class now: a config error must fail the start, not a replay
+        self.sink: SinkWriter | None = None
         if cfg.is_source:
             self.source: Source = instantiate(cfg, Source)
         else:
@@ -100,8 +109,9 @@ class Task:
 
     @property
     def backup(self) -> bool:
-        """Whether channels keep batches until the consumer's checkpoint (``M(v)=1``)."""
-        return self.cfg.keeps_backup or self.adaptive
+        """Whether channels keep batches until the consumer's checkpoint (``M(v)=1``):
+        the primary's duty, never a replica's."""
+        return (self.cfg.keeps_backup or self.adaptive) and not self.cfg.is_replica
 
     async def logged(self, r: int) -> None:
         """Wait until the (source) batch log holds round ``r``."""
@@ -113,29 +123,27 @@ class Task:
     async def run(self, stop: asyncio.Event) -> None:
         """Start up (its store calls inline: nothing is served before they are done), then
         serve and work until ``stop``, the work's failure or a fence."""
-        if self.cfg.role == "replica":
-            # Active replicas (spec.replication) are not implemented by this runtime yet: a
-            # replica must not claim an epoch, which would fence the primary out.
-            log.warning("%s: active replicas are not implemented; standing by", self.cfg.task)
+        replica = self.cfg.is_replica
+        if replica and (self.cfg.is_source or self.sink is not None):
+            # a source's replica would read input its primary logs, a sink's would write
+            # output its primary commits: neither has a copy of its own to serve
+            log.warning("%s: a replica of a source or a sink stands by", self.cfg.copy)
             await stop.wait()
             return
-        self.epoch = self.store.claim_epoch()
-        log.info("%s: epoch %d, backup=%s", self.cfg.task, self.epoch, self.cfg.keeps_backup)
+        if not replica:  # a replica claims no epoch: that would fence its primary out
+            self.epoch = self.store.claim_epoch()
+        log.info("%s: epoch %d, backup=%s", self.cfg.copy, self.epoch, self.cfg.keeps_backup)
         main = self._restore()
         serve = functools.partial(serving.serve, self)
         server = await asyncio.start_server(serve, host="0.0.0.0", port=self.cfg.port)
         port = server.sockets[0].getsockname()[1]
-        self.store.publish_address(self.cfg.host, port)
+        if not replica:  # a replica is found through the operator's map alone
+            self.store.publish_address(self.cfg.host, port)
         web = await httpmetrics.serve(
-            int(os.environ.get("BACKSTOP_METRICS_PORT", "9090")), self.cfg.task, self._values
+            int(os.environ.get("BACKSTOP_METRICS_PORT", "9090")), self.cfg.copy, self._values
         )
         writer = self._metrics_writer()
-        helpers = [
-            asyncio.ensure_future(duties.fence_watch(self.store)),
-            asyncio.ensure_future(duties.trim_loop(self)),
-            asyncio.ensure_future(self._session_watch()),
-            asyncio.ensure_future(duties.metrics_loop(self.cfg, self.writes, writer, self._status)),
-        ]
+        helpers = [] if replica else self._duties(writer)
         work = asyncio.ensure_future(main)
         stopping = asyncio.ensure_future(stop.wait())
         fenced = False
@@ -149,7 +157,8 @@ class Task:
             if stopping in done:  # SIGTERM: the operator stops this pod on purpose
                 work.cancel()  # the state stays at the round it holds now
                 await asyncio.wait([work])
-                await self.writes(stopping_.final_checkpoint, self)
+                if not replica:
+                    await self.writes(stopping_.final_checkpoint, self)
         except Fenced:
             fenced = True  # the newer copy owns status.json now: write nothing more
             raise
@@ -159,12 +168,22 @@ class Task:
             server.close()
             web.close()
             try:
-                if not fenced:
+                if not fenced and not replica:
                     with contextlib.suppress(Exception):
                         await self.writes(writer.write)
                     await self._status()
             finally:
                 await asyncio.to_thread(self.writes.close)
+
+    def _duties(self, writer: MetricsWriter) -> list[asyncio.Future[Any]]:
+        """The primary's periodic duties: the fence check, trimming the backups, the
+        recovery session, the metrics rows."""
+        return [
+            asyncio.ensure_future(duties.fence_watch(self.store)),
+            asyncio.ensure_future(duties.trim_loop(self)),
+            asyncio.ensure_future(self._session_watch()),
+            asyncio.ensure_future(duties.metrics_loop(self.cfg, self.writes, writer, self._status)),
+        ]
 
     def _metrics_writer(self) -> MetricsWriter:
         return MetricsWriter(
@@ -221,7 +240,7 @@ class Task:
         self.eos = self.proc.eos
         if self.sink is not None:
             self.sink.open(int(ckpt["round"]) if ckpt else 0)
-        log.info("%s: restored round %d", self.cfg.task, self.round)
+        log.info("%s: restored round %d", self.cfg.copy, self.round)
         return self._process_loop()
 
     # ---- the live loops -------------------------------------------------------------
@@ -282,7 +301,7 @@ class Task:
                     batches.append(b)
                 outs = self.proc.step(r, batches)
                 self.stepped = r  # the state now holds round r (published or not)
-                if r % self.period == 0 or self.proc.eos:
+                if (r % self.period == 0 or self.proc.eos) and not self.cfg.is_replica:
                     # before publishing: no consumer can checkpoint round r before we have
                     # (a regenerating replay restores our checkpoint at its round)
                     await self.writes(self._checkpoint, r)
@@ -312,8 +331,8 @@ class Task:
         raise pump.exception() or RuntimeError("input ended")
 
     async def _pump(self, upstream: str, q: asyncio.Queue[Batch]) -> None:
-        async for b in inputs.stream(
-            self.store, upstream, consumer=self.cfg.task, epoch=self.epoch, start=self.round + 1
+        async for b in inputs.stream_copies(
+            self.store, upstream, consumer=self.cfg.copy, epoch=self.epoch, start=self.round + 1
         ):
             await q.put(b)
         await asyncio.Event().wait()  # ended with eos: stay done without raising
@@ -324,7 +343,7 @@ class Task:
             self.metrics.recovery_seconds = time.time() - self.started
             log.info(
                 "%s: caught up after %.2fs (lag %.2fs)",
-                self.cfg.task,
+                self.cfg.copy,
                 self.metrics.recovery_seconds,
                 lag,
             )
@@ -373,7 +392,11 @@ class Task:
                 async with ch.cond:
                     await ch.cond.wait_for(lambda ch=ch: ch.connected)  # type: ignore[misc]
         for c, batch in outs.items():
-            await self.channels[c].append(batch.r, wire.encode(batch.to_msg()), self.backup)
+            frame = wire.encode(batch.to_msg())
+            await self.channels[c].append(batch.r, frame, self.backup)
+            for f in self.followers.values():
+                if f.consumer == c:
+                    await f.append(batch.r, frame, False)
 
     async def _ended(self) -> None:
         """The stream ended: wake senders whose consumers wait past its end."""
@@ -402,7 +425,9 @@ class Task:
         }
 
     async def _status(self) -> None:
-        """Write ``status.json`` as of now, on the writer thread."""
+        """Write ``status.json`` as of now, on the writer thread (the primary's alone)."""
+        if self.cfg.is_replica:
+            return
         await self.writes(functools.partial(self.store.write_status, **self._status_fields()))
 
     def _status_fields(self) -> dict[str, Any]:

@@ -99,7 +99,7 @@ def daemon_kwargs(memo: Any, stopped: Any, index: Any, key: Any) -> dict[str, An
     }
 
 
-def test_the_map_names_running_primaries_with_an_ip_that_are_not_being_deleted() -> None:
+def test_the_map_names_running_copies_with_an_ip_that_are_not_being_deleted() -> None:
     pods = [
         pod("src-0", "10.0.0.1"),
         pod("src-1", "10.0.0.2", phase="Pending"),
@@ -108,8 +108,22 @@ def test_the_map_names_running_primaries_with_an_ip_that_are_not_being_deleted()
         pod("sink-0", "10.0.0.5", role="replica"),
         pod("sink-1", "fd00::6", data_port=7100),
         pod("count-2", "10.0.0.7", phase="Failed"),
+        pod("count-3", "10.0.0.8", role="replica", phase="Pending"),
     ]
-    assert peer_map(pods) == {"src-0": "10.0.0.1:7077", "sink-1": "[fd00::6]:7100"}
+    assert peer_map(pods) == {
+        "src-0": "10.0.0.1:7077",
+        "sink-0#r0": "10.0.0.5:7077",  # an active replica, beside its primary
+        "sink-1": "[fd00::6]:7100",
+    }
+
+
+def test_a_consumer_is_sent_the_replicas_of_its_producers() -> None:
+    full = peer_map([pod("src-0", "10.0.0.1"), pod("src-0", "10.0.0.2", role="replica")])
+    inputs = {"src": frozenset(), "count": frozenset({"src"})}
+    assert map_for(full, "count", inputs) == {
+        "src-0": "10.0.0.1:7077",
+        "src-0#r0": "10.0.0.2:7077",
+    }
 
 
 def test_of_two_running_pods_of_one_task_the_newer_copy_is_named() -> None:

@@ -2,7 +2,8 @@
 
 A task finds its producers through the map the operator sends it (``PUT /peers`` on the
 task's ``metrics`` port, see ``runtime/backstop_runtime/peermap.py``): ``{task:
-"podIP:dataPort"}`` of the topology's running primary pods. The operator already watches
+"podIP:dataPort"}`` of the topology's running task pods, each active replica under
+``<task>#r<k>`` beside its primary (its consumers read both). The operator already watches
 the pods, so a task that moved is found as soon as its new pod has an IP, without the
 store's peer registry (which the runtime still falls back to for a task the map does not
 name). Everything here is pure: :mod:`backstop.controller.peers` reads the pod index,
@@ -28,6 +29,7 @@ from backstop.domain.constants import (
     LABEL_ROLE,
     LABEL_TASK,
     METRICS_PORT,
+    POD_NAME_SEPARATOR,
 )
 
 BACKOFF = 1.0
@@ -47,17 +49,30 @@ def _port(pod: Mapping[str, Any], name: str, default: int) -> int:
     return default
 
 
-def _running_primary(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """``(task, podIP)`` of a running primary task pod that is not being deleted."""
+REPLICA_MARK = "#r"
+"""A task's ``k``-th active replica goes by ``<task>#r<k>`` in the map (as the runtime's
+``copy_name``): a task id never holds ``#``."""
+
+
+def _copy(meta: Mapping[str, Any], task: str) -> str | None:
+    """The name of the pod's copy of ``task`` in the map: the task id for a primary,
+    ``<task>#r<k>`` for a replica (``k`` from its name, ``<pod>--r<k>``)."""
+    if (meta.get("labels") or {}).get(LABEL_ROLE, "primary") == "primary":
+        return task
+    k = str(meta.get("name", "")).rpartition(f"{POD_NAME_SEPARATOR}r")[2]
+    return f"{task}{REPLICA_MARK}{k}" if k.isdigit() else None
+
+
+def _running_copy(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(copy, podIP)`` of a running task pod (a primary or an active replica) that is
+    not being deleted (see :func:`_copy` for the name)."""
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
-    labels = meta.get("labels") or {}
-    task, ip = labels.get(LABEL_TASK), status.get("podIP")
-    if not task or not ip or meta.get("deletionTimestamp"):
+    task, ip = (meta.get("labels") or {}).get(LABEL_TASK), status.get("podIP")
+    if not task or not ip or meta.get("deletionTimestamp") or status.get("phase") != "Running":
         return None
-    if status.get("phase") != "Running" or labels.get(LABEL_ROLE, "primary") != "primary":
-        return None
-    return str(task), str(ip)
+    copy = _copy(meta, str(task))
+    return None if copy is None else (copy, str(ip))
 
 
 def _epoch(pod: Mapping[str, Any]) -> int:
@@ -77,7 +92,7 @@ def address(ip: str, port: int) -> str:
 
 
 def peer_map(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """``{task: "podIP:dataPort"}`` of the running primary pods among ``pods`` (Running,
+    """``{copy: "podIP:dataPort"}`` of the running task pods among ``pods`` (Running,
     with an IP, not being deleted). Two such pods of one task (a replacement that runs
     before the old pod's deletion shows) give the one of the higher fencing epoch.
 
@@ -88,10 +103,15 @@ def peer_map(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     >>> peer_map([pod("a-0", "10.0.0.1"), pod("b-0", "10.0.0.2", "Pending"),
     ...           pod("a-0", "10.0.0.3", epoch="2"), pod("c-0", None)])
     {'a-0': '10.0.0.3:7077'}
+    >>> replica = pod("a-0", "10.0.0.4")
+    >>> replica["metadata"].update(name="t--a-0--r0")
+    >>> replica["metadata"]["labels"]["streams.backstop.dev/role"] = "replica"
+    >>> peer_map([pod("a-0", "10.0.0.1"), replica])
+    {'a-0': '10.0.0.1:7077', 'a-0#r0': '10.0.0.4:7077'}
     """
     best: dict[str, tuple[int, str, str]] = {}
     for pod in pods:
-        found = _running_primary(pod)
+        found = _running_copy(pod)
         if found is None:
             continue
         task, ip = found
@@ -114,7 +134,7 @@ class Target:
 
 
 def targets(pods: Iterable[Mapping[str, Any]]) -> list[Target]:
-    """The pods to push to: the running primaries of :func:`peer_map`, each with its
+    """The pods to push to: the running copies of :func:`peer_map`, each with its
     ``PUT /peers`` URL on its ``metrics`` port.
 
     >>> pod = {"metadata": {"name": "t--a-0", "labels": {"streams.backstop.dev/task": "a-0",
@@ -125,7 +145,7 @@ def targets(pods: Iterable[Mapping[str, Any]]) -> list[Target]:
     """
     out = []
     for pod in pods:
-        found = _running_primary(pod)
+        found = _running_copy(pod)
         if found is None:
             continue
         meta = pod.get("metadata") or {}

@@ -230,6 +230,8 @@ def build_task_pod(
         {"name": "BACKSTOP_RECOVERY_DIR", "value": SESSION_MOUNT},
         *_once(shared, ("env", op.name), lambda: runtime_env(spec, op)),
     ]
+    if replica is not None:  # which replica: its name on the data plane (``<task>#r<k>``)
+        env.append({"name": "BACKSTOP_REPLICA", "value": str(replica)})
     if role.epoch:  # the first copy has none: fencing changes no first copy's spec-hash
         env.append({"name": "BACKSTOP_EPOCH", "value": str(role.epoch)})
     base = _base_pod_spec(owner, spec, op, role, env, shared)

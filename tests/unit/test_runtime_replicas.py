@@ -1,0 +1,145 @@
+"""An active replica takes over with no gap: the sink's input goes on when a primary dies.
+
+The word count runs as OS processes (:class:`LocalTopology`, no operator); ``count-0`` gets
+an active replica (``BACKSTOP_ROLE=replica``, the copy ``count-0#r0``) and the test pushes
+the sink the replica's address as the operator does (``backstop.k8s.peerpush``). The
+primary ``count-0`` is SIGKILLed mid-stream and started again only 8 s later (a lost node
+and the operator's restart elsewhere). The sink's round, read live from its ``/status``
+every 20 ms, must go on advancing through those 8 s (no pause over 2.5 s, a margin for a
+loaded CI host: quiet, it is a few hundred milliseconds), and the output must be exactly the
+counts computed from the input. The same run without the replica shows the sink stopped for
+the whole 8 s, so the check can fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from backstop.k8s import peerpush
+from backstop_testkit.support.kubetools import free_port
+from backstop_testkit.support.runtime_data import (
+    counts_of,
+    expected_counts,
+    output_lines,
+    wordcount_spec,
+    write_input,
+)
+from backstop_testkit.support.runtime_harness import LocalTopology
+
+pytestmark = pytest.mark.timeout(300)
+
+DOWN = 8.0
+"""Seconds the primary stays dead before its new copy starts."""
+
+
+def _round(port: int) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=1) as resp:
+            return int(json.loads(resp.read())["round"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+class Rounds(threading.Thread):
+    """The sink's round over time: ``(monotonic seconds, round)`` whenever it changes."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port, self.seen = port, [(time.monotonic(), -1)]
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            r = _round(self.port)
+            if r is not None and r != self.seen[-1][1]:
+                self.seen.append((time.monotonic(), r))
+            time.sleep(0.02)
+
+    def longest_pause(self, start: float, end: float) -> float:
+        """The longest time in ``[start, end]`` without a new round."""
+        times = [start, *(t for t, _ in self.seen if start < t < end), end]
+        return max(b - a for a, b in itertools.pairwise(times))
+
+
+def _push(port: int, peers: dict[str, str]) -> None:
+    url = f"http://127.0.0.1:{port}/peers"
+    err = asyncio.run(peerpush.put(url, peerpush.body(1, peers), "tok", timeout=5))
+    assert err is None, err
+
+
+def _run(tmp_path: Path, data: Path, replicated: bool) -> tuple[float, list[str]]:
+    """One run with ``count-0`` killed mid-stream; the sink's longest pause while it was
+    down, and the output."""
+    out = tmp_path / "out"
+    spec = wordcount_spec(data, out, rate=300.0, batch=20)
+    topo = LocalTopology("wordcount", spec, tmp_path / "store")
+    sink_port = free_port()
+    topo.env["sink-0"].update(BACKSTOP_METRICS_PORT=str(sink_port), BACKSTOP_PEERS_TOKEN="tok")
+    assert "count-0" in topo.env["sink-0"]["BACKSTOP_UPSTREAM_TASKS"].split(",")
+    rounds = Rounds(sink_port)
+    topo.start_all()
+    try:
+        topo.wait("the sink to serve", lambda: _round(sink_port) is not None)
+        if replicated:
+            data_port, metrics_port = free_port(), free_port()
+            topo.start(
+                "count-0",
+                copy="count-0#r0",
+                BACKSTOP_ROLE="replica",
+                BACKSTOP_REPLICA="0",
+                BACKSTOP_PORT=str(data_port),
+                BACKSTOP_METRICS_PORT=str(metrics_port),
+            )
+            _push(sink_port, {"count-0#r0": f"127.0.0.1:{data_port}"})
+
+            def following() -> bool:
+                mine, theirs = _round(metrics_port), _round(sink_port)
+                return mine is not None and theirs is not None and mine >= theirs > 20
+
+            topo.wait("the replica to follow the primary", following, 60)
+        else:
+            topo.wait("progress", lambda: (_round(sink_port) or 0) > 20, 60)
+        rounds.start()
+        time.sleep(1.0)
+        assert not topo.status("sink-0").get("eos"), "the kill would come after the end"
+        topo.kill("count-0")
+        killed = time.monotonic()
+        time.sleep(DOWN)
+        pause = rounds.longest_pause(killed, time.monotonic())
+        topo.start("count-0")  # a new copy: it claims the next epoch, restores, replays
+        topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True, 120)
+    finally:
+        rounds.done.set()
+        topo.stop_all()
+    return pause, output_lines(out)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("input")
+    write_input(folder, files=2, per_file=6000)
+    return folder
+
+
+def test_the_sink_reads_on_from_the_replica_while_the_primary_is_dead(
+    data: Path, tmp_path: Path
+) -> None:
+    pause, lines = _run(tmp_path, data, replicated=True)
+    assert pause < 2.5, f"the sink stopped for {pause:.2f}s after the primary's kill"
+    assert len(lines) == len(set(lines)), "a line was written twice"
+    assert counts_of(lines) == dict(expected_counts(data))
+    print(f"with a replica: the sink's longest pause while count-0 was down {pause:.2f}s")
+
+
+def test_without_the_replica_the_sink_waits_for_the_new_copy(data: Path, tmp_path: Path) -> None:
+    pause, lines = _run(tmp_path, data, replicated=False)
+    assert pause > DOWN - 1.0, f"the sink went on ({pause:.2f}s) with its input dead"
+    assert counts_of(lines) == dict(expected_counts(data))
