@@ -218,6 +218,21 @@ async def _frames(
             yield msg
 
 
+RECEIVED: dict[str, tuple[int, str, float]] = {}
+"""Per producer: the last batch taken from it, from which copy, and when (epoch seconds)."""
+
+
+def received() -> dict[str, dict[str, Any]]:
+    """What :data:`RECEIVED` says, for ``/status``: which copy of each producer feeds this
+    task, and how far.
+
+    >>> RECEIVED.clear(); RECEIVED["count-0"] = (7, "count-0#r0", 12.5)
+    >>> received()
+    {'count-0': {'round': 7, 'from': 'count-0#r0', 'at': 12.5}}
+    """
+    return {p: {"round": r, "from": c, "at": at} for p, (r, c, at) in sorted(RECEIVED.items())}
+
+
 COPIES_EVERY = 0.5
 """Seconds between two looks at which copies of a producer the pushed map names."""
 
@@ -270,6 +285,7 @@ class _Merge:
             if item.r < self.next:
                 continue  # another copy's batch came first (identical by construction)
             self.next = item.r + 1
+            RECEIVED[self.producer] = (item.r, copy, time.time())
             yield item
             if item.eos:
                 return

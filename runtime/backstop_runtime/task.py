@@ -422,6 +422,7 @@ class Task:
             "epoch": self.epoch,
             "eos": self.eos,
             "unanswered": inputs.unanswered(),
+            "inputs": inputs.received(),
         }
 
     async def _status(self) -> None:

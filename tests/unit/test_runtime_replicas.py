@@ -20,6 +20,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,12 +41,18 @@ DOWN = 8.0
 """Seconds the primary stays dead before its new copy starts."""
 
 
-def _round(port: int) -> int | None:
+def _status(port: int) -> dict[str, Any]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=1) as resp:
-            return int(json.loads(resp.read())["round"])
-    except (OSError, ValueError, KeyError):
-        return None
+            doc = json.loads(resp.read())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _round(port: int) -> int | None:
+    r = _status(port).get("round")
+    return int(r) if isinstance(r, int) else None
 
 
 class Rounds(threading.Thread):
@@ -114,6 +121,8 @@ def _run(tmp_path: Path, data: Path, replicated: bool) -> tuple[float, list[str]
         killed = time.monotonic()
         time.sleep(DOWN)
         pause = rounds.longest_pause(killed, time.monotonic())
+        fed_by = _status(sink_port).get("inputs", {}).get("count-0", {}).get("from")
+        assert fed_by == ("count-0#r0" if replicated else "count-0"), fed_by
         topo.start("count-0")  # a new copy: it claims the next epoch, restores, replays
         topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True, 120)
     finally:
