@@ -160,6 +160,8 @@ async def stream(
         sub = {"t": "sub", "consumer": consumer, "epoch": epoch, "from": expected}
         writer.write(wire.encode({**sub, "to": end}))
         watch = asyncio.ensure_future(_watch_peer(store, producer, doc))
+        # a live subscriber beats too: its producer notices a consumer that vanished
+        beat = suspects.beat(writer) if end is None else None
         try:
             async for msg in _frames(reader, watch, producer):
                 kind = msg["t"]
@@ -188,6 +190,8 @@ async def stream(
             _ended(producer, err)
         finally:
             watch.cancel()
+            if beat is not None:
+                beat.cancel()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

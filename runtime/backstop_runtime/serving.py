@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from backstop_runtime import suspects, wire
@@ -72,7 +73,8 @@ async def serve(
             return
         lo, hi = int(msg["from"]), msg.get("to")
         if hi is None:
-            await _serve_live(task, ch, writer, int(msg["epoch"]), lo)
+            name = str(msg["consumer"])
+            await _serve_live(task, ch, reader, writer, name, int(msg["epoch"]), lo)
         else:
             await _serve_range(task, ch, writer, lo, int(hi))
     except ReplayGone as err:
@@ -124,8 +126,31 @@ async def _serve_range(
     await _send(writer, [wire.encode({"t": "end"})])
 
 
+async def _hear(reader: asyncio.StreamReader, consumer: str, stale: Callable[[], bool]) -> None:
+    """Read a live subscriber's heartbeats: suspect it while it is silent for
+    :data:`~backstop_runtime.suspects.SUSPECT_AFTER` (its machine vanished without a FIN),
+    until the connection ends or a newer copy of it took the channel over. A consumer is
+    watched as its producers are, so a node whose tasks only read from others is noticed
+    too."""
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    try:
+        while not stale():
+            await suspects.read(reader, consumer, never, still=lambda: not stale())
+    except (ConnectionError, asyncio.IncompleteReadError, ValueError, json.JSONDecodeError):
+        pass  # it closed: its kernel answered, so its machine is up
+    finally:
+        never.cancel()
+        suspects.clear(consumer)
+
+
 async def _serve_live(
-    task: Publisher, ch: OutChannel, writer: asyncio.StreamWriter, epoch: int, nxt: int
+    task: Publisher,
+    ch: OutChannel,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    name: str,
+    epoch: int,
+    nxt: int,
 ) -> None:
     token = await ch.attach(epoch)
     if token is None:
@@ -139,6 +164,7 @@ async def _serve_live(
             )
         )
         return
+    heard = asyncio.ensure_future(_hear(reader, name, lambda: ch.sub_token is not token))
     try:
         # what exists already is a replay to this subscriber, later batches are live; a
         # task without a backup holds only what it could not send yet (the consumer's
@@ -185,4 +211,5 @@ async def _serve_live(
                     await ch.cond.wait_for(lambda: ch.sub_token is not token)
                 return
     finally:
+        heard.cancel()
         await ch.detach(token, task.backup)

@@ -5,7 +5,9 @@ serves while it has nothing else to send, every :data:`HEARTBEAT` seconds. A con
 reads nothing from a producer for :data:`SUSPECT_AFTER` seconds (``BACKSTOP_SUSPECT_AFTER``,
 1 s by default) suspects it: a machine that vanished sends no FIN, and TCP alone notices it
 only after its user timeout. A connection that breaks, or a producer that cannot be reached,
-is suspected at once. Any frame from the producer clears the suspicion.
+is suspected at once. Any frame from the producer clears the suspicion. A live subscriber
+sends the same heartbeats to its producer, which suspects a consumer that goes silent in the
+same way (a node whose tasks only read from tasks elsewhere is noticed too).
 
 A suspicion is no verdict: the operator reads them at ``GET /suspects`` on the metrics port
 (:mod:`backstop_runtime.httpmetrics`), no token needed, and confirms a loss itself before it
@@ -19,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from backstop_runtime import wire
@@ -77,9 +80,15 @@ def beat(writer: asyncio.StreamWriter, every: float = HEARTBEAT) -> asyncio.Futu
     return asyncio.ensure_future(_beats(writer, every))
 
 
-async def read(reader: asyncio.StreamReader, producer: str, watch: asyncio.Future[None]) -> Any:
+async def read(
+    reader: asyncio.StreamReader,
+    producer: str,
+    watch: asyncio.Future[None],
+    still: Callable[[], bool] = lambda: True,
+) -> Any:
     """The next frame from ``producer`` (heartbeats included), or ``None`` when ``watch``
-    fired first; suspects the producer while nothing arrives for :data:`SUSPECT_AFTER`."""
+    fired first; suspects the producer while nothing arrives for :data:`SUSPECT_AFTER`
+    (and ``still()`` holds: a peer that no longer matters is not suspected)."""
     nxt: asyncio.Future[Any] = asyncio.ensure_future(wire.read(reader))
     nxt.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved
     began = time.time()
@@ -89,6 +98,8 @@ async def read(reader: asyncio.StreamReader, producer: str, watch: asyncio.Futur
             waiting, timeout=SUSPECT_AFTER, return_when=asyncio.FIRST_COMPLETED
         )
         if done:
+            break
+        if not still():
             break
         silent = time.time() - began
         suspect(producer, f"silent for {silent:.1f}s", since=began)

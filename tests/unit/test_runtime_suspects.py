@@ -138,3 +138,35 @@ def test_an_idle_connection_without_heartbeats_is_suspected() -> None:
     assert [(s["task"], str(s["reason"]).startswith("silent for")) for s in found] == [
         ("idle-0", True)
     ]
+
+
+def test_a_stopped_consumer_is_suspected_by_its_producer(tmp_path: Path) -> None:
+    """The other way round: the sink stops (SIGSTOP, no FIN) and a task it reads from names
+    it within seconds, so a node whose tasks only read from others is noticed too."""
+    inp = tmp_path / "input"
+    write_input(inp, files=2, per_file=20000)
+    topo = LocalTopology(
+        "wordcount", wordcount_spec(inp, tmp_path / "out", rate=300.0, batch=20), tmp_path / "s"
+    )
+    producer = topo.env["sink-0"]["BACKSTOP_UPSTREAM_TASKS"].split(",")[0]
+    port = free_port()
+    topo.env[producer]["BACKSTOP_METRICS_PORT"] = str(port)
+    topo.start_all()
+    try:
+        topo.wait("the sink to make progress", lambda: topo.status("sink-0").get("round", 0) > 3)
+        assert _named(port, "sink-0") is None, "nobody is suspected while everything runs"
+        topo.procs["sink-0"].send_signal(signal.SIGSTOP)
+        stopped = time.time()
+        topo.wait(
+            "the producer to suspect the sink", lambda: _named(port, "sink-0") is not None, 10
+        )
+        noticed = time.time() - stopped
+        found = _named(port, "sink-0")
+        assert found is not None and "silent" in str(found["reason"]), found
+        assert noticed < 2.5, f"noticed after {noticed:.2f}s"
+        topo.procs["sink-0"].send_signal(signal.SIGCONT)
+        topo.wait("the suspicion to clear", lambda: _named(port, "sink-0") is None, 10)
+    finally:
+        for proc in topo.procs.values():
+            proc.send_signal(signal.SIGCONT)
+        topo.stop_all()
