@@ -5,7 +5,7 @@ operator as a host process) runs the word count twice with a fault mid-stream, a
 time the sink's output must be the reference run's, line for line, and the counts this
 test computes from the input (``exact_output``).
 
-1. The node with the most tasks is cut off the network for 3 s (iptables on this host:
+1. A node is cut off the network for 3 s (iptables on this host:
    its pods reach neither the other nodes' pods nor this host, where the operator and the
    store run), then healed. Its kubelet goes on, so the node stays Ready: only the data
    plane can notice. The tasks on the other nodes suspect its producers within about a
@@ -15,6 +15,8 @@ test computes from the input (``exact_output``).
    recovers its tasks elsewhere with the trigger ``DataPlane``: the cut outlasts that
    confirmation, so the operator acts on what it cannot tell from a dead machine. The old
    copies come back when the network does, and the epochs fence them out of the store.
+   Only a consumer notices a silent producer, so the node cut is the one with the most
+   tasks among those feeding a task on another node (:func:`watched_busiest`).
 2. Every task runs on one node (a node selector only it carries, 100m CPU per task), and
    that node is killed: nobody is left to suspect anything, the data plane stays silent,
    and the recovery comes from the node monitor (NotReady, then the grace period): its
@@ -33,8 +35,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from backstop.domain.constants import GROUP, METRICS_PORT
@@ -47,11 +51,11 @@ from backstop_testkit.support.realnodes import (
     tagged_rules,
     task_pids,
 )
+from backstop_testkit.support.runtime_data import WORDCOUNT
 from tests.realnodes.wordcount_env import (
     KILL_RATE,
     Env,
     Placement,
-    busiest,
     exact_output,
     recovery_plans,
     under_way,
@@ -136,6 +140,48 @@ def ready_since(env: Env, node: str) -> float | None:
     return None
 
 
+def consumers() -> dict[str, set[str]]:
+    """Each task of the word count (``examples/wordcount.yaml``) and its consumers: the
+    instance of the same index over a ``forward`` input, every instance over the others."""
+    ops = yaml.safe_load(WORDCOUNT.read_text())["spec"]["operators"]
+    width = {op["name"]: int(op.get("parallelism", 1)) for op in ops}
+    out: dict[str, set[str]] = {f"{op}-{i}": set() for op, n in width.items() for i in range(n)}
+    for op in ops:
+        for edge in op.get("inputs") or []:
+            up, forward = edge["operator"], edge["grouping"] == "forward"
+            for i in range(width[up]):
+                out[f"{up}-{i}"] |= {
+                    f"{op['name']}-{j}" for j in range(width[op["name"]]) if not forward or i == j
+                }
+    return out
+
+
+def placement(pods: list[Any]) -> dict[str, list[str]]:
+    """``{node: its tasks}`` of the run's pods."""
+    out: dict[str, list[str]] = {}
+    for p in pods:
+        out.setdefault(p.spec.node_name, []).append(p.metadata.labels[f"{GROUP}/task"])
+    return {n: sorted(ts) for n, ts in sorted(out.items())}
+
+
+def watched_busiest(pods: list[Any]) -> tuple[str, list[str], list[str]]:
+    """The node with the most tasks among those that run a producer whose consumer runs on
+    another node, its tasks, and those consumers: only a consumer notices a silent
+    producer, so a node whose tasks feed no other node's (e.g. the sink and everything
+    upstream of it down to the sources) goes unnoticed by the data plane while its kubelet
+    answers (the node monitor's path sees no loss either: the node is Ready)."""
+    where = {t: n for n, ts in placement(pods).items() for t in ts}
+    feeds = consumers()
+    watched = {
+        n: sorted({c for t in ts for c in feeds[t] if where[c] != n})
+        for n, ts in placement(pods).items()
+    }
+    candidates = [n for n, ws in watched.items() if ws]
+    assert candidates, f"no task feeds another node: {placement(pods)}"
+    victim = max(candidates, key=lambda n: len(placement(pods)[n]))
+    return victim, placement(pods)[victim], watched[victim]
+
+
 def verdict_on(node: str) -> Callable[[str], bool]:
     """The data-plane daemon's verdict lines on ``node`` (``domain/dataplane.confirm``)."""
     lost, false = f"node {node} lost (data plane)", f"node {node}: "
@@ -149,8 +195,8 @@ def test_a_node_cut_off_the_network_for_3_s_is_recovered_by_the_data_plane_exact
     t0 = time.monotonic()
     env.create(name, KILL_RATE)
     pods = under_way(env, name)
-    victim, lost, spread = busiest(pods)
-    assert spread > 1, f"every task on {victim}: nobody would notice"
+    victim, lost, witnesses = watched_busiest(pods)
+    print(f"\n{victim} runs {lost}, watched by {witnesses}; placement: {placement(pods)}")
     ips = [p.status.pod_ip for p in pods if p.spec.node_name == victim]
     assert answers(ips[0]), f"{victim}'s pod does not answer even before the cut"
     epochs = {t: env.status(name, t).get("epoch", 0) for t in lost}
@@ -186,6 +232,7 @@ def test_a_node_cut_off_the_network_for_3_s_is_recovered_by_the_data_plane_exact
     assert f"node {victim} lost (data plane)" in verdict[1], verdict[1]
     assert "none of its" in verdict[1] and "task pods answered" in verdict[1], verdict[1]
     assert any(t in verdict[1] for t in lost), f"the verdict names none of {lost}"
+    assert any(w in verdict[1] for w in witnesses), f"no reporter among {witnesses}"
     assert verdict[0] < healed_at, "the verdict came only after the network was back"
     dataplane = [p for p in plans if p["trigger"] == "DataPlane"]
     assert dataplane and all(p["lostNodes"] == [victim] for p in dataplane), plans
