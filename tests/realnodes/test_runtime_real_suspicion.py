@@ -5,18 +5,18 @@ operator as a host process) runs the word count twice with a fault mid-stream, a
 time the sink's output must be the reference run's, line for line, and the counts this
 test computes from the input (``exact_output``).
 
-1. A node is cut off the network for 3 s (iptables on this host:
-   its pods reach neither the other nodes' pods nor this host, where the operator and the
-   store run), then healed. Its kubelet goes on, so the node stays Ready: only the data
-   plane can notice. The tasks on the other nodes suspect its producers within about a
-   second (``runtime/backstop_runtime/suspects.py``), the operator's data-plane daemon
-   reads the suspicions, asks the node's pods itself and, as none answers within its
-   tries (``backstop.k8s.suspectpoll``: 2 tries of 0.5 s), confirms the node lost and
-   recovers its tasks elsewhere with the trigger ``DataPlane``: the cut outlasts that
-   confirmation, so the operator acts on what it cannot tell from a dead machine. The old
-   copies come back when the network does, and the epochs fence them out of the store.
-   Only a consumer notices a silent producer, so the node cut is the one with the most
-   tasks among those feeding a task on another node (:func:`watched_busiest`).
+1. A node is cut off the network for 3 s (iptables on this host: its pods reach neither
+   the other nodes' pods nor this host, where the operator and the store run), then
+   healed. Its kubelet goes on, so the node stays Ready: only the data plane can notice.
+   The tasks on the other nodes suspect its producers within about a second
+   (``runtime/backstop_runtime/suspects.py``), the operator's data-plane daemon reads the
+   suspicions, asks the node's pods itself and, as none answers within its tries
+   (``backstop.k8s.suspectpoll``: 2 tries of 0.5 s), confirms the node lost and recovers
+   its tasks elsewhere with the trigger ``DataPlane``: the cut outlasts that confirmation,
+   so the operator acts on what it cannot tell from a dead machine. The old copies come
+   back when the network does, and the epochs fence them out of the store. Only a
+   consumer notices a silent producer, so the node cut is the one with the most tasks
+   among those feeding a task on another node (:func:`watched_busiest`).
 2. Every task runs on one node (a node selector only it carries, 100m CPU per task), and
    that node is killed: nobody is left to suspect anything, the data plane stays silent,
    and the recovery comes from the node monitor (NotReady, then the grace period): its
@@ -268,8 +268,8 @@ def test_a_lost_node_that_ran_every_task_is_recovered_by_the_node_monitor_exactl
     name = "wc-solo"
     victim = env.nodes[-1]
     t0 = time.monotonic()
-    with solo_node(env, victim) as placement:
-        env.create(name, KILL_RATE, placement=placement)
+    with solo_node(env, victim) as where:
+        env.create(name, KILL_RATE, placement=where)
         pods = under_way(env, name)
         assert {p.spec.node_name for p in pods} == {victim}, "the run is not on one node"
         tasks = sorted(p.metadata.labels[f"{GROUP}/task"] for p in pods)
