@@ -3,6 +3,8 @@
 Shared by the tests that run on real nodes (a kubelet and a containerd per node on this host):
 ``tests/realnodes/test_real_nodes.py`` and the runtime's real-node tests. Real nodes need
 root; outside CI a test that needs them skips with that reason, under ``CI=true`` it fails instead.
+Besides killing and freezing a node, a test can cut its pods off the network for a while
+(:func:`cut_node_network`): the node's kubelet goes on, so the node stays Ready.
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import signal
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -173,3 +178,68 @@ def build_runtime_image() -> Path:
     for name in ("runtime.tar", "runtime.id"):
         (only / name).symlink_to(CACHE / "images" / "load" / name)
     return only
+
+
+def node_subnet(cluster: str, node: str) -> str:
+    """The pod subnet of real node ``node``: ``NET.INDEX.0/24`` (``hack/real-node.sh``'s
+    ``net-info`` and ``list``)."""
+    run_dir = Path(cluster).parent
+    net = real_node(run_dir, "net-info").split()[0]
+    for line in real_node(run_dir, "list").splitlines():
+        name, index, *_ = line.split()
+        if name == node:
+            return f"{net}.{index}.0/24"
+    raise AssertionError(f"no real node {node} in {run_dir}")
+
+
+def _iptables(*args: str) -> None:
+    proc = subprocess.run(
+        ["iptables", "-w", "10", *args], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert proc.returncode == 0, f"iptables {' '.join(args)}: {proc.stderr}"
+
+
+def tagged_rules(tag: str) -> list[str]:
+    """The filter table's rules (``iptables-save`` lines) whose comment is ``tag``."""
+    out = subprocess.run(
+        ["iptables-save", "-t", "filter"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    return [line for line in out.splitlines() if line.startswith("-A ") and tag in line]
+
+
+@dataclass(frozen=True)
+class NetworkCut:
+    """A node's pods cut off: their subnet, and the comment on each rule of the cut."""
+
+    node: str
+    subnet: str
+    tag: str
+
+
+@contextlib.contextmanager
+def cut_node_network(cluster: str, node: str) -> Iterator[NetworkCut]:
+    """The pods of real node ``node`` cut off the network for the ``with`` block: every
+    packet between them and the other nodes' pods, and between them and this host (the
+    operator, the object store, the API server), is dropped, as in a network partition
+    around the machine. Its pods still reach each other (its bridge), and its kubelet and
+    containerd, which live in the host's network namespace and talk to the API server on
+    this host's address, go on: the node stays Ready. The rules (iptables, filter table,
+    inserted first in ``FORWARD``, ``INPUT`` and ``OUTPUT``) carry a comment of their own,
+    by which they, and only they, are removed at the end, whatever happened."""
+    cut = NetworkCut(node, node_subnet(cluster, node), f"backstop-cut-{uuid.uuid4().hex[:12]}")
+    sub = cut.subnet
+    rules = [
+        ("FORWARD", "-s", sub, "!", "-d", sub),  # to the other nodes' pods
+        ("FORWARD", "-d", sub, "!", "-s", sub),  # from them
+        ("INPUT", "-s", sub),  # to this host
+        ("OUTPUT", "-d", sub),  # from this host
+    ]
+    try:
+        for chain, *match in rules:
+            _iptables("-I", chain, "1", *match, "-m", "comment", "--comment", cut.tag, "-j", "DROP")
+        yield cut
+    finally:
+        for line in tagged_rules(cut.tag):
+            _iptables("-D", *shlex.split(line)[1:])
+        left = tagged_rules(cut.tag)
+        assert not left, f"rules of {cut.tag} left in place: {left}"
