@@ -30,7 +30,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from backstop.domain.constants import ANN_LAST_APPLIED, HOSTNAME
-from backstop.domain.names import field_path
+from backstop.domain.limits import OFFLINE
+from backstop.domain.names import field_path, format_validation_error
 from backstop.domain.spec import StreamTopologySpec, parse_spec
 from planners import InvalidTopology
 
@@ -60,7 +61,7 @@ def unknown_fields(annotations: Mapping[str, str]) -> list[str]:
     if not isinstance(applied, dict) or not isinstance(applied.get("spec"), dict):
         return []
     try:
-        StreamTopologySpec.model_validate(applied["spec"])
+        StreamTopologySpec.model_validate(applied["spec"], context=OFFLINE)  # fields only
     except ValidationError as err:
         found = {
             field_path(e["loc"], "spec") for e in err.errors() if e["type"] == "extra_forbidden"
@@ -76,6 +77,25 @@ def one_line(message: str) -> str:
     'spec.a: bad; spec.b: worse'
     """
     return "; ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
+def cluster_problem(spec: StreamTopologySpec) -> str | None:
+    """Why a cluster would refuse a spec validated offline (its size: operators, inputs,
+    tasks, edges, bytes), in one line naming the field; ``None``: a cluster admits it.
+
+    The CLI plans any size offline and says this beside the plan.
+
+    >>> ops = [{"name": f"o{i}", "reprocessingLatency": 1} for i in range(401)]
+    >>> doc = {"image": "x", "recoveryLatencyBound": 2, "operators": ops}
+    >>> spec = StreamTopologySpec.model_validate(doc, context=OFFLINE)
+    >>> cluster_problem(spec)  # doctest: +ELLIPSIS
+    'spec.operators: 401 operators, more than the limit of 400 per topology in a cluster ...'
+    """
+    try:
+        StreamTopologySpec.model_validate(spec.model_dump(by_alias=True, exclude_none=True))
+    except ValidationError as err:
+        return one_line(format_validation_error(err, "spec"))
+    return None
 
 
 def admission_problem(
