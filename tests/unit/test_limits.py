@@ -224,10 +224,11 @@ def test_a_spec_a_cluster_admits_has_no_cluster_problem() -> None:
 
 def write(tmp_path: Path, operators: list[dict[str, Any]], bound: float = 100) -> Path:
     doc = {"apiVersion": "streams.backstop.dev/v1alpha1", "kind": "StreamTopology",
-           "metadata": {"name": "big"}, "spec": {**spec(operators), "recoveryLatencyBound": bound}}
+           "metadata": {"name": "big"},
+           "spec": {**spec(operators), "recoveryLatencyBound": bound}}  # fmt: skip
     path = tmp_path / "big.yaml"
     path.write_text(yaml.safe_dump(doc))
-    return path  # fmt: skip
+    return path
 
 
 @pytest.mark.parametrize(
