@@ -154,11 +154,14 @@ def fields_v1(obj: Any) -> Any:
 def annotations_at_the_ceiling(stored: dict[str, Any]) -> dict[str, str]:
     """kubectl's last-applied manifest (written with every default) and Kopf's last-handled
     configuration, as the operator's own settings build it."""
+    metadata: dict[str, Any] = {"name": "t", "namespace": "ns"}
     manifest = {"apiVersion": "streams.backstop.dev/v1alpha1", "kind": "StreamTopology",
-                "metadata": {"name": "t", "namespace": "ns"}, "spec": stored}  # fmt: skip
+                "metadata": metadata, "spec": stored}  # fmt: skip
     last_applied = json.dumps(manifest, separators=(",", ":")) + "\n"
-    body = {**manifest, "metadata": {**manifest["metadata"],
-                                     "annotations": {ANN_LAST_APPLIED: last_applied}}}  # fmt: skip
+    body: Any = {
+        **manifest,
+        "metadata": {**metadata, "annotations": {ANN_LAST_APPLIED: last_applied}},
+    }
     settings = kopf.OperatorSettings()
     apply_kopf_settings(settings)
     storage = settings.persistence.diffbase_storage

@@ -58,7 +58,7 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-def load_manifest(path: Path) -> StreamTopology:
+def load_manifest(path: str | Path) -> StreamTopology:
     """Read a manifest to plan it offline: any size, since no object is stored and none of a
     cluster's ceilings applies (``docs/scale.md``). A topology a cluster would refuse gets a
     note on stderr naming the field, and is planned all the same."""
