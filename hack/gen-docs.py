@@ -141,7 +141,13 @@ def _referenced(model: Schema) -> list[str]:
 
 
 def streamtopology_md() -> str:
-    from backstop.domain.constants import API_VERSION
+    from backstop.domain.constants import (
+        API_VERSION,
+        MAX_INPUTS,
+        MAX_OPERATORS,
+        MAX_PARALLELISM,
+        MAX_SPEC_BYTES,
+    )
     from backstop.domain.spec import StreamTopologySpec
 
     schema = StreamTopologySpec.model_json_schema()
@@ -157,11 +163,15 @@ def streamtopology_md() -> str:
         "most 63 characters), every algorithm name (an enum of the planners' registries),",
         "operator names (unique: `operators` is a map keyed by `name`; no `--`, which",
         "separates the topology from the task in pod names `<topology>--<operator>-<index>`),",
-        "the sizes (at most 100 operators, 100 inputs each) and the numeric limits below.",
+        f"the sizes (at most {MAX_OPERATORS} operators, {MAX_INPUTS} inputs and "
+        f"{MAX_PARALLELISM} tasks each) and the numeric limits below.",
         "With the operator's validating webhook (the Helm chart's default, or",
         "`backstop operator --webhook-port`), everything else the operator checks is refused",
         "at admission too, in one line naming the field: a cycle, an unknown input, a negative",
-        "CPU, forward grouping of unequal parallelism, `recovery.detectionSeconds` +",
+        "CPU, forward grouping of unequal parallelism, a spec of more than "
+        f"{MAX_SPEC_BYTES // 1024} KiB as stored",
+        "or of more tasks or task-to-task edges than a cluster holds "
+        "([how large a topology fits](scale.md)), `recovery.detectionSeconds` +",
         "`recovery.restartSeconds` not below",
         "`recoveryLatencyBound` (e.g. `spec.operators[2].inputs[0].operator: operator 'c'",
         "reads from unknown operator 'foo'`). The webhook's `failurePolicy` is `Ignore`: while",
