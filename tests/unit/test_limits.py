@@ -114,6 +114,17 @@ def test_a_spec_over_the_byte_ceiling_is_refused_naming_its_largest_part() -> No
     assert "the largest part is spec.operators[123] (" in line
 
 
+def test_a_stored_object_over_the_byte_ceiling_is_still_run() -> None:
+    """The reconcile and the supervisor parse what etcd holds: never refused for its bytes,
+    so a recovery of a topology stored before the webhook answered goes on."""
+    operators = chain(300)
+    operators[7]["config"] = {"table": "x" * MAX_SPEC_BYTES}
+    model = parse_spec(spec(operators))
+    assert stored_bytes(model) > MAX_SPEC_BYTES
+    assert len(expand(model)) == 300
+    assert (cluster_problem(model) or "").startswith("spec: the spec takes ")
+
+
 def test_the_byte_ceiling_is_what_the_api_server_would_store() -> None:
     """Every default written counts: a spec of short operators grows once stored."""
     doc = spec(chain(300))

@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from backstop.domain.constants import ANN_LAST_APPLIED, HOSTNAME
-from backstop.domain.limits import OFFLINE
+from backstop.domain.limits import OFFLINE, check_spec_bytes
 from backstop.domain.names import field_path, format_validation_error
 from backstop.domain.spec import StreamTopologySpec, parse_spec
 from planners import InvalidTopology
@@ -79,6 +79,16 @@ def one_line(message: str) -> str:
     return "; ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
+def bytes_problem(spec: StreamTopologySpec) -> str | None:
+    """Why a spec is too large to store, in one line naming its largest part; ``None``: it
+    fits (:func:`backstop.domain.limits.check_spec_bytes`)."""
+    try:
+        check_spec_bytes(spec)
+    except ValueError as err:
+        return f"spec: {err}"
+    return None
+
+
 def cluster_problem(spec: StreamTopologySpec) -> str | None:
     """Why a cluster would refuse a spec validated offline (its size: operators, inputs,
     tasks, edges, bytes), in one line naming the field; ``None``: a cluster admits it.
@@ -92,10 +102,10 @@ def cluster_problem(spec: StreamTopologySpec) -> str | None:
     'spec.operators: 401 operators, more than the limit of 400 per topology in a cluster ...'
     """
     try:
-        StreamTopologySpec.model_validate(spec.model_dump(by_alias=True, exclude_none=True))
+        model = StreamTopologySpec.model_validate(spec.model_dump(by_alias=True, exclude_none=True))
     except ValidationError as err:
         return one_line(format_validation_error(err, "spec"))
-    return None
+    return bytes_problem(model)
 
 
 def admission_problem(
@@ -111,7 +121,9 @@ def admission_problem(
 
     An update that changes neither the spec nor the last-applied manifest (the operator's own
     annotations and finalizer, a label) is always admitted, so an object stored before the
-    webhook or the CRD's limits existed can still be patched, finalized and deleted.
+    webhook or the CRD's limits existed can still be patched, finalized and deleted. A spec
+    too large to store safely (:func:`bytes_problem`) is refused here, not by the model: an
+    object already stored is supervised whatever its size.
 
     Examples
     --------
@@ -135,7 +147,10 @@ def admission_problem(
         model = parse_spec(spec, name)
     except InvalidTopology as err:
         return one_line(str(err))
-    return None if allow_node_local_store else node_local_problem(model)
+    too_large = bytes_problem(model)
+    if too_large is not None or allow_node_local_store:
+        return too_large
+    return node_local_problem(model)
 
 
 def _spread(spec: StreamTopologySpec) -> str | None:

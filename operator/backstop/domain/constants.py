@@ -38,7 +38,8 @@ MAX_OPERATORS = 400
 MAX_INPUTS = 100
 MAX_PARALLELISM = 1000
 #: Bytes of a spec as stored (compact JSON, every default written: :func:`backstop.domain.
-#: limits.stored_bytes`), checked by the spec's model in a cluster. One StreamTopology holds
+#: limits.stored_bytes`), checked by the admission webhook (an object already stored is
+#: supervised whatever its size, so a recovery never stops for it). One StreamTopology holds
 #: its spec about five times: the spec itself, its ``managedFields`` entry (about as large),
 #: ``kubectl apply``'s last-applied annotation (at most as large), Kopf's
 #: last-handled-configuration annotation and ``status.plan.spec`` (the last good plan's).

@@ -8,11 +8,15 @@ the admission webhook and the reconcile both run) refuses, naming the field:
 - more than :data:`~backstop.domain.constants.MAX_OPERATORS` operators, ``MAX_INPUTS``
   inputs of one operator or ``MAX_PARALLELISM`` tasks of one (the CRD's schema states these
   too, as ``maxItems`` and ``maximum``, so the API server refuses them first);
-- a spec of more than :data:`~backstop.domain.constants.MAX_SPEC_BYTES` as stored;
 - more than :data:`~backstop.domain.constants.MAX_TASKS` tasks or
   :data:`~backstop.domain.constants.MAX_TASK_EDGES` task-to-task edges, sums over fields
   that no Kubernetes 1.20 CRD schema can state, from the operators alone: a legal-looking
   1000 x 1000 shuffle is a million edges, seconds and hundreds of MiB to build.
+
+A spec of more than :data:`~backstop.domain.constants.MAX_SPEC_BYTES` as stored
+(:func:`check_spec_bytes`) is refused at admission only
+(:func:`backstop.domain.admission.admission_problem`): an object etcd already holds is
+never refused for its bytes, so the operator keeps supervising and recovering it.
 
 The ``backstop`` CLI plans a manifest offline, where nothing is stored: it validates with
 :data:`OFFLINE` as the validation context, and none of these ceilings apply.
@@ -20,7 +24,7 @@ The ``backstop`` CLI plans a manifest offline, where nothing is stored: it valid
 
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Mapping, Sized
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, cast
 
@@ -50,7 +54,8 @@ L = TypeVar("L", bound=Sized)
 
 def in_cluster(info: ValidationInfo) -> bool:
     """Whether a validation is for a cluster (the default) rather than offline planning."""
-    return not (isinstance(info.context, dict | MappingProxyType) and info.context.get("offline"))
+    context = info.context
+    return not (isinstance(context, Mapping) and context.get("offline"))
 
 
 def _over(what: str, count: int, limit: int, per: str) -> str:
@@ -157,8 +162,8 @@ def _largest_part(spec: BaseModel) -> str:
 
 
 def check_spec_bytes(spec: S) -> S:
-    """The spec's validator of its stored size: one line naming its largest part, or the
-    spec.
+    """The check of a spec's stored size at admission: one line naming its largest part, or
+    the spec.
 
     Raises
     ------
@@ -177,6 +182,6 @@ def check_spec_bytes(spec: S) -> S:
 
 
 def cluster_size(spec: S, info: ValidationInfo) -> S:
-    """The spec's validator of its size in a cluster: tasks and edges (before the task graph
-    is built), then bytes; offline (:data:`OFFLINE`), nothing."""
-    return check_spec_bytes(check_size_limits(spec)) if in_cluster(info) else spec
+    """The spec's validator of its tasks and edges in a cluster, before the task graph is
+    built; offline (:data:`OFFLINE`), none."""
+    return check_size_limits(spec) if in_cluster(info) else spec

@@ -246,7 +246,7 @@ class StreamTopologySpec(_Model, LifecycleFields):
     )
     _templates = model_validator(mode="after")(check_templates)  # merged: mounts, limits
     _count = field_validator("operators")(check_operator_count)  # in a cluster only
-    _size = model_validator(mode="after")(cluster_size)  # tasks, edges (before expand()), bytes
+    _size = model_validator(mode="after")(cluster_size)  # tasks, edges: before expand()
     _metrics_store = model_validator(mode="after")(check_s3_store)  # s3:// needs objectStore
 
     @field_validator("operators")
