@@ -33,7 +33,15 @@ from backstop.domain.constants import (
 from backstop.domain.limits import OFFLINE, stored_bytes
 from backstop.domain.spec import StreamTopologySpec, expand, parse_spec, parse_topology
 from backstop.k8s.crd import spec_schema
-from backstop_testkit.cases.object_sizes import ETCD_REQUEST_MAX, mid_recovery_status, stored_size
+from backstop.k8s.sessionmap import build_session_configmap
+from backstop_testkit.cases.object_sizes import (
+    CONFIGMAP_DATA_MAX,
+    ETCD_REQUEST_MAX,
+    OWNER,
+    mid_recovery_status,
+    session,
+    stored_size,
+)
 from planners import InvalidTopology
 
 ANNOTATIONS_MAX = 256 * 1024  # apimachinery's TotalAnnotationSizeLimitB
@@ -204,6 +212,29 @@ def test_an_object_at_the_ceiling_leaves_room_for_a_kept_recommendation() -> Non
         + stored_size(status)
     )
     assert ETCD_REQUEST_MAX - total > 800 * 1024, total
+
+
+def test_the_session_configmap_of_distinct_replay_sources_at_the_ceiling_fits() -> None:
+    """The replay groups grow with the operators squared when every recovered operator
+    replays from its own set of source logs: 175 sources, and a chain of 175 operators
+    each reading the chain before it and one source more, all lost, no backups. Names of
+    30 characters bring the spec to the byte ceiling."""
+    k = 175
+    src = [f"t{i}".ljust(30, "x") for i in range(k)]
+    mid = [f"c{i}".ljust(30, "x") for i in range(k)]
+    operators = [op(s) for s in src]
+    operators += [op(mid[i], src[i], *mid[i - 1 : i]) for i in range(k)]
+    doc = spec(operators)
+    assert admit(doc) is None
+    model = parse_spec(doc)
+    assert MAX_SPEC_BYTES - 1024 < stored_bytes(model) <= MAX_SPEC_BYTES
+    graph = expand(model)
+    failed = list(graph.tasks)
+    recovered = [t for t in failed if t.startswith("c")]
+    cm = build_session_configmap(OWNER, graph, [], session(graph, failed, recovered, []), {})
+    doc_ = json.loads(cm["data"]["session.json"])
+    assert len(doc_["replayGroups"]) == k  # no two operators replay alike
+    assert len(cm["data"]["session.json"]) < CONFIGMAP_DATA_MAX
 
 
 # --------------------------------------------------------------- offline: any size

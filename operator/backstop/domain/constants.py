@@ -28,10 +28,9 @@ POD_NAME_SEPARATOR = "--"
 #: room: 220 single-task operators (L-Tree) and 200 (S-Rnd, L-Rnd) in "Task Allocation for
 #: Stream Processing with Recovery Latency Guarantee", Table 4. What an operator adds in bytes
 #: is bounded by :data:`MAX_SPEC_BYTES`; the count bounds what grows with the operators
-#: rather than the bytes: the per-operator rows of a kept recommendation, the session
-#: ConfigMap's replay groups (one per operator whose tasks replay alike) and the planners'
+#: rather than their bytes: a kept recommendation's row per operator and the planners'
 #: per-operator work. 400 short operators (a name, a latency, two inputs, every default
-#: written) take about 72 KiB as stored, under :data:`MAX_SPEC_BYTES`. The CLI plans any
+#: written) take about 71 KiB as stored, under :data:`MAX_SPEC_BYTES`. The CLI plans any
 #: count offline.
 MAX_OPERATORS = 400
 #: Inputs of one operator and tasks of one operator in a cluster (``maxItems``, ``maximum``).
@@ -47,6 +46,9 @@ MAX_PARALLELISM = 1000
 #: leave 96 KiB for the rest. etcd takes at most 1.5 MiB (1,536 KiB) per write: five copies
 #: take 400 KiB, beside a compact status of 10,000 tasks mid-recovery (285 KiB) and a kept
 #: recommendation of 10,000 tasks on 43-character node names (800 KiB), 1,485 KiB in all.
+#: The session ConfigMap's replay groups grow with the operators squared at worst (every
+#: operator replaying from its own set of sources): at this ceiling they take about 510 KiB
+#: of its 1 MiB.
 MAX_SPEC_BYTES = 80 * 1024
 #: Limits no CRD schema can state (sums over operators), checked by the spec's model in a
 #: cluster, so by the admission webhook and by the reconcile alike, before the task graph is
