@@ -4,7 +4,9 @@ nothing.
 The webhook (:mod:`backstop.controller.admission`) runs the very checks the operator runs
 when it reconciles (:func:`~backstop.domain.spec.parse_spec`: the pydantic model, then the
 graph checks of :func:`~backstop.domain.spec.expand`), so ``kubectl apply`` of a spec the
-operator would mark ``InvalidSpec`` fails at once instead, with the same words. The API
+operator would mark ``InvalidSpec`` fails at once instead, with the same words. It also
+refuses a spec too large to store safely (:func:`bytes_problem`), which the operator runs
+all the same once stored, so that a recovery never stops for its size. The API
 server shows one line of the answer per refusal, so several problems are joined with
 ``; `` on one line.
 
