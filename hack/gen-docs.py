@@ -140,15 +140,17 @@ def _referenced(model: Schema) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def streamtopology_md() -> str:
-    from backstop.domain.constants import API_VERSION
-    from backstop.domain.spec import StreamTopologySpec
+def _streamtopology_intro() -> list[str]:
+    """The reference's opening paragraph: what the API server and the webhook check."""
+    from backstop.domain.constants import (
+        API_VERSION,
+        MAX_INPUTS,
+        MAX_OPERATORS,
+        MAX_PARALLELISM,
+        MAX_SPEC_BYTES,
+    )
 
-    schema = StreamTopologySpec.model_json_schema()
-    defs: Schema = schema.get("$defs", {})
-    lines = [
-        "# StreamTopology reference",
-        "",
+    return [
         f"`apiVersion: {API_VERSION}`, `kind: StreamTopology`, namespaced, short name `st`.",
         "This page is generated from the pydantic models in "
         "`operator/backstop/domain/spec.py`, the",
@@ -157,17 +159,21 @@ def streamtopology_md() -> str:
         "most 63 characters), every algorithm name (an enum of the planners' registries),",
         "operator names (unique: `operators` is a map keyed by `name`; no `--`, which",
         "separates the topology from the task in pod names `<topology>--<operator>-<index>`),",
-        "the sizes (at most 100 operators, 100 inputs each) and the numeric limits below.",
+        f"the sizes (at most {MAX_OPERATORS} operators, {MAX_INPUTS} inputs and "
+        f"{MAX_PARALLELISM} tasks each) and the numeric limits below.",
         "With the operator's validating webhook (the Helm chart's default, or",
         "`backstop operator --webhook-port`), everything else the operator checks is refused",
         "at admission too, in one line naming the field: a cycle, an unknown input, a negative",
-        "CPU, forward grouping of unequal parallelism, `recovery.detectionSeconds` +",
+        "CPU, forward grouping of unequal parallelism, more tasks or task-to-task edges than",
+        "a cluster holds ([how large a topology fits](scale.md)), `recovery.detectionSeconds` +",
         "`recovery.restartSeconds` not below",
         "`recoveryLatencyBound` (e.g. `spec.operators[2].inputs[0].operator: operator 'c'",
         "reads from unknown operator 'foo'`). The webhook's `failurePolicy` is `Ignore`: while",
         "no operator answers, a bad spec is admitted and marked `InvalidSpec` once the operator",
         "is back (the webhook never blocks recovery: it sees only CREATE/UPDATE of",
         "StreamTopologies, never `/status`, and admits updates that leave the spec alone).",
+        f"The webhook alone refuses a spec of more than {MAX_SPEC_BYTES // 1024} KiB as stored:",
+        "an object already stored is run whatever its size.",
         "Unknown fields are refused: `kubectl apply` refuses them itself (its client-side",
         "validation against the published schema), and with `--validate=false` the webhook",
         "refuses the fields it finds in the `kubectl.kubernetes.io/last-applied-configuration`",
@@ -175,6 +181,18 @@ def streamtopology_md() -> str:
         "that writes no such annotation (`kubectl create`, server-side apply, a program) gets",
         "them dropped silently: the structural schema prunes them. A complete example: "
         "[`examples/twitter-sentiment.yaml`](../examples/twitter-sentiment.yaml).",
+    ]
+
+
+def streamtopology_md() -> str:
+    from backstop.domain.spec import StreamTopologySpec
+
+    schema = StreamTopologySpec.model_json_schema()
+    defs: Schema = schema.get("$defs", {})
+    lines = [
+        "# StreamTopology reference",
+        "",
+        *_streamtopology_intro(),
         "",
         "## spec",
         "",

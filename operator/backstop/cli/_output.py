@@ -18,7 +18,9 @@ import typer
 from planners import Infeasible, InvalidTopology, PlannerError
 
 if TYPE_CHECKING:
-    from backstop.domain.spec import StreamTopologySpec
+    from pathlib import Path
+
+    from backstop.domain.spec import StreamTopology, StreamTopologySpec
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -54,6 +56,20 @@ def print_json(obj: Any) -> None:
     """Print exactly one JSON object on stdout."""
     json.dump(obj, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
+
+
+def load_manifest(path: str | Path) -> StreamTopology:
+    """Read a manifest to plan it offline: any size, since no object is stored and none of a
+    cluster's ceilings applies (``docs/scale.md``). A topology a cluster would refuse gets a
+    note on stderr naming the field, and is planned all the same."""
+    from backstop.domain.admission import cluster_problem  # see backstop.cli: lazy imports
+    from backstop.domain.spec import load_topology
+
+    topo = load_topology(path)
+    problem = cluster_problem(topo.spec)
+    if problem is not None:
+        typer.echo(f"note: planned offline; a cluster refuses this topology: {problem}", err=True)
+    return topo
 
 
 def planners_bound(spec: StreamTopologySpec, bound: float | None) -> float:

@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from backstop.cli._output import guarded, planners_bound, print_json
+from backstop.cli._output import guarded, load_manifest, planners_bound, print_json
 from planners.backups import BACKUP_ALGORITHMS, plan_backups
 from planners.evaluate import recovery_latencies
 
@@ -82,9 +82,9 @@ def backups(
     time_limit: TimeLimitOpt = 10.0,
     as_json: JsonOpt = False,
 ) -> None:
-    from backstop.domain.spec import expand, load_topology  # see backstop.cli: lazy imports
+    from backstop.domain.spec import expand  # see backstop.cli: lazy imports
 
-    topo = load_topology(topology)
+    topo = load_manifest(topology)
     graph = expand(topo.spec)
     r = planners_bound(topo.spec, bound)  # the planners keep H(F) + restart within R
     plan = plan_backups(graph, r, algorithm=algorithm, time_limit=time_limit)

@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from backstop.cli._output import guarded, planners_bound, print_json
+from backstop.cli._output import guarded, load_manifest, planners_bound, print_json
 from backstop.domain.constants import DEFAULT_TIME_LIMIT
 from planners import PlannerError, TaskGraph
 from planners.evaluate import node_failure_latency, worst_correlated_failure
@@ -246,9 +246,7 @@ def place_command(
     time_limit: TimeLimitOpt = DEFAULT_TIME_LIMIT,
 ) -> None:
     """Place every task on a node so that any node failure recovers within the bound."""
-    from backstop.domain.spec import load_topology
-
-    topo = load_topology(topology)
+    topo = load_manifest(topology)
     pool = _pool(node_cpu, nodes, _key(topology_key, topo) if nodes else topology_key, topo)
     graph, plan = compute_plan(
         topo, pool, algorithm=algorithm, backups=backups, bound=bound, time_limit=time_limit
@@ -303,9 +301,7 @@ def plan_command(
     namespace: NamespaceOpt = "default",
 ) -> None:
     """Dry run: backups, task → node table, recovery latency per node failure, bound check."""
-    from backstop.domain.spec import load_topology
-
-    topo = load_topology(topology)
+    topo = load_manifest(topology)
     if from_cluster:
         if nodes is not None or node_cpu is not None:
             raise PlannerError("--from-cluster plans on the live nodes: drop --nodes/--node-cpu")

@@ -23,7 +23,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from backstop.cli._output import fail, guarded, print_json
+from backstop.cli._output import fail, guarded, load_manifest, print_json
 from backstop.domain.yamlio import load_all
 from planners import TaskGraph
 from planners.recovery import (
@@ -180,9 +180,9 @@ def recover_command(
 ) -> None:
     """Plan the recovery of the tasks on the --lost nodes, onto the other nodes' free CPU."""
     from backstop.domain.incidents import recovery_json
-    from backstop.domain.spec import expand, load_topology
+    from backstop.domain.spec import expand
 
-    topo = load_topology(topology)
+    topo = load_manifest(topology)
     graph = expand(topo.spec)
     placed = load_assignment(assignment, graph)
     usable, names = load_node_cpu(nodes)

@@ -25,7 +25,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from backstop.cli._output import fail, guarded, print_json
+from backstop.cli._output import fail, guarded, load_manifest, print_json
 
 __all__ = ["print_recommendation", "register"]
 
@@ -177,9 +177,7 @@ def _local(
     time_limit: float,
     as_json: bool,
 ) -> None:
-    from backstop.domain.spec import load_topology  # see backstop.cli: lazy imports
-
-    load_topology(topology)  # a clear message for a bad manifest, before Spark starts
+    load_manifest(topology)  # a clear message for a bad manifest, before Spark starts
     if metrics is None:
         fail("--metrics DIR is required with a manifest file")
     if (nodes is None) == (node_cpu is None):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from backstop.cli._output import fail, guarded, print_json
+from backstop.cli._output import fail, guarded, load_manifest, print_json
 from backstop.cli.place import (
     AlgorithmOpt,
     NodeCpuOpt,
@@ -91,9 +91,7 @@ def replicate_command(
     time_limit: TimeLimitOpt = DEFAULT_TIME_LIMIT,
 ) -> None:
     """Choose active replicas for a topology's spare CPU and rate the availability they buy."""
-    from backstop.domain.spec import load_topology  # see backstop.cli
-
-    topo = load_topology(topology)
+    topo = load_manifest(topology)
     pool = _pool(node_cpu, nodes, None, topo)
     graph, plan = compute_plan(topo, pool, algorithm=algorithm, time_limit=time_limit)
     policy = topo.spec.replication

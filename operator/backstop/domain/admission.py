@@ -4,7 +4,9 @@ nothing.
 The webhook (:mod:`backstop.controller.admission`) runs the very checks the operator runs
 when it reconciles (:func:`~backstop.domain.spec.parse_spec`: the pydantic model, then the
 graph checks of :func:`~backstop.domain.spec.expand`), so ``kubectl apply`` of a spec the
-operator would mark ``InvalidSpec`` fails at once instead, with the same words. The API
+operator would mark ``InvalidSpec`` fails at once instead, with the same words. It also
+refuses a spec too large to store safely (:func:`bytes_problem`), which the operator runs
+all the same once stored, so that a recovery never stops for its size. The API
 server shows one line of the answer per refusal, so several problems are joined with
 ``; `` on one line.
 
@@ -30,7 +32,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from backstop.domain.constants import ANN_LAST_APPLIED, HOSTNAME
-from backstop.domain.names import field_path
+from backstop.domain.limits import OFFLINE, check_spec_bytes
+from backstop.domain.names import field_path, format_validation_error
 from backstop.domain.spec import StreamTopologySpec, parse_spec
 from planners import InvalidTopology
 
@@ -60,7 +63,7 @@ def unknown_fields(annotations: Mapping[str, str]) -> list[str]:
     if not isinstance(applied, dict) or not isinstance(applied.get("spec"), dict):
         return []
     try:
-        StreamTopologySpec.model_validate(applied["spec"])
+        StreamTopologySpec.model_validate(applied["spec"], context=OFFLINE)  # fields only
     except ValidationError as err:
         found = {
             field_path(e["loc"], "spec") for e in err.errors() if e["type"] == "extra_forbidden"
@@ -78,6 +81,35 @@ def one_line(message: str) -> str:
     return "; ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
+def bytes_problem(spec: StreamTopologySpec) -> str | None:
+    """Why a spec is too large to store, in one line naming its largest part; ``None``: it
+    fits (:func:`backstop.domain.limits.check_spec_bytes`)."""
+    try:
+        check_spec_bytes(spec)
+    except ValueError as err:
+        return f"spec: {err}"
+    return None
+
+
+def cluster_problem(spec: StreamTopologySpec) -> str | None:
+    """Why a cluster would refuse a spec validated offline (its size: operators, inputs,
+    tasks, edges, bytes), in one line naming the field; ``None``: a cluster admits it.
+
+    The CLI plans any size offline and says this beside the plan.
+
+    >>> ops = [{"name": f"o{i}", "reprocessingLatency": 1} for i in range(401)]
+    >>> doc = {"image": "x", "recoveryLatencyBound": 2, "operators": ops}
+    >>> spec = StreamTopologySpec.model_validate(doc, context=OFFLINE)
+    >>> cluster_problem(spec)  # doctest: +ELLIPSIS
+    'spec.operators: 401 operators, more than the limit of 400 per topology in a cluster ...'
+    """
+    try:
+        model = StreamTopologySpec.model_validate(spec.model_dump(by_alias=True, exclude_none=True))
+    except ValidationError as err:
+        return one_line(format_validation_error(err, "spec"))
+    return bytes_problem(model)
+
+
 def admission_problem(
     spec: Any,
     *,
@@ -91,7 +123,9 @@ def admission_problem(
 
     An update that changes neither the spec nor the last-applied manifest (the operator's own
     annotations and finalizer, a label) is always admitted, so an object stored before the
-    webhook or the CRD's limits existed can still be patched, finalized and deleted.
+    webhook or the CRD's limits existed can still be patched, finalized and deleted. A spec
+    too large to store safely (:func:`bytes_problem`) is refused here, not by the model: an
+    object already stored is supervised whatever its size.
 
     Examples
     --------
@@ -115,7 +149,10 @@ def admission_problem(
         model = parse_spec(spec, name)
     except InvalidTopology as err:
         return one_line(str(err))
-    return None if allow_node_local_store else node_local_problem(model)
+    too_large = bytes_problem(model)
+    if too_large is not None or allow_node_local_store:
+        return too_large
+    return node_local_problem(model)
 
 
 def _spread(spec: StreamTopologySpec) -> str | None:

@@ -23,14 +23,36 @@ OPERATOR_NAME_MAX = 40
 #: A topology's name is a label value of every object it owns: at most 63 characters.
 TOPOLOGY_NAME_MAX = 63
 POD_NAME_SEPARATOR = "--"
-#: Size limits the CRD's schema states (``maxItems``/``maxLength``/``maximum``), so the API
-#: server refuses an oversized spec before any webhook or planner sees it.
-MAX_OPERATORS = 100
+#: Operators per topology in a cluster, stated in the CRD's schema (``maxItems``) and checked
+#: by the spec's model (:mod:`backstop.domain.limits`). The seeds' largest instances fit with
+#: room: 220 single-task operators (L-Tree) and 200 (S-Rnd, L-Rnd) in "Task Allocation for
+#: Stream Processing with Recovery Latency Guarantee", Table 4. What an operator adds in bytes
+#: is bounded by :data:`MAX_SPEC_BYTES`; the count bounds what grows with the operators
+#: rather than their bytes: a kept recommendation's row per operator and the planners'
+#: per-operator work. 400 short operators (a name, a latency, two inputs, every default
+#: written) take about 71 KiB as stored, under :data:`MAX_SPEC_BYTES`. The CLI plans any
+#: count offline.
+MAX_OPERATORS = 400
+#: Inputs of one operator and tasks of one operator in a cluster (``maxItems``, ``maximum``).
 MAX_INPUTS = 100
 MAX_PARALLELISM = 1000
-#: Limits no CRD schema can state (sums over operators), checked by the spec's model, so
-#: by the admission webhook and by the reconcile alike, before the task graph is built:
-#: the ceiling up to which the status, the RecoveryPlans and the session ConfigMap are
+#: Bytes of a spec as stored (compact JSON, every default written: :func:`backstop.domain.
+#: limits.stored_bytes`), checked by the admission webhook (an object already stored is
+#: supervised whatever its size, so a recovery never stops for it). One StreamTopology holds
+#: its spec about five times: the spec itself, its ``managedFields`` entry (about as large),
+#: ``kubectl apply``'s last-applied annotation (at most as large), Kopf's
+#: last-handled-configuration annotation and ``status.plan.spec`` (the last good plan's).
+#: The API server caps the annotations at 256 KiB together: two copies take 160 KiB and
+#: leave 96 KiB for the rest. etcd takes at most 1.5 MiB (1,536 KiB) per write: five copies
+#: take 400 KiB, beside a compact status of 10,000 tasks mid-recovery (285 KiB) and a kept
+#: recommendation of 10,000 tasks on 43-character node names (800 KiB), 1,485 KiB in all.
+#: The session ConfigMap's replay groups grow with the operators squared at worst (every
+#: operator replaying from its own set of sources): at this ceiling they take about 510 KiB
+#: of its 1 MiB.
+MAX_SPEC_BYTES = 80 * 1024
+#: Limits no CRD schema can state (sums over operators), checked by the spec's model in a
+#: cluster, so by the admission webhook and by the reconcile alike, before the task graph is
+#: built: the ceiling up to which the status, the RecoveryPlans and the session ConfigMap are
 #: tested to stay under their size limits (docs/scale.md). A shuffle of p x q tasks has
 #: p*q task-to-task edges: 300 x 300 fits, 1000 x 1000 does not.
 MAX_TASKS = 10_000

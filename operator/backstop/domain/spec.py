@@ -44,7 +44,13 @@ from backstop.domain.constants import (
     TOPOLOGY_NAME_MAX,
 )
 from backstop.domain.lifecycle_spec import LifecycleFields
-from backstop.domain.limits import check_size_limits
+from backstop.domain.limits import (
+    OFFLINE,
+    check_input_count,
+    check_operator_count,
+    check_parallelism,
+    cluster_size,
+)
 from backstop.domain.metricspath import check_s3_store
 from backstop.domain.names import (
     check_topology_name,
@@ -155,7 +161,9 @@ class OperatorSpec(_Model):
         description="A DNS-1123 label without `--` (the separator of pod names "
         "`<topology>--<operator>-<index>`).",
     )
-    parallelism: int = Field(1, ge=1, le=MAX_PARALLELISM, description="Number of tasks.")
+    parallelism: int = Field(
+        1, ge=1, description="Number of tasks.", json_schema_extra={"maximum": MAX_PARALLELISM}
+    )
     image: str | None = Field(
         None, min_length=1, max_length=IMAGE_MAX, description="Task image; default spec.image."
     )
@@ -165,7 +173,7 @@ class OperatorSpec(_Model):
         le=SECONDS_MAX,
         description="Seconds a task needs to reprocess from its last checkpoint (t_v).",
     )
-    inputs: list[Input] = Field(default_factory=list, max_length=MAX_INPUTS)
+    inputs: list[Input] = Field(default_factory=list, json_schema_extra={"maxItems": MAX_INPUTS})
     output: bool | None = Field(
         None, description="Whether this operator is a query output; default: no consumers."
     )
@@ -178,6 +186,10 @@ class OperatorSpec(_Model):
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
     pod_template: PodTemplate | None = OPERATOR_TEMPLATE
+
+    # in a cluster only (the CRD states them too); the CLI plans any size offline
+    _parallelism = field_validator("parallelism")(check_parallelism)
+    _inputs = field_validator("inputs")(check_input_count)
 
 
 class BackupMode(StrEnum):
@@ -194,9 +206,12 @@ class StreamTopologySpec(_Model, LifecycleFields):
     )
     operators: list[OperatorSpec] = Field(
         min_length=1,
-        max_length=MAX_OPERATORS,
         description="Keyed by name: the API server refuses two operators of one name.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        json_schema_extra={
+            "maxItems": MAX_OPERATORS,
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+        },
     )
     backups: BackupMode = Field(BackupMode.planned, description="all: every task keeps backups.")
     placement_algorithm: str = registered("auto", PLACEMENT_ALGORITHMS, "Placement planner name.")
@@ -230,7 +245,8 @@ class StreamTopologySpec(_Model, LifecycleFields):
         one_of("placement algorithm", PLACEMENT_ALGORITHMS)
     )
     _templates = model_validator(mode="after")(check_templates)  # merged: mounts, limits
-    _size = model_validator(mode="after")(check_size_limits)  # tasks, edges: before expand()
+    _count = field_validator("operators")(check_operator_count)  # in a cluster only
+    _size = model_validator(mode="after")(cluster_size)  # tasks, edges: before expand()
     _metrics_store = model_validator(mode="after")(check_s3_store)  # s3:// needs objectStore
 
     @field_validator("operators")
@@ -266,8 +282,11 @@ class StreamTopology(_Model):
     spec: StreamTopologySpec
 
 
-def parse_topology(doc: Any) -> StreamTopology:
+def parse_topology(doc: Any, *, cluster: bool = False) -> StreamTopology:
     """Validate a manifest (already loaded from YAML/JSON) into a model.
+
+    A manifest is planned offline (the CLI, the re-optimization job): the ceilings of a
+    topology in a cluster (:mod:`backstop.domain.limits`) apply only with ``cluster``.
 
     Raises
     ------
@@ -277,7 +296,7 @@ def parse_topology(doc: Any) -> StreamTopology:
     if not isinstance(doc, dict):
         raise InvalidTopology("the manifest is not a mapping (expected a StreamTopology)")
     try:
-        topo = StreamTopology.model_validate(doc)
+        topo = StreamTopology.model_validate(doc, context=None if cluster else OFFLINE)
     except ValidationError as err:
         raise InvalidTopology(format_validation_error(err)) from None
     expand(topo.spec)  # cross-field checks (unknown inputs, cycles, forward parallelism)
@@ -285,7 +304,8 @@ def parse_topology(doc: Any) -> StreamTopology:
 
 
 def parse_spec(spec: Any, name: str | None = None) -> StreamTopologySpec:
-    """Validate just a ``spec`` (what the operator receives) into a model.
+    """Validate just a ``spec`` (what the operator receives) into a model, within the
+    ceilings of a topology in a cluster (:mod:`backstop.domain.limits`).
 
     ``name``, when given, is the topology's ``metadata.name``, checked as well.
     """
@@ -299,8 +319,9 @@ def parse_spec(spec: Any, name: str | None = None) -> StreamTopologySpec:
     return model
 
 
-def load_topology(path: str | Path) -> StreamTopology:
-    """Read and validate a manifest file (the first StreamTopology document in it)."""
+def load_topology(path: str | Path, *, cluster: bool = False) -> StreamTopology:
+    """Read and validate a manifest file (the first StreamTopology document in it), offline
+    unless ``cluster`` (:func:`parse_topology`)."""
     p = Path(path)
     try:
         docs = [d for d in load_all(p.read_text()) if d is not None]
@@ -310,7 +331,7 @@ def load_topology(path: str | Path) -> StreamTopology:
         raise InvalidTopology(f"{p} is not valid YAML: {err}") from None
     for d in docs:
         if isinstance(d, dict) and d.get("kind") == "StreamTopology":
-            return parse_topology(d)
+            return parse_topology(d, cluster=cluster)
     raise InvalidTopology(f"{p} holds no StreamTopology document")
 
 
