@@ -8,15 +8,15 @@ test computes from the input (``exact_output``).
 1. A node is cut off the network for 3 s (iptables on this host: its pods reach neither
    the other nodes' pods nor this host, where the operator and the store run), then
    healed. Its kubelet goes on, so the node stays Ready: only the data plane can notice.
-   The tasks on the other nodes suspect its producers within about a second
+   The tasks on the other nodes suspect its tasks within about a second
    (``runtime/backstop_runtime/suspects.py``), the operator's data-plane daemon reads the
    suspicions, asks the node's pods itself and, as none answers within its tries
    (``backstop.k8s.suspectpoll``: 2 tries of 0.5 s), confirms the node lost and recovers
    its tasks elsewhere with the trigger ``DataPlane``: the cut outlasts that confirmation,
    so the operator acts on what it cannot tell from a dead machine. The old copies come
-   back when the network does, and the epochs fence them out of the store. Only a
-   consumer notices a silent producer, so the node cut is the one with the most tasks
-   among those feeding a task on another node (:func:`watched_busiest`).
+   back when the network does, and the epochs fence them out of the store. Consumers
+   notice a silent producer and producers a silent consumer, so the node cut is the one
+   with the most tasks among those talking to another node (:func:`watched_busiest`).
 2. Every task runs on one node (a node selector only it carries, 100m CPU per task), and
    that node is killed: nobody is left to suspect anything, the data plane stays silent,
    and the recovery comes from the node monitor (NotReady, then the grace period): its
@@ -165,19 +165,20 @@ def placement(pods: list[Any]) -> dict[str, list[str]]:
 
 
 def watched_busiest(pods: list[Any]) -> tuple[str, list[str], list[str]]:
-    """The node with the most tasks among those that run a producer whose consumer runs on
-    another node, its tasks, and those consumers: only a consumer notices a silent
-    producer, so a node whose tasks feed no other node's (e.g. the sink and everything
-    upstream of it down to the sources) goes unnoticed by the data plane while its kubelet
-    answers (the node monitor's path sees no loss either: the node is Ready)."""
+    """The node with the most tasks among those with a data connection to another node, its
+    tasks, and the tasks elsewhere at the other end (the witnesses): a consumer notices a
+    silent producer and a producer a silent consumer, so a node none of whose tasks talks
+    to another node's goes unnoticed by the data plane while its kubelet answers (the node
+    monitor's path sees no loss either: the node is Ready)."""
     where = {t: n for n, ts in placement(pods).items() for t in ts}
     feeds = consumers()
+    links = {(t, c) for t in feeds for c in feeds[t]} | {(c, t) for t in feeds for c in feeds[t]}
     watched = {
-        n: sorted({c for t in ts for c in feeds[t] if where[c] != n})
-        for n, ts in placement(pods).items()
+        n: sorted({b for a, b in links if where.get(a) == n and where.get(b) not in (None, n)})
+        for n in placement(pods)
     }
     candidates = [n for n, ws in watched.items() if ws]
-    assert candidates, f"no task feeds another node: {placement(pods)}"
+    assert candidates, f"no task talks to another node: {placement(pods)}"
     victim = max(candidates, key=lambda n: len(placement(pods)[n]))
     return victim, placement(pods)[victim], watched[victim]
 
