@@ -27,6 +27,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -154,9 +155,11 @@ def manifest(run: Run, rate: float, spare_cpu: str, pool: str) -> dict[str, Any]
     spec["recovery"] = {"gracePeriodSeconds": 2}
     spec["replication"] = {"spareCpu": spare_cpu}
     for op in spec["operators"]:
-        # the sink alone on a node (over half a node's usable CPU): a kill elsewhere leaves
-        # the reader of the replicated tasks alive, so their output can be watched there
-        op["resources"]["cpu"] = "1500m" if op["name"] == "sink" else "300m"
+        # the sink alone on a node (no other task fits beside it under the 0.8 cap of a
+        # 2-CPU node): a kill elsewhere leaves the reader of the replicated tasks alive, so
+        # their output can be watched there; the others small, so a lost node's tasks fit
+        # beside the replicas on the third node
+        op["resources"]["cpu"] = "1550m" if op["name"] == "sink" else "100m"
         if op["name"] == "source":
             op["config"].update(
                 path=f"{run.bucket}/input",
@@ -388,10 +391,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--rate", type=float, default=100.0, help="records/s per source")
     ap.add_argument("--seconds", type=float, default=150.0, help="the input's length at --rate")
-    ap.add_argument("--spare-cpu", default="3", help="spec.replication.spareCpu")
+    ap.add_argument(
+        "--spare-cpu", default="600m", help="spec.replication.spareCpu (room for six 100m replicas)"
+    )
     ap.add_argument("--out", action="store_true", help="write docs/benchmarks/runtime-replicas.md")
     args = ap.parse_args(argv)
     require_root()
+    # SIGTERM unwinds like Ctrl-C: the nodes, the store and the operator are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
     log(f"work directory (logs kept on failure): {work}")
     with cluster_env(args, work) as (run, nodes):
