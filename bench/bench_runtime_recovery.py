@@ -96,8 +96,10 @@ def _intro(cycles: list[Cycle], rate: float, seconds: float, store: str) -> list
         "",
         "**Every time runs from the kill**: from the moment `python -m backstop_testkit nodes "
         "kill` returned (the node's kubelet, containerd and pods dead); the command itself "
-        "took the *kill command* seconds before that (from issued to returned), so from the "
-        "moment it was issued add that column. *Recovery started*: the epoch second the "
+        "took the *kill command* seconds before that (from issued to returned: the CLI's "
+        "Python start-up, a scan of `/proc` for the node's processes, the SIGKILLs and the "
+        "wait for them to be reaped, so the node dies in its last part), so from the moment "
+        "it was issued add that column. *Recovery started*: the epoch second the "
         "operator recorded the node lost and started the recovery session "
         "(`status.recovery.lostHistory`), with the first RecoveryPlan's trigger: `DataPlane` "
         "(task pods noticed the dead producers, the operator confirmed) or `NodeLost` (the "
@@ -145,6 +147,14 @@ def _summary(mine: list[Cycle]) -> str:
     within = all(c.worst <= c.bound for c in mine)
     fast = len(detect) == len(mine) and max(detect) < 2.0
     triggers = ", ".join(sorted({c.trigger for c in mine}))
+    alone = [c.victim for c in mine if len(c.tasks) == c.total]
+    why = (
+        f" The node(s) {', '.join(alone)} held every task of the topology: no task pod "
+        "survived to notice the dead producers, so only the node-monitor's NotReady (and the "
+        "grace period) could start the recovery."
+        if alone
+        else ""
+    )
     return (
         f"{len(mine)} node(s) killed; worst kill → caught up {worst.worst:.2f} s "
         f"({worst.victim}) against R = {worst.bound:g} s: "
@@ -152,7 +162,7 @@ def _summary(mine: list[Cycle]) -> str:
         f"kill → recovery started at most {max(detect, default=float('nan')):.2f} s "
         f"({'under' if fast else '**not under**'} 2 s), trigger {triggers}; host load "
         f"(1 min) when each node's last task caught up: "
-        f"{', '.join(f'{c.load:.1f}' for c in mine)}."
+        f"{', '.join(f'{c.load:.1f}' for c in mine)}.{why}"
     )
 
 
