@@ -94,16 +94,18 @@ def _intro(cycles: list[Cycle], rate: float, seconds: float, store: str) -> list
         "every node killed, and every node holding tasks is killed once (worst predicted "
         "loss first); each row is one task lost with the killed node.",
         "",
-        "**Every time runs from the kill**: from the moment `python -m backstop_testkit nodes "
-        "kill` returned (the node's kubelet, containerd and pods dead); the command itself "
-        "took the *kill command* seconds before that (from issued to returned: the CLI's "
-        "Python start-up, a scan of `/proc` for the node's processes, the SIGKILLs and the "
-        "wait for them to be reaped, so the node dies in its last part), so from the moment "
-        "it was issued add that column. *Recovery started*: the epoch second the "
-        "operator recorded the node lost and started the recovery session "
-        "(`status.recovery.lostHistory`), with the first RecoveryPlan's trigger: `DataPlane` "
-        "(task pods noticed the dead producers, the operator confirmed) or `NodeLost` (the "
-        "node-monitor's NotReady plus the grace period). *Process started*: the new copy's "
+        "**Every time runs from the kill**: the moment the killed node's first container "
+        "process was gone (the children of the node's containerd shims, listed before the "
+        "kill and polled every 10 ms; where that was not seen, the moment the command "
+        "returned, marked †). *Kill issued / returned*: when `python -m backstop_testkit "
+        "nodes kill` was issued and when it returned, on the same clock: the command spends "
+        "most of its time before its SIGKILLs (the CLI's Python start-up, a scan of `/proc` "
+        "for the node's processes) and the rest waiting for the kernel to reap them. "
+        "*Recovery started*: the epoch second the operator recorded the node lost and "
+        "started the recovery session (`status.recovery.lostHistory`), with the first "
+        "RecoveryPlan's trigger: `DataPlane` (task pods noticed the dead producers, the "
+        "operator confirmed) or `NodeLost` (the node-monitor's NotReady plus the grace "
+        "period). *Process started*: the new copy's "
         "`started` in its `status.json`. *Caught up*: the new copy processes batches no "
         "further behind its sources than the task did in the steady stream before the "
         "failure (its median lag) plus 0.5 s. *ℓ(v)* is the model's reprocessing latency "
@@ -122,18 +124,19 @@ def _secs(v: float | None) -> str:
 def _table(mine: list[Cycle]) -> list[str]:
     """One row per lost task of the cycles given."""
     lines = [
-        "| killed node (tasks on it) | kill command | kill → recovery started (trigger) "
+        "| killed node (tasks on it) | kill issued / returned | kill → recovery started (trigger) "
         "| kill → NotReady | task | kill → process started | kill → caught up | ℓ(v) "
         "| d + c | R | within R |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in mine:
         node = f"{c.victim} ({len(c.tasks)} of {c.total})"
+        cmd = f"{c.issued:+.2f} s / {c.returned:+.2f} s{'' if c.death_seen else ' †'}"
         started = f"{_secs(c.started)} ({c.trigger or '—'})"
         for t in c.tasks:
             ok = "yes" if t.caught_up <= c.bound else f"**no** (+{t.caught_up - c.bound:.1f} s)"
             lines.append(
-                f"| {node} | {c.kill_command:.2f} s | {started} | {_secs(c.notready)} | "
+                f"| {node} | {cmd} | {started} | {_secs(c.notready)} | "
                 f"{t.task} | {t.process:.2f} s | {t.caught_up:.2f} s | {t.ell:.1f} s | "
                 f"{c.detection + c.restart:g} s | {c.bound:g} s | {ok} |"
             )

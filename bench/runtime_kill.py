@@ -7,14 +7,15 @@ what the bound promises and what leads there: the recovery session starting (its
 NotReady and the grace period did), the node turning NotReady, each lost task's new process
 starting and each one catching up with its input. The recovery bound counts from the
 failure (detection ``d`` + restart ``c`` + ℓ(v) ≤ ``recoveryLatencyBound``), so every time
-here runs from the kill too: from the moment ``nodes kill`` returned (its node's processes
-dead); how long the command took is kept beside it.
+here runs from the kill too: from the moment the node's first container process is gone
+(:class:`_Death`); when ``nodes kill`` was issued and returned is kept beside it.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -59,7 +60,9 @@ class Cycle:
     detection: float  # d (spec.recovery.detectionSeconds, as the plan records it)
     restart: float  # c (spec.recovery.restartSeconds)
     predicted_node: float  # H(node): the plan's worst ℓ(v) of the killed node
-    kill_command: float = 0.0  # seconds ``nodes kill`` took (issued → returned)
+    issued: float = 0.0  # ``nodes kill`` issued, relative to the failure (≤ 0)
+    returned: float = 0.0  # ``nodes kill`` returned, relative to the failure
+    death_seen: bool = False  # the failure is the first container seen gone, else returned
     started: float | None = None  # kill → the recovery session started
     trigger: str = ""
     plan_seen: float | None = None  # kill → the bench saw the first RecoveryPlan
@@ -150,6 +153,43 @@ class _Watch:
             time.sleep(0.2)
 
 
+class _Death(threading.Thread):
+    """The moment the killed node's first container process is gone: the failure.
+
+    The node's containers are the children of its containerd shims (whose command line
+    names the node's ``containerd.sock``), read before the kill; polled every 10 ms from
+    then on. ``nodes kill`` spends most of its time before its SIGKILLs (the CLI's Python
+    start-up, a scan of ``/proc``) and some after (waiting for the kernel to reap), so
+    neither its start nor its return is the failure."""
+
+    def __init__(self, victim: str) -> None:
+        super().__init__(daemon=True)
+        self.pids = self._containers(victim)
+        self.at: float | None = None
+        self.stop = threading.Event()
+
+    @staticmethod
+    def _containers(victim: str) -> list[int]:
+        found: list[int] = []
+        for proc in Path("/proc").iterdir():
+            try:
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                if "containerd-shim" in cmd and f"/{victim}/containerd.sock" in cmd:
+                    for kids in proc.glob("task/*/children"):
+                        found += [int(k) for k in kids.read_text().split()]
+            except (OSError, ValueError):
+                continue
+        return found
+
+    def run(self) -> None:
+        while self.pids and self.at is None and not self.stop.is_set():
+            for pid in self.pids:
+                if not Path(f"/proc/{pid}").exists():
+                    self.at = time.time()
+                    return
+            time.sleep(0.01)
+
+
 def _spec_terms(p: dict[str, Any], spec: dict[str, Any]) -> tuple[float, float]:
     """``d`` and ``c`` as the plan records them, else as the spec gives them."""
     rec = spec.get("recovery", {})
@@ -192,14 +232,22 @@ def kill_cycle(
         )  # fmt: skip
         watch = _Watch(bench, name, victim, lost)
         log(f"{name}: killing {victim} ({len(lost)} tasks, predicted {p['worstByNode']})")
+        death = _Death(victim)
+        death.start()
         issued = time.time()
         bench.cli("nodes", "kill", victim)
-        t_kill = time.time()
-        cyc.kill_command = t_kill - issued
+        returned = time.time()
+        death.join(5.0)
+        death.stop.set()
+        t_kill = death.at or returned  # the failure; the command's return if not seen
+        cyc.issued, cyc.returned = issued - t_kill, returned - t_kill
+        cyc.death_seen = death.at is not None
         watch.run()
         _record(cyc, watch, graph, t_kill)
         log(
-            f"{name}: recovery started {cyc.started:.2f}s ({cyc.trigger}), worst caught up "
+            f"{name}: kill issued {cyc.issued:+.2f}s, returned {cyc.returned:+.2f}s "
+            f"(failure {'seen' if cyc.death_seen else 'NOT seen'}); "
+            f"recovery started {cyc.started:.2f}s ({cyc.trigger}), worst caught up "
             f"{cyc.worst:.2f}s after the kill (R {real_bound:g}s; host load {cyc.load:.1f})"
         )
         if bench.show:
