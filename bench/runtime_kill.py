@@ -143,8 +143,13 @@ class _Watch:
         deadline = time.time() + CATCH_UP_TIMEOUT
         while len(self.back) < len(self.lost) or self.started is None:
             if time.time() > deadline:
-                missing = sorted(set(self.lost) - set(self.back))
-                raise SystemExit(f"{self.name}: {missing or 'recovery'} not seen in time")
+                late = sorted(set(self.lost) - set(self.back))
+                fresh = [t for t in late if t in self.seen]  # a new copy, not caught up
+                raise SystemExit(
+                    f"{self.name}: within {CATCH_UP_TIMEOUT:.0f} s no new copy of "
+                    f"{sorted(set(late) - set(fresh)) or 'none'}, new copies not caught up: "
+                    f"{fresh or 'none'}, recovery started: {self.started is not None}"
+                )
             self.poll()
             time.sleep(0.1)
         end = time.time() + NOT_READY_WAIT
