@@ -246,6 +246,8 @@ def _kill_cycles(args: argparse.Namespace, bench: Bench, failed: list[str]) -> l
             try:
                 c = kill_cycle(bench, EXAMPLES[key], variant, name, bound, k)
             except SystemExit as err:  # a timeout: report the others, say why
+                if not isinstance(err.code, str):
+                    raise  # SIGTERM's exit, not a timeout
                 log(f"{name}: {err} (host load {os.getloadavg()[0]:.1f})")
                 failed.append(f"kill {name}: {err}")
                 continue
@@ -268,6 +270,8 @@ def _sessions(
         try:
             sessions.append(incremental.run_session(bench, mode, f"ts-{mode}", after))
         except SystemExit as err:  # a timeout: report the others, say why
+            if not isinstance(err.code, str):
+                raise  # SIGTERM's exit, not a timeout
             log(f"ts-{mode}: {err} (host load {os.getloadavg()[0]:.1f})")
             failed.append(f"{mode}: {err}")
     return sessions

@@ -205,6 +205,22 @@ def _spec_terms(p: dict[str, Any], spec: dict[str, Any]) -> tuple[float, float]:
     return d, c
 
 
+def _undisturbed(bench: Bench, name: str) -> dict[str, Any]:
+    """The topology's plan now, right before the kill; a SystemExit if a recovery already
+    ran (a node recorded lost before any kill: a loss confirmed on a live node, e.g. pods
+    too slow to answer on an overloaded host), since it would be timed as this kill's."""
+    st = bench.custom.get_namespaced_custom_object(
+        GROUP, VERSION, bench.ns, "streamtopologies", name
+    )
+    status = st.get("status") or {}
+    early = (status.get("recovery") or {}).get("lostHistory") or {}
+    if early:
+        when = ", ".join(f"{n} at {time.strftime('%H:%M:%S', time.localtime(t))}"
+                         for n, t in early.items())  # fmt: skip
+        raise SystemExit(f"{name}: a node recorded lost before the kill ({when})")
+    return dict(status["plan"])
+
+
 def _victim(p: dict[str, Any], rank: int) -> tuple[str, dict[str, list[str]]]:
     """The ``rank``-th node holding tasks, worst predicted loss first; the placement."""
     placement: dict[str, list[str]] = {}
@@ -225,9 +241,10 @@ def kill_cycle(
     victim = ""
     gen: subprocess.Popen[bytes] | None = None
     try:
-        p, gen = bench.start(name, doc)
+        _, gen = bench.start(name, doc)
         if bench.show:
             bench.flowing(name, "before the kill")
+        p = _undisturbed(bench, name)
         victim, placement = _victim(p, rank)
         lost = placement[victim]
         d, c = _spec_terms(p, doc["spec"])
