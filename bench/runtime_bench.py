@@ -1,10 +1,11 @@
-"""The real-node harness of the runtime benchmarks: one deployment of the example, killed.
+"""The real-node harness of the runtime benchmarks: deployments of the examples, on real nodes.
 
-:class:`Bench` deploys a copy of ``examples/twitter-sentiment.yaml`` on real nodes (its own
-tweet log, output and node pool) with the operator as a host process, kills nodes with the
-test kit's CLI and reads each task's ``status.json``; :meth:`Bench.cycle` measures one kill
-against the plan's predicted ℓ(v). ``bench/bench_runtime_recovery.py`` (the bound measured)
-and ``bench/runtime_incremental.py`` (incremental vs blocking) both run on it.
+:class:`Bench` deploys a copy of an example (``examples/twitter-sentiment.yaml`` unless told
+otherwise; ``examples/wordcount.yaml`` reads the same tweet log) on real nodes (its own tweet
+log, output and node pool) with the operator as a host process, kills nodes with the test
+kit's CLI and reads each task's ``status.json``. ``bench/runtime_kill.py`` (one node killed,
+times from the kill: ``bench/bench_runtime_recovery.py``) and ``bench/runtime_incremental.py``
+(incremental vs blocking) both run on it.
 
 The store is an object store outside the nodes, as a cloud's S3 is outside a cluster: the
 bench's own SeaweedFS on this host (:class:`~backstop_testkit.support.objectstore.ObjectStore`,
@@ -25,7 +26,6 @@ import sys
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +34,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
-from backstop.domain.spec import StreamTopologySpec, expand
 from backstop.k8s.cluster import api_client
 from backstop_runtime.blobs import Blobs, open_blobs
 from backstop_runtime.output import committed, round_key
-from backstop_testkit.support.kubetools import (
-    node_ready,
-)
 from backstop_testkit.support.objectstore import ObjectStore
-from planners.evaluate import recovery_latencies
-from planners.graph import TaskGraph
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
@@ -68,32 +62,6 @@ def wait(what: str, cond: Any, timeout: float, interval: float = 0.2) -> Any:
                 return got
         time.sleep(interval)
     raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-@dataclass
-class TaskResult:
-    task: str
-    predicted: float
-    measured: float
-    pod_start: float
-    catch_up: float
-
-
-@dataclass
-class Cycle:
-    variant: str
-    victim: str
-    predicted_node: float
-    backups: list[str]
-    placement: dict[str, list[str]]
-    notready: float  # kill → NotReady seen
-    detected: float  # kill → RecoveryPlan seen
-    tasks: list[TaskResult] = field(default_factory=list)
-    load: float = 0.0  # the host's 1-min load average when the last task caught up
-
-    @property
-    def worst(self) -> float:
-        return max(t.measured for t in self.tasks)
 
 
 class Bench:
@@ -211,8 +179,11 @@ class Bench:
             timeout=120,
         )
 
-    def manifest(self, name: str, bound: float | None) -> dict[str, Any]:
-        doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    def manifest(self, name: str, bound: float | None, example: Path = EXAMPLE) -> dict[str, Any]:
+        """A copy of ``example`` as ``name``: the bench's store, its own input and output
+        paths in the bucket, its node pool, a 2 s grace period (``bound``: another
+        ``recoveryLatencyBound``)."""
+        doc: dict[str, Any] = yaml.safe_load(example.read_text())
         doc["metadata"] = {"name": name}
         spec = doc["spec"]
         spec["store"] = {
@@ -337,103 +308,6 @@ class Bench:
         )
         rec = (st.get("status") or {}).get("recovery") or {}
         return bool(rec.get("active") and rec.get("session")) or self.recovery_plan_seen(name)
-
-    def cycle(self, variant: str, name: str, bound: float | None, rank: int) -> Cycle:
-        doc = self.manifest(name, bound)
-        real_bound = float(yaml.safe_load(EXAMPLE.read_text())["spec"]["recoveryLatencyBound"])
-        graph = expand(StreamTopologySpec.model_validate(doc["spec"]))
-        victim = ""
-        gen: subprocess.Popen[bytes] | None = None
-        try:
-            p, gen = self.start(name, doc)
-            if self.show:
-                self.flowing(name, "before the kill")
-            placement: dict[str, list[str]] = {}
-            for t, n in p["assignment"].items():
-                placement.setdefault(n, []).append(t)
-            by_node = sorted(placement, key=lambda n: (-p["worstByNode"].get(n, 0.0), n))
-            victim = by_node[min(rank, len(by_node) - 1)]
-            lost = placement[victim]
-            restart = float(doc["spec"]["recovery"].get("restartSeconds", 0.0))
-            # the model: every lost pod restarts at once, then ℓ(v) of reprocessing
-            ell = {t: restart + v for t, v in recovery_latencies(graph, p["backups"], lost).items()}
-            epochs = {t: self.status(name, t).get("epoch", 0) for t in lost}
-            log(f"{name}: killing {victim} ({len(lost)} tasks, predicted {p['worstByNode']})")
-            t_kill = time.time()
-            self.cli("nodes", "kill", victim)
-            wait(f"{victim} NotReady", lambda: not node_ready(self.core, victim), 120)
-            t_notready = time.time()
-
-            wait(f"{name}: a RecoveryPlan", lambda: self.recovery_plan_seen(name), 120, 0.1)
-            t_plan = time.time()
-            cyc = Cycle(
-                variant,
-                victim,
-                restart + float(p["worstByNode"].get(victim, 0.0)),
-                list(p["backups"]),
-                placement,
-                t_notready - t_kill,
-                t_plan - t_kill,
-            )
-
-            self._catch_up(name, graph, lost, epochs, ell, t_plan, cyc)
-            log(
-                f"{name}: worst measured {cyc.worst:.2f}s (bound {real_bound:g}s, "
-                f"predicted {cyc.predicted_node:g}s; host load {cyc.load:.1f})"
-            )
-            if self.show:
-                self._show(name, cyc, real_bound)
-            return cyc
-        finally:
-            if gen is not None:
-                gen.terminate()
-                gen.wait()
-            self.delete(name)
-            if victim:
-                self.cli("nodes", "revive", victim)
-                wait(f"{victim} Ready", lambda: node_ready(self.core, victim), 120)
-
-    def _catch_up(
-        self,
-        name: str,
-        graph: TaskGraph,
-        lost: list[str],
-        epochs: dict[str, int],
-        ell: dict[str, float],
-        t_plan: float,
-        cyc: Cycle,
-    ) -> None:
-        """Wait until every lost task has caught up; each one's times into ``cyc``."""
-        seen: dict[str, int] = {}
-        back: dict[str, float] = {}
-        deadline = time.time() + 240
-        while len(back) < len(lost) and time.time() < deadline:
-            for t in lost:
-                if t not in back and self.caught_up(name, t, epochs[t], seen):
-                    back[t] = time.time()
-            time.sleep(0.2)
-        cyc.load = os.getloadavg()[0]
-        for t in sorted(lost, key=graph.index):
-            if t not in back:
-                raise SystemExit(f"{name}: {t} did not catch up within 240 s")
-            started = float(self.status(name, t)["started"])
-            cyc.tasks.append(
-                TaskResult(t, ell[t], back[t] - t_plan, started - t_plan, back[t] - started)
-            )
-
-    def _show(self, name: str, cyc: Cycle, real_bound: float) -> None:
-        """The recovered flow and each lost task's predicted and measured recovery."""
-        self.flowing(name, "after the recovery, the lost tasks on other nodes")
-        for t in cyc.tasks:
-            print(
-                f"  {t.task:14} predicted c+ℓ {t.predicted:.1f} s   measured "
-                f"{t.measured:5.2f} s = pod start {t.pod_start:5.2f} s + "
-                f"restore/replay {t.catch_up:5.2f} s"
-            )
-        print(
-            f"  worst {cyc.worst:.2f} s vs bound {real_bound:g} s: "
-            + ("within the bound" if cyc.worst <= real_bound else "OVER the bound")
-        )
 
     def delete(self, name: str) -> None:
         with contextlib.suppress(ApiException):
