@@ -4,9 +4,11 @@
 The selective-replication seed (*Adaptive and Selective Replication for Stream Processing*)
 compares the recovery time of replicated and non-replicated operators. This measures it
 where users see it: ``examples/wordcount.yaml`` (a copy: a bounded, rate-limited source on a
-fixed input in an S3 bucket, ``spec.replication`` with room for replicas) runs on three
-real nodes (kubelet + containerd each, ``hack/real-node.sh``) with the operator as a host
-process; the store is a SeaweedFS on this host. Once every task runs and every replica
+fixed input in an S3 bucket, one task per operator, ``spec.replication`` with room for
+tokenize's and count's replicas) runs on four real nodes (kubelet + containerd each,
+``hack/real-node.sh``) with the operator as a host process; the store is a SeaweedFS on this
+host. The source and the sink ask for so much CPU that each runs alone, so tokenize and
+count share a third node and their replicas a fourth. Once every task runs and every replica
 follows its primary, the node holding the most primaries of replicated tasks is killed
 (``python -m backstop_testkit nodes kill``: kubelet, containerd and containers SIGKILLed).
 Every surviving task's ``/status`` is read 20 times a second; it says, per producer, the
@@ -71,7 +73,7 @@ from backstop_testkit.support.runtime_data import (
     write_input,
 )
 
-HEADING = "# Active replicas on real nodes: a lost task's output at its consumers"
+HEADING = "## Active replicas on real nodes: a lost task's output at its consumers"
 POOL = "bench.backstop.dev/replica-pool"
 SAMPLE = 0.05
 """Seconds between two reads of every surviving task's ``/status``."""
@@ -155,11 +157,14 @@ def manifest(run: Run, rate: float, spare_cpu: str, pool: str) -> dict[str, Any]
     spec["recovery"] = {"gracePeriodSeconds": 2}
     spec["replication"] = {"spareCpu": spare_cpu}
     for op in spec["operators"]:
-        # the sink alone on a node (no other task fits beside it under the 0.8 cap of a
-        # 2-CPU node): a kill elsewhere leaves the reader of the replicated tasks alive, so
-        # their output can be watched there; the others small, so a lost node's tasks fit
-        # beside the replicas on the third node
-        op["resources"]["cpu"] = "1550m" if op["name"] == "sink" else "100m"
+        # one task per operator; the source and the sink each alone on a node (no other
+        # task fits beside 1550m under the 0.8 cap of a 2-CPU node), tokenize and count
+        # small on a third, their replicas on a fourth: the kill of the third leaves the
+        # input and the reader of the replicated tasks alive, so only the replicas stand
+        # between the kill and the sink's next batch
+        op["parallelism"] = 1
+        big = op["name"] in ("source", "sink")
+        op["resources"]["cpu"] = "1550m" if big else "100m"
         if op["name"] == "source":
             op["config"].update(
                 path=f"{run.bucket}/input",
@@ -284,7 +289,7 @@ def section(args: argparse.Namespace, rows: list[Resumed], victim_node: str, lin
         "",
         machine_line(),
         "",
-        f"Input {args.rate:g} records/s per source (2 sources), `spec.replication.spareCpu: "
+        f"Input {args.rate:g} records/s (one source), `spec.replication.spareCpu: "
         f"{args.spare_cpu}`, grace period 2 s; killed {victim_node}; the sink's output: "
         f"{lines} lines, equal to the counts computed from the input.",
         "",
@@ -310,11 +315,11 @@ def cluster_env(args: argparse.Namespace, work: Path) -> Iterator[tuple[Run, lis
     namespace = f"bench-rep-{uuid.uuid4().hex[:6]}"
     create_namespace(core, namespace)
     store = ObjectStore(work / "objectstore", for_pods=True)
-    names = [f"rp{uuid.uuid4().hex[:4]}-{i}" for i in range(3)]
+    names = [f"rp{uuid.uuid4().hex[:4]}-{i}" for i in range(4)]
     proc = None
     try:
         s3 = store.up()
-        write_input(work / "input", files=2, per_file=int(args.rate * args.seconds))
+        write_input(work / "input", files=2, per_file=int(args.rate * args.seconds / 2))
         with real_node_pool(run_dir(), names, env={"REAL_NODE_IMAGES": str(images)}) as nodes:
             bucket = f"s3://{s3['BACKSTOP_S3_BUCKET']}"
             put_files(f"{bucket}/input", sorted((work / "input").glob("*.jsonl")), env=s3)
@@ -389,10 +394,10 @@ def keep_logs(run: Run, work: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    ap.add_argument("--rate", type=float, default=100.0, help="records/s per source")
+    ap.add_argument("--rate", type=float, default=200.0, help="records/s of the source")
     ap.add_argument("--seconds", type=float, default=150.0, help="the input's length at --rate")
     ap.add_argument(
-        "--spare-cpu", default="600m", help="spec.replication.spareCpu (room for six 100m replicas)"
+        "--spare-cpu", default="200m", help="spec.replication.spareCpu (tokenize's and count's)"
     )
     ap.add_argument("--out", action="store_true", help="write docs/benchmarks/runtime-replicas.md")
     args = ap.parse_args(argv)
