@@ -18,12 +18,16 @@ every planner measures its budget in *work*, never in seconds:
 On a slower machine a plan takes longer, but it is the same plan. Only a
 wall-clock safety net (:data:`SAFETY_FACTOR` times the budget) remains, so that a
 pathological instance on a starved machine still returns: if that net is ever
-hit, the result may depend on the machine again.
+hit, the result may depend on the machine again. A planner whose budget is also a
+promise in wall seconds to the user (``backstop backups --time-limit``) passes a
+``deadline`` (:func:`wall_deadline`) that replaces the net: the work limit decides
+where the machine is fast enough for it, the deadline where it is not.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 __all__ = [
@@ -33,6 +37,7 @@ __all__ = [
     "STEPS_PER_SECOND",
     "WorkBudget",
     "deterministic_cp_sat",
+    "wall_deadline",
 ]
 
 STEPS_PER_SECOND = 200_000
@@ -112,7 +117,12 @@ class WorkBudget:
         return max(0, mark - self.spent) / STEPS_PER_SECOND
 
 
-def deterministic_cp_sat(parameters: Any, seconds: float) -> None:
+def wall_deadline(seconds: float) -> float:
+    """The :func:`time.monotonic` instant ``seconds`` of wall time from now."""
+    return time.monotonic() + max(0.0, seconds)
+
+
+def deterministic_cp_sat(parameters: Any, seconds: float, deadline: float | None = None) -> None:
     """Set CP-SAT's parameters so the result depends only on the model and ``seconds``.
 
     Parameters
@@ -122,15 +132,21 @@ def deterministic_cp_sat(parameters: Any, seconds: float) -> None:
     seconds:
         The nominal budget; CP-SAT gets ``seconds * CP_SAT_WORK_PER_SECOND`` of
         deterministic time.
+    deadline:
+        A :func:`wall_deadline` the solve must not pass, or ``None``.
 
     Notes
     -----
     ``random_seed`` fixed, ``num_workers`` a constant (one: sequential search),
     ``max_deterministic_time`` as the limit. ``max_time_in_seconds`` is only a
-    safety net (:data:`SAFETY_FACTOR` times the nominal budget).
+    safety net (:data:`SAFETY_FACTOR` times the nominal budget), or the wall time left
+    before ``deadline`` when one is given.
     """
     budget = max(0.01, float(seconds))
     parameters.random_seed = CP_SAT_SEED
     parameters.num_workers = CP_SAT_WORKERS
     parameters.max_deterministic_time = budget * CP_SAT_WORK_PER_SECOND
-    parameters.max_time_in_seconds = SAFETY_FACTOR * budget + 1.0
+    if deadline is None:
+        parameters.max_time_in_seconds = SAFETY_FACTOR * budget + 1.0
+    else:
+        parameters.max_time_in_seconds = max(0.01, deadline - time.monotonic())

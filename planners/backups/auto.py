@@ -5,6 +5,7 @@ from __future__ import annotations
 from itertools import combinations
 from math import comb
 
+from planners.backups.bounds import path_lower_bound
 from planners.backups.common import (
     EPS,
     BackupPlan,
@@ -18,7 +19,7 @@ from planners.backups.common import (
 from planners.backups.dag import _ftc_dag
 from planners.backups.exact import _exact
 from planners.backups.local import _improve
-from planners.budget import WorkBudget
+from planners.budget import WorkBudget, wall_deadline
 from planners.graph import TaskGraph
 
 PROOF_MAX_WORK = 200_000
@@ -67,13 +68,15 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     bound : float
         Recovery-latency bound ``R`` in seconds.
     time_limit : float
-        Seconds for local search and CP-SAT on general DAGs.
+        Seconds for local search and CP-SAT on general DAGs: a deterministic work
+        limit (:mod:`planners.budget`), and wall seconds the solver does not pass
+        (on a machine too slow for that work, the plan found by then).
 
     Returns
     -------
     BackupPlan
         ``algorithm`` names the method used: ``auto:tree`` (line(s) and trees,
-        always optimal), ``auto:dag+local`` (the heuristic met a lower bound, no
+        always optimal), ``auto:dag+local`` (the heuristic met the lower bound, no
         plan of one backup fewer keeps the bound, or the solver did not beat it),
         ``auto:enumerate`` (a plan of fewer backups found by trying them all), or
         ``auto:exact``.
@@ -96,9 +99,13 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     Line(s) and trees: O(N) and optimal (:func:`backups_tree`). Other DAGs:
     the seed's DAG heuristic (O(N²) worst case), local search (drop each
     backup that is not needed; add one task where that lets two backups go),
-    each move checked incrementally against the bound; if the result does
-    not meet the lower bound of forced backups and trying every plan of one
-    backup fewer (where there are few) does not settle it, CP-SAT starts from it and
+    each move checked incrementally against the bound, stopping once the plan meets
+    the lower bound of disjoint paths (:func:`planners.backups.bounds.path_lower_bound`,
+    O(N + E); on forward chains joined by shuffles it meets the heuristic's plan, which
+    proves a 10,000-task plan minimum in about the time of the heuristic). If the
+    plan is above that bound and trying every plan of one
+    backup fewer (where there are few) does not settle it, CP-SAT starts from it, with
+    the bound as a constraint, and
     keeps whichever plan is smaller when the budget ends, or earlier once the
     solver has found nothing better for a tenth of the budget (at least 0.5 s).
 
@@ -110,10 +117,13 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     _require_feasible(graph, bound)
     if topology_shape(graph) != "dag":
         return _finish(graph, bound, "auto:tree", _tree_greedy(graph, bound), True)
+    deadline = wall_deadline(time_limit)
     budget = WorkBudget(time_limit)
-    flags = _improve(graph, bound, _ftc_dag(graph, bound), budget=budget)
-    lower = sum(_forced(graph, bound))
-    if sum(flags) == lower:
+    lower = path_lower_bound(graph, bound)
+    flags = _ftc_dag(graph, bound)
+    if sum(flags) > lower:
+        flags = _improve(graph, bound, flags, budget=budget, floor=lower)
+    if sum(flags) <= lower:
         return _finish(graph, bound, "auto:dag+local", flags, True)
     heuristic = sum(flags)
     proven = _fewer(graph, bound, flags, _forced(graph, bound))
@@ -121,7 +131,15 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     if proven:
         return _finish(graph, bound, method, flags, True)
     patience = max(0.5, 0.1 * time_limit)
-    exact, proven = _exact(graph, bound, max(0.05, budget.seconds_left()), flags, patience)
+    exact, proven = _exact(
+        graph,
+        bound,
+        max(0.05, budget.seconds_left()),
+        flags,
+        patience,
+        deadline=deadline,
+        lower=lower,
+    )
     if exact is not None and sum(exact) <= sum(flags):
         return _finish(graph, bound, "auto:exact", exact, proven)
     return _finish(graph, bound, method, flags, False)

@@ -90,12 +90,13 @@ class _State:
 
 
 def _improve(
-    graph: TaskGraph, bound: float, flags: list[bool], *, budget: WorkBudget
+    graph: TaskGraph, bound: float, flags: list[bool], *, budget: WorkBudget, floor: int = 0
 ) -> list[bool]:
     """Local search: drop redundant backups, then add one to drop two, until stuck.
 
     Spends ``budget`` (one step per task a move touches), so where it stops does
-    not depend on the machine.
+    not depend on the machine. Stops as soon as the plan has ``floor`` backups (a
+    lower bound: no move can do better).
     """
     state = _State(graph, bound, flags)
     forced = _forced(graph, bound)
@@ -103,13 +104,14 @@ def _improve(
     for u in sorted((u for u in range(len(graph)) if state.flags[u]), reverse=True):
         if not forced[u]:
             state.set_flag(u, False)
+    count = sum(state.flags)
     improved = True
-    while improved and not budget.exhausted:
+    while improved and not budget.exhausted and count > floor:
         improved = False
         for c in range(len(graph)):
             if state.flags[c] or sinks[c]:
                 continue
-            if budget.exhausted:
+            if budget.exhausted or count <= floor:
                 break
             state.set_flag(c, True)
             cover = state.cover(c)
@@ -117,6 +119,7 @@ def _improve(
             dropped = [b for b in cover if not forced[b] and state.set_flag(b, False)]
             if len(dropped) >= 2:
                 improved = True
+                count += 1 - len(dropped)
                 continue
             for b in dropped:
                 state.set_flag(b, True)
