@@ -19,7 +19,7 @@ from planners.backups.common import (
 from planners.backups.dag import _ftc_dag
 from planners.backups.exact import _exact
 from planners.backups.local import _improve
-from planners.budget import WorkBudget, wall_deadline
+from planners.budget import WorkBudget
 from planners.graph import TaskGraph
 
 PROOF_MAX_WORK = 200_000
@@ -69,14 +69,15 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
         Recovery-latency bound ``R`` in seconds.
     time_limit : float
         Seconds for local search and CP-SAT on general DAGs: a deterministic work
-        limit (:mod:`planners.budget`), and wall seconds the solver does not pass
-        (on a machine too slow for that work, the plan found by then).
+        limit (:mod:`planners.budget`; also wall seconds inside a
+        :func:`planners.budget.wall_limit`).
 
     Returns
     -------
     BackupPlan
         ``algorithm`` names the method used: ``auto:tree`` (line(s) and trees,
-        always optimal), ``auto:dag+local`` (the heuristic met the lower bound, no
+        always optimal), ``auto:greedy`` (the greedy plan met the lower bound),
+        ``auto:dag+local`` (the heuristic met the lower bound, no
         plan of one backup fewer keeps the bound, or the solver did not beat it),
         ``auto:enumerate`` (a plan of fewer backups found by trying them all), or
         ``auto:exact``.
@@ -96,14 +97,17 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
 
     Notes
     -----
-    Line(s) and trees: O(N) and optimal (:func:`backups_tree`). Other DAGs:
+    Line(s) and trees: O(N) and optimal (:func:`backups_tree`). Other DAGs: first
+    the lower bound of disjoint paths (:func:`planners.backups.bounds.path_lower_bound`)
+    and the tree algorithm's greedy run on the DAG (an input is backed up when a
+    consumer would otherwise exceed ``R``), both O(N + E); where the greedy plan meets
+    the bound (uniform layers, such as forward chains joined by shuffles, at any
+    scale) it is minimum and returned. Otherwise
     the seed's DAG heuristic (O(N²) worst case), local search (drop each
     backup that is not needed; add one task where that lets two backups go),
     each move checked incrementally against the bound, stopping once the plan meets
-    the lower bound of disjoint paths (:func:`planners.backups.bounds.path_lower_bound`,
-    O(N + E); on forward chains joined by shuffles it meets the heuristic's plan, which
-    proves a 10,000-task plan minimum in about the time of the heuristic). If the
-    plan is above that bound and trying every plan of one
+    the lower bound; the greedy plan replaces it where smaller. If the
+    plan is above the bound and trying every plan of one
     backup fewer (where there are few) does not settle it, CP-SAT starts from it, with
     the bound as a constraint, and
     keeps whichever plan is smaller when the budget ends, or earlier once the
@@ -117,12 +121,16 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     _require_feasible(graph, bound)
     if topology_shape(graph) != "dag":
         return _finish(graph, bound, "auto:tree", _tree_greedy(graph, bound), True)
-    deadline = wall_deadline(time_limit)
-    budget = WorkBudget(time_limit)
     lower = path_lower_bound(graph, bound)
+    lazy = _tree_greedy(graph, bound)  # valid on any DAG: every input that would break R
+    if sum(lazy) <= lower:
+        return _finish(graph, bound, "auto:greedy", lazy, True)
+    budget = WorkBudget(time_limit)
     flags = _ftc_dag(graph, bound)
     if sum(flags) > lower:
         flags = _improve(graph, bound, flags, budget=budget, floor=lower)
+    if sum(lazy) < sum(flags):
+        flags = lazy
     if sum(flags) <= lower:
         return _finish(graph, bound, "auto:dag+local", flags, True)
     heuristic = sum(flags)
@@ -137,7 +145,6 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
         max(0.05, budget.seconds_left()),
         flags,
         patience,
-        deadline=deadline,
         lower=lower,
     )
     if exact is not None and sum(exact) <= sum(flags):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +10,12 @@ from planners.backups.bounds import path_lower_bound
 from planners.backups.common import EPS, BackupPlan, _finish, _forced, _require_feasible
 from planners.backups.dag import _ftc_dag
 from planners.backups.local import _improve
-from planners.budget import CP_SAT_WORK_PER_SECOND, WorkBudget, deterministic_cp_sat, wall_deadline
+from planners.budget import (
+    CP_SAT_WORK_PER_SECOND,
+    WorkBudget,
+    deterministic_cp_sat,
+    wall_seconds_left,
+)
 from planners.graph import TaskGraph
 
 if TYPE_CHECKING:
@@ -56,15 +60,13 @@ def _solve_cpsat(
     hint: list[bool] | None,
     tie_break: bool,
     patience: float | None = None,
-    deadline: float | None = None,
     floor: int = 0,
 ) -> tuple[list[bool] | None, bool, float, float]:
     """Minimum backups on integer latencies: (flags, proven, objective bound, work used).
 
     With ``patience``, the search also stops once no better plan has been found
     for that many (deterministic) seconds (what ``auto`` wants on large graphs).
-    The work used is CP-SAT's deterministic time in seconds. No solve runs past
-    ``deadline`` (:func:`planners.budget.wall_deadline`). ``floor`` is a number of
+    The work used is CP-SAT's deterministic time in seconds. ``floor`` is a number of
     backups every plan of this model needs: with it as a constraint, a plan that
     meets it is proven minimum at once.
     """
@@ -93,7 +95,7 @@ def _solve_cpsat(
         for u, var in m.items():
             model.add_hint(var, int(hint[u]))
     solver = cp_model.CpSolver()
-    deterministic_cp_sat(solver.parameters, time_limit, deadline)
+    deterministic_cp_sat(solver.parameters, time_limit)
     left = max(0.05, time_limit)
     if patience is None:
         status = solver.solve(model)
@@ -104,7 +106,7 @@ def _solve_cpsat(
             else {}
         )
     else:
-        status, values, left = _solve_with_patience(solver, model, m, patience, left, deadline)
+        status, values, left = _solve_with_patience(solver, model, m, patience, left)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, False, float(n_forced), max(0.0, time_limit - left)
     proven = status == cp_model.OPTIMAL
@@ -112,7 +114,7 @@ def _solve_cpsat(
     lower = solver.best_objective_bound + n_forced
     if tie_break and proven and left > 0.05 and m:
         flags = _smallest_worst(
-            solver, model, m, ell, forced, flags, r_int, min(left, 0.25 * time_limit), deadline
+            solver, model, m, ell, forced, flags, r_int, min(left, 0.25 * time_limit)
         )
         left -= solver.response_proto.deterministic_time / CP_SAT_WORK_PER_SECOND
     return flags, proven, lower, max(0.0, time_limit - left)
@@ -127,7 +129,6 @@ def _smallest_worst(
     flags: list[bool],
     r_int: int,
     time_limit: float,
-    deadline: float | None = None,
 ) -> list[bool]:
     """Second phase: the same number of backups as ``flags``, smallest worst latency.
 
@@ -144,7 +145,7 @@ def _smallest_worst(
     model.clear_hints()
     for u, var in m.items():
         model.add_hint(var, int(flags[u]))
-    deterministic_cp_sat(solver.parameters, time_limit, deadline)
+    deterministic_cp_sat(solver.parameters, time_limit)
     if solver.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return [bool(forced[u]) or (u in m and bool(solver.value(m[u]))) for u in range(n)]
     return flags
@@ -156,14 +157,13 @@ def _solve_with_patience(
     m: dict[int, cp_model.IntVar],
     patience: float,
     budget: float,
-    deadline: float | None = None,
 ) -> tuple[Any, dict[int, bool], float]:
     """Solve in chunks of ``patience`` deterministic seconds; stop when one brings nothing.
 
     Each chunk restarts from the best plan so far (as a hint), so the search
     stops once ``patience`` of work found no better plan: the same answer on
-    every machine, unlike a wall-clock watchdog (``deadline`` only cuts a
-    search the machine is too slow for). Returns (status of the best
+    every machine, unlike a wall-clock watchdog (a :func:`planners.budget.wall_limit`
+    only cuts a search the machine is too slow for). Returns (status of the best
     solve, its backup flags, deterministic seconds left).
     """
     from ortools.sat.python import cp_model
@@ -172,8 +172,8 @@ def _solve_with_patience(
     best: dict[int, bool] = {}
     best_obj = math.inf
     left = budget
-    while left > 0.01 and (deadline is None or time.monotonic() < deadline):
-        deterministic_cp_sat(solver.parameters, min(patience, left), deadline)
+    while left > 0.01 and wall_seconds_left() != 0.0:
+        deterministic_cp_sat(solver.parameters, min(patience, left))
         status = solver.solve(model)
         left -= max(0.01, solver.response_proto.deterministic_time / CP_SAT_WORK_PER_SECOND)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -200,7 +200,6 @@ def _exact(
     hint: list[bool] | None,
     patience: float | None = None,
     *,
-    deadline: float | None = None,
     lower: int = 0,
 ) -> tuple[list[bool] | None, bool]:
     """CP-SAT on scaled latencies, sound for the float evaluator; (flags, proven).
@@ -223,7 +222,6 @@ def _exact(
         hint=hint,
         tie_break=True,
         patience=patience,
-        deadline=deadline,
         floor=lower,  # the rounded-up model is stricter: the float bound holds for it
     )
     budget.spend_seconds(used)
@@ -239,7 +237,7 @@ def _exact(
     t_down = [_to_int(x, scale, up=False) for x in graph.latency]
     r_up = _to_int(bound + slack, scale, up=True)
     _, _, relaxed, _ = _solve_cpsat(
-        graph, t_down, r_up, time_limit=left, hint=flags, tie_break=False, deadline=deadline
+        graph, t_down, r_up, time_limit=left, hint=flags, tie_break=False
     )
     return flags, math.ceil(relaxed - 1e-6) >= sum(flags)
 
@@ -254,8 +252,8 @@ def backups_exact(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -
     bound : float
         Recovery-latency bound ``R`` in seconds.
     time_limit : float
-        Seconds the solver may use, both as a deterministic work limit
-        (:mod:`planners.budget`) and as wall seconds it does not pass. When they run
+        Seconds the solver may use, a deterministic work limit (:mod:`planners.budget`;
+        also wall seconds inside a :func:`planners.budget.wall_limit`). When they run
         out, the best plan found so far is returned with ``optimal=False``.
 
     Returns
@@ -301,13 +299,10 @@ def backups_exact(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -
     exhaust (Sec. IV-E).
     """
     _require_feasible(graph, bound)
-    deadline = wall_deadline(time_limit)
     budget = WorkBudget(time_limit)
     lower = path_lower_bound(graph, bound)
     hint = _improve(graph, bound, _ftc_dag(graph, bound), budget=budget, floor=lower)
-    flags, proven = _exact(
-        graph, bound, max(0.05, budget.seconds_left()), hint, deadline=deadline, lower=lower
-    )
+    flags, proven = _exact(graph, bound, max(0.05, budget.seconds_left()), hint, lower=lower)
     if flags is None or sum(flags) > sum(hint):
         flags, proven = hint, sum(hint) <= max(lower, sum(_forced(graph, bound)))
     return _finish(graph, bound, "exact", flags, proven)
