@@ -175,11 +175,18 @@ class Figure:
     cpu: dict[str, float]
 
 
+def tree_root(python: str) -> Path:
+    """The checkout whose venv ``python`` is (``<root>/.venv/bin/python``): commands run
+    there, since ``python -m`` puts the working directory first on the import path."""
+    root = Path(python).parent.parent.parent
+    return root if (root / "planners").is_dir() else ROOT
+
+
 def run_timed(argv: Sequence[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """Wall and CPU (user + system) seconds of one child process."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tree_root(argv[0]))
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -213,7 +220,7 @@ def answers(trees: dict[str, str], path: Path) -> dict[str, str]:
     out = {}
     for tree, python in trees.items():
         proc = subprocess.run([python, "-m", "backstop", "backups", str(path), "--json"],
-                              capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+                              capture_output=True, text=True, cwd=tree_root(python))  # fmt: skip
         if proc.returncode != 0:
             raise SystemExit(f"{tree}: backstop backups {path} failed:\n{proc.stderr}")
         doc = json.loads(proc.stdout)
@@ -229,7 +236,10 @@ def stages(
     results: dict[str, dict[str, Any]] = {}
     for tree, python in trees.items():
         proc = subprocess.run(
-            [python, "-c", WORKER, str(path), str(reps)], capture_output=True, text=True, cwd=ROOT
+            [python, "-c", WORKER, str(path), str(reps)],
+            capture_output=True,
+            text=True,
+            cwd=tree_root(python),
         )
         if proc.returncode != 0:
             raise SystemExit(f"{tree}: stages of {path} failed:\n{proc.stderr}")
