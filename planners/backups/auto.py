@@ -1,4 +1,5 @@
-"""The default minimum-backup algorithm: shape detection, local search, then CP-SAT."""
+"""The default minimum-backup algorithm: shape detection, a greedy plan against a lower
+bound, local search, then CP-SAT."""
 
 from __future__ import annotations
 
@@ -76,8 +77,9 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     -------
     BackupPlan
         ``algorithm`` names the method used: ``auto:tree`` (line(s) and trees,
-        always optimal), ``auto:greedy`` (the greedy plan met the lower bound),
-        ``auto:dag+local`` (the heuristic met the lower bound, no
+        always optimal), ``auto:greedy`` (the greedy plan, where it met the lower
+        bound or beat the heuristic; then as for the next), ``auto:dag+local`` (the
+        heuristic met the lower bound, no
         plan of one backup fewer keeps the bound, or the solver did not beat it),
         ``auto:enumerate`` (a plan of fewer backups found by trying them all), or
         ``auto:exact``.
@@ -129,13 +131,14 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     flags = _ftc_dag(graph, bound)
     if sum(flags) > lower:
         flags = _improve(graph, bound, flags, budget=budget, floor=lower)
+    source = "auto:dag+local"
     if sum(lazy) < sum(flags):
-        flags = lazy
+        flags, source = lazy, "auto:greedy"
     if sum(flags) <= lower:
-        return _finish(graph, bound, "auto:dag+local", flags, True)
+        return _finish(graph, bound, source, flags, True)
     heuristic = sum(flags)
     proven = _fewer(graph, bound, flags, _forced(graph, bound))
-    method = "auto:dag+local" if sum(flags) == heuristic else "auto:enumerate"
+    method = source if sum(flags) == heuristic else "auto:enumerate"
     if proven:
         return _finish(graph, bound, method, flags, True)
     patience = max(0.5, 0.1 * time_limit)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from itertools import pairwise
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -61,7 +62,7 @@ def test_path_partition_covers_every_task_once_along_edges(case: tuple[TaskGraph
     paths = path_partition(g)
     assert sorted(v for p in paths for v in p) == list(range(len(g)))
     for p in paths:
-        assert all(u in g.preds[v] for u, v in zip(p, p[1:], strict=False))
+        assert all(u in g.preds[v] for u, v in pairwise(p))
 
 
 def test_path_bound_is_the_line_optimum_on_a_line() -> None:
