@@ -5,6 +5,9 @@ manifest spends most of its time in YAML parsing when PyYAML's pure-Python loade
 used. This script times, in fresh processes,
 
 * ``backstop --help`` and ``backstop backups examples/twitter-sentiment.yaml``;
+* ``backstop backups`` with its default budget on 10,000 tasks: 100 operators of 100
+  tasks of 0.5 s, forward chains joined by four shuffles, under a 10 s bound (a
+  backup among every 20 tasks of each chain), with the plan each tree answers;
 * the three stages of reading a large generated manifest, each on its own: the YAML
   parse (the loader the tree under test uses), the pydantic validation
   (``StreamTopology.model_validate``) and the expansion into the task DAG (``expand``).
@@ -119,6 +122,19 @@ def many_operators(n: int = 100, parallelism: int = 100) -> dict[str, Any]:
     return manifest("many-operators", ops)
 
 
+def four_shuffles(n: int = 100, parallelism: int = 100) -> dict[str, Any]:
+    """``n`` operators of ``parallelism`` tasks of 0.5 s, forward chains joined by four
+    shuffles, under a 10 s bound: the planners must back up tasks in every chain."""
+    ops = []
+    for i in range(n):
+        grouping = "shuffle" if i in (20, 45, 61, 87) else "forward"
+        op = _operator(f"op{i}", parallelism, [(f"op{i - 1}", grouping)] if i else [])
+        ops.append(op)
+    doc = manifest("four-shuffles", ops)
+    doc["spec"]["recoveryLatencyBound"] = 10
+    return doc
+
+
 def oversized_manifest(n: int = 3000) -> dict[str, Any]:
     """3,000 operators of parallelism 3, 3, 4, ... (10,000 tasks), each reading
     the previous one by shuffle: over the CRD's 100 operators, so only parsed."""
@@ -159,11 +175,18 @@ class Figure:
     cpu: dict[str, float]
 
 
+def tree_root(python: str) -> Path:
+    """The checkout whose venv ``python`` is (``<root>/.venv/bin/python``): commands run
+    there, since ``python -m`` puts the working directory first on the import path."""
+    root = Path(python).parent.parent.parent
+    return root if (root / "planners").is_dir() else ROOT
+
+
 def run_timed(argv: Sequence[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """Wall and CPU (user + system) seconds of one child process."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tree_root(argv[0]))
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -192,6 +215,20 @@ def command(
     )
 
 
+def answers(trees: dict[str, str], path: Path) -> dict[str, str]:
+    """What ``backstop backups --json`` answers on ``path`` in every tree (run once)."""
+    out = {}
+    for tree, python in trees.items():
+        proc = subprocess.run([python, "-m", "backstop", "backups", str(path), "--json"],
+                              capture_output=True, text=True, cwd=tree_root(python))  # fmt: skip
+        if proc.returncode != 0:
+            raise SystemExit(f"{tree}: backstop backups {path} failed:\n{proc.stderr}")
+        doc = json.loads(proc.stdout)
+        out[tree] = (f"{len(doc['backups'])} backups of {doc['tasks']:,} tasks, "
+                     f"`{doc['algorithm']}`, optimal {str(doc['optimal']).lower()}")  # fmt: skip
+    return out
+
+
 def stages(
     trees: dict[str, str], name: str, path: Path, reps: int
 ) -> tuple[list[Figure], tuple[int, int]]:
@@ -199,7 +236,10 @@ def stages(
     results: dict[str, dict[str, Any]] = {}
     for tree, python in trees.items():
         proc = subprocess.run(
-            [python, "-c", WORKER, str(path), str(reps)], capture_output=True, text=True, cwd=ROOT
+            [python, "-c", WORKER, str(path), str(reps)],
+            capture_output=True,
+            text=True,
+            cwd=tree_root(python),
         )
         if proc.returncode != 0:
             raise SystemExit(f"{tree}: stages of {path} failed:\n{proc.stderr}")
@@ -242,6 +282,7 @@ def machine() -> str:
 def render(
     figures: list[Figure], trees: dict[str, str], sizes: dict[str, tuple[int, int]],
     load: tuple[tuple[float, ...], tuple[float, ...]], reps: int,
+    answered: dict[str, str] | None = None, backups_reps: int = 0,
 ) -> str:  # fmt: skip
     names = list(trees)
     head = ["figure", *(f"{t} wall s" for t in names)]
@@ -285,6 +326,10 @@ def render(
             row.append(f"{f.wall[names[0]] / f.wall[names[1]]:.1f}×")
         row += [*(f"{f.cpu[t]:.3f}" if t in f.cpu else "—" for t in names), f.target]
         lines.append("| " + " | ".join(row) + " |")
+    if answered:
+        lines += ["", f"`backstop backups` on 100 × 100, four shuffles ({backups_reps} "
+                  "repetitions; its default budget, 10 s) answers: "
+                  + "; ".join(f"{t}: {a}" for t, a in answered.items()) + "."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -297,6 +342,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=7, help="repetitions of each command")
     parser.add_argument("--stage-reps", type=int, default=3, help="repetitions of each stage")
     parser.add_argument(
+        "--backups-reps", type=int, default=3, help="repetitions of backups on 10,000 tasks"
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         nargs="?",
@@ -308,15 +356,20 @@ def main() -> None:
     if args.baseline:
         trees = {args.baseline_name: args.baseline, "this tree": sys.executable}
     load0 = os.getloadavg()
-    figures = [
-        command(trees, "`backstop --help`", "< 0.3 s", ["--help"], args.reps),
-        command(trees, "`backstop backups` on the example", "< 0.5 s",
-                ["backups", str(EXAMPLE)], args.reps),
-    ]  # fmt: skip
     sizes: dict[str, tuple[int, int]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
         import yaml  # only to write the generated manifests
 
+        large = Path(tmp) / "four-shuffles.yaml"
+        large.write_text(yaml.safe_dump(four_shuffles(), sort_keys=False))
+        figures = [
+            command(trees, "`backstop --help`", "< 0.3 s", ["--help"], args.reps),
+            command(trees, "`backstop backups` on the example", "< 0.5 s",
+                    ["backups", str(EXAMPLE)], args.reps),
+            command(trees, "`backstop backups` on 100 × 100, four shuffles", "< 5 s",
+                    ["backups", str(large), "--json"], args.backups_reps),
+        ]  # fmt: skip
+        answered = answers(trees, large)
         for name, doc in (
             ("3,000 operators (over the limit)", oversized_manifest()),
             ("100 × 100 operators", many_operators()),
@@ -328,7 +381,7 @@ def main() -> None:
             found, sizes[name] = stages(trees, name, path, args.stage_reps)
             figures += found
     load1 = os.getloadavg()
-    text = render(figures, trees, sizes, (load0, load1), args.reps)
+    text = render(figures, trees, sizes, (load0, load1), args.reps, answered, args.backups_reps)
     print(text)
     if args.out:
         write_section(args.out, HEADING, text, command=COMMAND)

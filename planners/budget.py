@@ -19,11 +19,22 @@ On a slower machine a plan takes longer, but it is the same plan. Only a
 wall-clock safety net (:data:`SAFETY_FACTOR` times the budget) remains, so that a
 pathological instance on a starved machine still returns: if that net is ever
 hit, the result may depend on the machine again.
+
+Where the budget is also a promise in wall seconds to a user waiting at a terminal
+(``backstop backups --time-limit``), the caller plans inside :func:`wall_limit`: the
+searches stop at the work limit or at that many wall seconds, whichever comes first. On
+a machine fast enough for the work, the plan is still the same as anywhere; on one too
+slow for it, the user gets the best plan found in the seconds asked for. The operator
+and the dry runs that must agree with it (``backstop plan``) never set a wall limit.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 __all__ = [
@@ -33,6 +44,8 @@ __all__ = [
     "STEPS_PER_SECOND",
     "WorkBudget",
     "deterministic_cp_sat",
+    "wall_limit",
+    "wall_seconds_left",
 ]
 
 STEPS_PER_SECOND = 200_000
@@ -53,6 +66,10 @@ CP_SAT_SEED = 20_240_518
 
 SAFETY_FACTOR = 5.0
 """Wall-clock safety net for CP-SAT, as a multiple of its deterministic budget."""
+
+
+_DEADLINE: ContextVar[float | None] = ContextVar("planner_wall_deadline", default=None)
+"""The :func:`time.monotonic` instant the innermost :func:`wall_limit` ends, if any."""
 
 
 class WorkBudget:
@@ -92,8 +109,11 @@ class WorkBudget:
 
     @property
     def exhausted(self) -> bool:
-        """Whether the budget is used up."""
-        return self.spent >= self.limit
+        """Whether the budget is used up (or the wall seconds of a :func:`wall_limit`)."""
+        if self.spent >= self.limit:
+            return True
+        deadline = _DEADLINE.get()
+        return deadline is not None and time.monotonic() >= deadline
 
     def seconds_left(self) -> float:
         """The nominal seconds still unspent (never negative)."""
@@ -112,6 +132,34 @@ class WorkBudget:
         return max(0, mark - self.spent) / STEPS_PER_SECOND
 
 
+@contextmanager
+def wall_limit(seconds: float) -> Iterator[None]:
+    """Within the block, no search runs past ``seconds`` wall seconds from now.
+
+    CP-SAT solves (:func:`deterministic_cp_sat`) and :attr:`WorkBudget.exhausted`
+    both stop there, besides their work limits.
+
+    Examples
+    --------
+    >>> with wall_limit(60):
+    ...     0 < wall_seconds_left() <= 60
+    True
+    >>> wall_seconds_left() is None
+    True
+    """
+    token = _DEADLINE.set(time.monotonic() + max(0.0, seconds))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def wall_seconds_left() -> float | None:
+    """Wall seconds left in the innermost :func:`wall_limit` (never negative), else ``None``."""
+    deadline = _DEADLINE.get()
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
 def deterministic_cp_sat(parameters: Any, seconds: float) -> None:
     """Set CP-SAT's parameters so the result depends only on the model and ``seconds``.
 
@@ -127,10 +175,13 @@ def deterministic_cp_sat(parameters: Any, seconds: float) -> None:
     -----
     ``random_seed`` fixed, ``num_workers`` a constant (one: sequential search),
     ``max_deterministic_time`` as the limit. ``max_time_in_seconds`` is only a
-    safety net (:data:`SAFETY_FACTOR` times the nominal budget).
+    safety net (:data:`SAFETY_FACTOR` times the nominal budget), or the wall seconds
+    left in a :func:`wall_limit` when those are fewer.
     """
     budget = max(0.01, float(seconds))
     parameters.random_seed = CP_SAT_SEED
     parameters.num_workers = CP_SAT_WORKERS
     parameters.max_deterministic_time = budget * CP_SAT_WORK_PER_SECOND
-    parameters.max_time_in_seconds = SAFETY_FACTOR * budget + 1.0
+    net = SAFETY_FACTOR * budget + 1.0
+    left = wall_seconds_left()
+    parameters.max_time_in_seconds = net if left is None else max(0.01, min(net, left))

@@ -1,10 +1,12 @@
-"""The default minimum-backup algorithm: shape detection, local search, then CP-SAT."""
+"""The default minimum-backup algorithm: shape detection, a greedy plan against a lower
+bound, local search, then CP-SAT."""
 
 from __future__ import annotations
 
 from itertools import combinations
 from math import comb
 
+from planners.backups.bounds import path_lower_bound
 from planners.backups.common import (
     EPS,
     BackupPlan,
@@ -67,13 +69,17 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     bound : float
         Recovery-latency bound ``R`` in seconds.
     time_limit : float
-        Seconds for local search and CP-SAT on general DAGs.
+        Seconds for local search and CP-SAT on general DAGs: a deterministic work
+        limit (:mod:`planners.budget`; also wall seconds inside a
+        :func:`planners.budget.wall_limit`).
 
     Returns
     -------
     BackupPlan
         ``algorithm`` names the method used: ``auto:tree`` (line(s) and trees,
-        always optimal), ``auto:dag+local`` (the heuristic met a lower bound, no
+        always optimal), ``auto:greedy`` (the greedy plan, where it met the lower
+        bound or beat the heuristic; then as for the next), ``auto:dag+local`` (the
+        heuristic met the lower bound, no
         plan of one backup fewer keeps the bound, or the solver did not beat it),
         ``auto:enumerate`` (a plan of fewer backups found by trying them all), or
         ``auto:exact``.
@@ -93,12 +99,19 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
 
     Notes
     -----
-    Line(s) and trees: O(N) and optimal (:func:`backups_tree`). Other DAGs:
+    Line(s) and trees: O(N) and optimal (:func:`backups_tree`). Other DAGs: first
+    the lower bound of disjoint paths (:func:`planners.backups.bounds.path_lower_bound`)
+    and the tree algorithm's greedy run on the DAG (an input is backed up when a
+    consumer would otherwise exceed ``R``), both O(N + E); where the greedy plan meets
+    the bound (uniform layers, such as forward chains joined by shuffles, at any
+    scale) it is minimum and returned. Otherwise
     the seed's DAG heuristic (O(N²) worst case), local search (drop each
     backup that is not needed; add one task where that lets two backups go),
-    each move checked incrementally against the bound; if the result does
-    not meet the lower bound of forced backups and trying every plan of one
-    backup fewer (where there are few) does not settle it, CP-SAT starts from it and
+    each move checked incrementally against the bound, stopping once the plan meets
+    the lower bound; the greedy plan replaces it where smaller. If the
+    plan is above the bound and trying every plan of one
+    backup fewer (where there are few) does not settle it, CP-SAT starts from it, with
+    the bound as a constraint, and
     keeps whichever plan is smaller when the budget ends, or earlier once the
     solver has found nothing better for a tenth of the budget (at least 0.5 s).
 
@@ -110,18 +123,33 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     _require_feasible(graph, bound)
     if topology_shape(graph) != "dag":
         return _finish(graph, bound, "auto:tree", _tree_greedy(graph, bound), True)
+    lower = path_lower_bound(graph, bound)
+    lazy = _tree_greedy(graph, bound)  # valid on any DAG: every input that would break R
+    if sum(lazy) <= lower:
+        return _finish(graph, bound, "auto:greedy", lazy, True)
     budget = WorkBudget(time_limit)
-    flags = _improve(graph, bound, _ftc_dag(graph, bound), budget=budget)
-    lower = sum(_forced(graph, bound))
-    if sum(flags) == lower:
-        return _finish(graph, bound, "auto:dag+local", flags, True)
+    flags = _ftc_dag(graph, bound)
+    if sum(flags) > lower:
+        flags = _improve(graph, bound, flags, budget=budget, floor=lower)
+    source = "auto:dag+local"
+    if sum(lazy) < sum(flags):
+        flags, source = lazy, "auto:greedy"
+    if sum(flags) <= lower:
+        return _finish(graph, bound, source, flags, True)
     heuristic = sum(flags)
     proven = _fewer(graph, bound, flags, _forced(graph, bound))
-    method = "auto:dag+local" if sum(flags) == heuristic else "auto:enumerate"
+    method = source if sum(flags) == heuristic else "auto:enumerate"
     if proven:
         return _finish(graph, bound, method, flags, True)
     patience = max(0.5, 0.1 * time_limit)
-    exact, proven = _exact(graph, bound, max(0.05, budget.seconds_left()), flags, patience)
+    exact, proven = _exact(
+        graph,
+        bound,
+        max(0.05, budget.seconds_left()),
+        flags,
+        patience,
+        lower=lower,
+    )
     if exact is not None and sum(exact) <= sum(flags):
         return _finish(graph, bound, "auto:exact", exact, proven)
     return _finish(graph, bound, method, flags, False)

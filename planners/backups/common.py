@@ -144,7 +144,12 @@ def topology_shape(graph: TaskGraph) -> str:
 
 
 def _tree_greedy(graph: TaskGraph, bound: float) -> list[bool]:
-    """Bottom-up greedy on an in-forest: back up exactly the inputs that would break R."""
+    """Back up exactly the inputs that would break R, in topological order.
+
+    Optimal on an in-forest (each input has one consumer, its last chance). On any DAG
+    the plan keeps R, since every input that would push a consumer past it is backed
+    up, though a backup may then serve several consumers less well than one upstream.
+    """
     t = graph.latency
     flags = [False] * len(graph)
     ell = [0.0] * len(graph)

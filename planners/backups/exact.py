@@ -6,10 +6,16 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from planners.backups.bounds import path_lower_bound
 from planners.backups.common import EPS, BackupPlan, _finish, _forced, _require_feasible
 from planners.backups.dag import _ftc_dag
 from planners.backups.local import _improve
-from planners.budget import CP_SAT_WORK_PER_SECOND, WorkBudget, deterministic_cp_sat
+from planners.budget import (
+    CP_SAT_WORK_PER_SECOND,
+    WorkBudget,
+    deterministic_cp_sat,
+    wall_seconds_left,
+)
 from planners.graph import TaskGraph
 
 if TYPE_CHECKING:
@@ -54,12 +60,15 @@ def _solve_cpsat(
     hint: list[bool] | None,
     tie_break: bool,
     patience: float | None = None,
+    floor: int = 0,
 ) -> tuple[list[bool] | None, bool, float, float]:
     """Minimum backups on integer latencies: (flags, proven, objective bound, work used).
 
     With ``patience``, the search also stops once no better plan has been found
     for that many (deterministic) seconds (what ``auto`` wants on large graphs).
-    The work used is CP-SAT's deterministic time in seconds.
+    The work used is CP-SAT's deterministic time in seconds. ``floor`` is a number of
+    backups every plan of this model needs: with it as a constraint, a plan that
+    meets it is proven minimum at once.
     """
     # Imported here, as in every planner that uses a solver: importing ortools costs
     # about a second (it pulls in pandas), and most callers never reach CP-SAT.
@@ -79,6 +88,8 @@ def _solve_cpsat(
             if u in m:  # if u keeps no backup, v waits for u's recovery (eq. 3)
                 model.add(ell[v] >= t_int[v] + ell[u]).only_enforce_if(~m[u])
     n_forced = sum(forced)
+    if floor > n_forced and m:
+        model.add(sum(m.values()) >= floor - n_forced)
     model.minimize(sum(m.values()))
     if hint is not None:
         for u, var in m.items():
@@ -151,7 +162,8 @@ def _solve_with_patience(
 
     Each chunk restarts from the best plan so far (as a hint), so the search
     stops once ``patience`` of work found no better plan: the same answer on
-    every machine, unlike a wall-clock watchdog. Returns (status of the best
+    every machine, unlike a wall-clock watchdog (a :func:`planners.budget.wall_limit`
+    only cuts a search the machine is too slow for). Returns (status of the best
     solve, its backup flags, deterministic seconds left).
     """
     from ortools.sat.python import cp_model
@@ -160,7 +172,7 @@ def _solve_with_patience(
     best: dict[int, bool] = {}
     best_obj = math.inf
     left = budget
-    while left > 0.01:
+    while left > 0.01 and wall_seconds_left() != 0.0:
         deterministic_cp_sat(solver.parameters, min(patience, left))
         status = solver.solve(model)
         left -= max(0.01, solver.response_proto.deterministic_time / CP_SAT_WORK_PER_SECOND)
@@ -187,8 +199,14 @@ def _exact(
     time_limit: float,
     hint: list[bool] | None,
     patience: float | None = None,
+    *,
+    lower: int = 0,
 ) -> tuple[list[bool] | None, bool]:
-    """CP-SAT on scaled latencies, sound for the float evaluator; (flags, proven)."""
+    """CP-SAT on scaled latencies, sound for the float evaluator; (flags, proven).
+
+    ``lower`` is a lower bound on the float problem (e.g.
+    :func:`planners.backups.bounds.path_lower_bound`): a plan that meets it is minimum.
+    """
     budget = WorkBudget(time_limit)
     scale, exact_scale = _scale([*graph.latency, bound])
     # Latencies rounded up and the bound (with the evaluator's tolerance when the
@@ -197,9 +215,18 @@ def _exact(
     t_up = [_to_int(x, scale, up=True) for x in graph.latency]
     r_down = _to_int(bound + slack, scale, up=False)
     flags, proven, _, used = _solve_cpsat(
-        graph, t_up, r_down, time_limit=time_limit, hint=hint, tie_break=True, patience=patience
+        graph,
+        t_up,
+        r_down,
+        time_limit=time_limit,
+        hint=hint,
+        tie_break=True,
+        patience=patience,
+        floor=lower,  # the rounded-up model is stricter: the float bound holds for it
     )
     budget.spend_seconds(used)
+    if flags is not None and sum(flags) <= lower:
+        return flags, True
     if flags is None or exact_scale or not proven:
         return flags, proven and exact_scale
     # Rounding made the model stricter; the opposite rounding relaxes it and gives
@@ -209,8 +236,10 @@ def _exact(
         return flags, False
     t_down = [_to_int(x, scale, up=False) for x in graph.latency]
     r_up = _to_int(bound + slack, scale, up=True)
-    _, _, lower, _ = _solve_cpsat(graph, t_down, r_up, time_limit=left, hint=flags, tie_break=False)
-    return flags, math.ceil(lower - 1e-6) >= sum(flags)
+    _, _, relaxed, _ = _solve_cpsat(
+        graph, t_down, r_up, time_limit=left, hint=flags, tie_break=False
+    )
+    return flags, math.ceil(relaxed - 1e-6) >= sum(flags)
 
 
 def backups_exact(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -> BackupPlan:
@@ -223,8 +252,9 @@ def backups_exact(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -
     bound : float
         Recovery-latency bound ``R`` in seconds.
     time_limit : float
-        Seconds the solver may use. When they run out, the best plan found so
-        far is returned with ``optimal=False``.
+        Seconds the solver may use, a deterministic work limit (:mod:`planners.budget`;
+        also wall seconds inside a :func:`planners.budget.wall_limit`). When they run
+        out, the best plan found so far is returned with ``optimal=False``.
 
     Returns
     -------
@@ -257,8 +287,10 @@ def backups_exact(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -
     the evaluator's tolerance) down, so every integer plan passes the float
     evaluator, and a second solve with the opposite rounding gives the lower
     bound that proves it optimal. The DAG heuristic's plan
-    (with local improvement) seeds the solver as a hint. NP-hard in general;
-    the solver's time is bounded by ``time_limit``.
+    (with local improvement) seeds the solver as a hint, and the disjoint-path lower
+    bound (:func:`planners.backups.bounds.path_lower_bound`) is a constraint, so a plan
+    that meets it ends the search. NP-hard in general; the solver's time is bounded by
+    ``time_limit``.
 
     References
     ----------
@@ -268,8 +300,9 @@ def backups_exact(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -
     """
     _require_feasible(graph, bound)
     budget = WorkBudget(time_limit)
-    hint = _improve(graph, bound, _ftc_dag(graph, bound), budget=budget)
-    flags, proven = _exact(graph, bound, max(0.05, budget.seconds_left()), hint)
+    lower = path_lower_bound(graph, bound)
+    hint = _improve(graph, bound, _ftc_dag(graph, bound), budget=budget, floor=lower)
+    flags, proven = _exact(graph, bound, max(0.05, budget.seconds_left()), hint, lower=lower)
     if flags is None or sum(flags) > sum(hint):
-        flags, proven = hint, sum(hint) == sum(_forced(graph, bound))
+        flags, proven = hint, sum(hint) <= max(lower, sum(_forced(graph, bound)))
     return _finish(graph, bound, "exact", flags, proven)

@@ -19,6 +19,8 @@ class _State:
         self.limit = bound + EPS
         self.flags = list(flags)
         self.ell = _ell(graph, self.flags)
+        self.touched = 0
+        """Tasks whose latency :meth:`set_flag` has recomputed so far (its work)."""
 
     def set_flag(self, u: int, value: bool, *, check: bool = True) -> bool:
         """Set ``M(u)``; keep it and return True only if every latency it changes stays within R.
@@ -38,6 +40,7 @@ class _State:
         ok = True
         while heap:
             w = heapq.heappop(heap)  # increasing index: inputs are final when w is popped
+            self.touched += 1
             worst = 0.0
             for p in preds[w]:
                 if not flags[p] and ell[p] > worst:
@@ -90,35 +93,45 @@ class _State:
 
 
 def _improve(
-    graph: TaskGraph, bound: float, flags: list[bool], *, budget: WorkBudget
+    graph: TaskGraph, bound: float, flags: list[bool], *, budget: WorkBudget, floor: int = 0
 ) -> list[bool]:
     """Local search: drop redundant backups, then add one to drop two, until stuck.
 
-    Spends ``budget`` (one step per task a move touches), so where it stops does
-    not depend on the machine.
+    Spends ``budget`` (one step per task a move touches, plus one per backup next to
+    a task tried), so where it stops does not depend on the machine; dropping
+    backups is budgeted too, since on wide shuffles one drop can touch most of the
+    graph. Stops as soon as the plan has ``floor`` backups (a lower bound: no move
+    can do better).
     """
     state = _State(graph, bound, flags)
     forced = _forced(graph, bound)
     sinks = _sinks(graph)
     for u in sorted((u for u in range(len(graph)) if state.flags[u]), reverse=True):
+        if budget.exhausted:
+            break
         if not forced[u]:
             state.set_flag(u, False)
+            budget.spend(state.touched)
+            state.touched = 0
+    count = sum(state.flags)
     improved = True
-    while improved and not budget.exhausted:
+    while improved and not budget.exhausted and count > floor:
         improved = False
         for c in range(len(graph)):
             if state.flags[c] or sinks[c]:
                 continue
-            if budget.exhausted:
+            if budget.exhausted or count <= floor:
                 break
             state.set_flag(c, True)
             cover = state.cover(c)
-            budget.spend(1 + len(cover))
             dropped = [b for b in cover if not forced[b] and state.set_flag(b, False)]
             if len(dropped) >= 2:
                 improved = True
-                continue
-            for b in dropped:
-                state.set_flag(b, True)
-            state.set_flag(c, False)
+                count += 1 - len(dropped)
+            else:
+                for b in dropped:
+                    state.set_flag(b, True)
+                state.set_flag(c, False)
+            budget.spend(1 + len(cover) + state.touched)
+            state.touched = 0
     return state.flags

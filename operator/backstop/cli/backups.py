@@ -23,6 +23,7 @@ from rich.table import Table
 
 from backstop.cli._output import guarded, load_manifest, planners_bound, print_json
 from planners.backups import BACKUP_ALGORITHMS, plan_backups
+from planners.budget import wall_limit
 from planners.evaluate import recovery_latencies
 
 if TYPE_CHECKING:
@@ -35,8 +36,9 @@ HELP = (
     "A task that keeps an upstream backup buffers its output, so a failed consumer replays "
     "from it at once; without one, the consumer waits for the task's own recovery. The bound "
     "is the manifest's spec.recoveryLatencyBound unless --bound overrides it.\n\n"
-    "Algorithms: auto (default: the exact linear algorithm for line(s) and trees, otherwise "
-    "the DAG heuristic with local search, proven minimum by trying every plan of one backup "
+    "Algorithms: auto (default: the exact linear algorithm for line(s) and trees; otherwise "
+    "the greedy plan where it meets a lower bound of disjoint paths, else the DAG heuristic "
+    "with local search, proven minimum by that bound or by trying every plan of one backup "
     "fewer where there are few, else CP-SAT within --time-limit starting from it), line, "
     "tree, dag (the seed's heuristic with its final redundancy elimination), dag-no-elim "
     "(without it), share-based (the seed's baseline), exhaustive (tiny "
@@ -67,8 +69,10 @@ TimeLimitOpt = Annotated[
     typer.Option(
         "--time-limit",
         min=0.0,
-        help="Budget of the searching algorithms in nominal seconds: a deterministic "
-        "work limit, so the same input and budget give the same plan on any machine.",
+        help="Budget of the searching algorithms in seconds on this machine: they stop at "
+        "a deterministic work limit (the same input and budget give the same plan on any "
+        "machine fast enough to do that work in time) or after that many seconds, "
+        "whichever comes first.",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")]
@@ -87,7 +91,8 @@ def backups(
     topo = load_manifest(topology)
     graph = expand(topo.spec)
     r = planners_bound(topo.spec, bound)  # the planners keep H(F) + restart within R
-    plan = plan_backups(graph, r, algorithm=algorithm, time_limit=time_limit)
+    with wall_limit(time_limit):  # a user waits: the budget is seconds on this machine
+        plan = plan_backups(graph, r, algorithm=algorithm, time_limit=time_limit)
     if as_json:
         print_json(
             {
