@@ -13,7 +13,8 @@ follows its primary, the node holding the most primaries of replicated tasks is 
 (``python -m backstop_testkit nodes kill``: kubelet, containerd and containers SIGKILLed).
 Every surviving task's ``/status`` is read 20 times a second; it says, per producer, the
 last batch taken and from which copy (``inputs``). For each lost task and each surviving
-consumer of it, **resumed** is the time from the kill to the consumer's first new batch of
+consumer of it, **resumed** is the time from the kill (the node's first container process
+gone, polled every 10 ms) to the consumer's first new batch of
 that task, and **from** is the copy it came from: a replica (no gap expected) or the new
 primary the operator started elsewhere (detection, pod start, restore, replay). The run
 then ends and the sink's output is checked against counts computed from the input.
@@ -50,7 +51,7 @@ from kubernetes import client, config
 from backstop.domain.constants import GROUP, METRICS_PORT, VERSION
 from backstop_runtime.blobs import open_blobs
 from backstop_runtime.input import put_files
-from backstop_testkit.support.docsection import emit, machine_line
+from backstop_testkit.support.docsection import emit
 from backstop_testkit.support.kubetools import (
     create_namespace,
     install_crds,
@@ -72,6 +73,7 @@ from backstop_testkit.support.runtime_data import (
     output_lines,
     write_input,
 )
+from bench.runtime_kill import ContainerDeath
 
 HEADING = "## Active replicas on real nodes: a lost task's output at its consumers"
 POOL = "bench.backstop.dev/replica-pool"
@@ -143,9 +145,9 @@ def status(ip: str) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def manifest(run: Run, rate: float, spare_cpu: str, pool: str) -> dict[str, Any]:
-    """The word count with a bounded input at ``rate`` records/s per source, replicas on
-    ``spare_cpu``, on the nodes labelled ``pool``."""
+def manifest(run: Run, rate: float, spare_cpu: str | None, pool: str) -> dict[str, Any]:
+    """The word count with a bounded input at ``rate`` records/s, replicas on ``spare_cpu``
+    (none without), on the nodes labelled ``pool``."""
     doc: dict[str, Any] = yaml.safe_load(WORDCOUNT.read_text())
     doc["metadata"] = {"name": run.name}
     spec = doc["spec"]
@@ -155,16 +157,17 @@ def manifest(run: Run, rate: float, spare_cpu: str, pool: str) -> dict[str, Any]
     spec["store"]["objectStore"]["secretRef"] = {"name": "object-store"}
     spec["nodeSelector"] = {POOL: pool}
     spec["recovery"] = {"gracePeriodSeconds": 2}
-    spec["replication"] = {"spareCpu": spare_cpu}
+    if spare_cpu is not None:
+        spec["replication"] = {"spareCpu": spare_cpu}
     for op in spec["operators"]:
         # one task per operator; the source and the sink each alone on a node (no other
-        # task fits beside 1550m under the 0.8 cap of a 2-CPU node), tokenize and count
+        # task fits beside 1950m on a 2-CPU node), tokenize and count
         # small on a third, their replicas on a fourth: the kill of the third leaves the
         # input and the reader of the replicated tasks alive, so only the replicas stand
         # between the kill and the sink's next batch
         op["parallelism"] = 1
         big = op["name"] in ("source", "sink")
-        op["resources"]["cpu"] = "1550m" if big else "100m"
+        op["resources"]["cpu"] = "1950m" if big else "100m"
         if op["name"] == "source":
             op["config"].update(
                 path=f"{run.bucket}/input",
@@ -205,15 +208,15 @@ def following(run: Run) -> bool:
 
 
 def victim(run: Run) -> tuple[str, list[str], set[str]]:
-    """The node with the most primaries of replicated tasks (sources and sinks aside, whose
-    replicas stand by), its primaries, and the replicated tasks."""
+    """The node with the most primaries of tasks that are neither sources nor sinks (those
+    a replica can stand in for), its primaries, and the replicated tasks."""
     replicated = set((run.topology().get("status", {}).get("plan") or {}).get("replicas") or {})
     running = {
         copy_of(p): p.spec.node_name
         for p in run.pods()
         if p.metadata.labels.get(f"{GROUP}/role") != "replica"
     }
-    middle = {t for t in replicated if not t.startswith(("source-", "sink-"))}
+    middle = {t for t in running if not t.startswith(("source-", "sink-"))}
     per_node: dict[str, list[str]] = {}
     for task, node in running.items():
         per_node.setdefault(node, []).append(task)
@@ -283,25 +286,47 @@ def all_back(run: Run, lost: list[str], killed: float) -> bool:
     return all(back.get(t, set()) >= cs for t, cs in readers.items())
 
 
-def section(args: argparse.Namespace, rows: list[Resumed], victim_node: str, lines: int) -> str:
+def section(
+    args: argparse.Namespace, results: list[tuple[str | None, str, list[Resumed], int]]
+) -> str:
     out = [
         HEADING,
         "",
-        machine_line(),
+        f"Input {args.rate:g} records/s (one source), grace period 2 s; one deployment without "
+        f"replicas, then one with `spec.replication.spareCpu: {args.spare_cpu}`; in each, the "
+        "node with tokenize and count killed once every task ran. Both sinks' output equals the "
+        "counts computed from the input.",
         "",
-        f"Input {args.rate:g} records/s (one source), `spec.replication.spareCpu: "
-        f"{args.spare_cpu}`, grace period 2 s; killed {victim_node}; the sink's output: "
-        f"{lines} lines, equal to the counts computed from the input.",
-        "",
-        "| lost task | replicated | consumer | its output back after the kill | from |",
+        "| replicas | lost task | consumer | its output back after the kill | from |",
         "|---|---|---|---|---|",
     ]
-    for r in rows:
-        secs = f"not within {WATCH:.0f} s" if r.seconds is None else f"{r.seconds:.2f} s"
-        out.append(
-            f"| {r.task} | {'yes' if r.replicated else 'no'} | {r.consumer} | {secs} | {r.source} |"
-        )
+    for _, _, rows, _ in results:
+        for r in rows:
+            secs = f"not within {WATCH:.0f} s" if r.seconds is None else f"{r.seconds:.2f} s"
+            kind = "yes" if r.replicated else "no"
+            out.append(f"| {kind} | {r.task} | {r.consumer} | {secs} | {r.source} |")
+    out += [
+        "",
+        "; ".join(f"{'with' if s else 'without'}: killed {n}, {k} lines" for s, n, _, k in results)
+        + ".",
+    ]
     return "\n".join(out) + "\n"
+
+
+def next_run(run: Run, node: str) -> None:
+    """Bring the killed node back and remove the deployment (its pods gone)."""
+    real_node(run_dir(), "revive", node)
+    core = client.CoreV1Api(run.kube)
+
+    def ready() -> bool:
+        conds = core.read_node(node).status.conditions or []
+        return any(c.type == "Ready" and c.status == "True" for c in conds)
+
+    wait_for(ready, 180, f"{node} Ready again", 1)
+    run.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, run.namespace, "streamtopologies", run.name
+    )
+    wait_for(lambda: not run.pods(), 180, f"the pods of {run.name} gone", 1)
 
 
 @contextlib.contextmanager
@@ -336,7 +361,7 @@ def cluster_env(args: argparse.Namespace, work: Path) -> Iterator[tuple[Run, lis
                 core.patch_node(n, {"metadata": {"labels": {POOL: nodes[0]}}})
             env = {"BACKSTOP_ALLOW_NODE_LOCAL_STORE": "false"}
             proc = start_operator(kubeconfig, namespace, work / "operator.log", extra_env=env)
-            yield Run(kube, namespace, "wc-rep", bucket, s3), nodes
+            yield Run(kube, namespace, "wc-plain", bucket, s3), nodes
     finally:
         if proc is not None:
             stop_operator(proc)
@@ -350,9 +375,11 @@ def run_dir() -> Path:
     return Path(os.environ.get("K8S_RUN_DIR") or Path.home() / ".cache/backstop/run")
 
 
-def measure(args: argparse.Namespace, run: Run, nodes: list[str]) -> tuple[list[Resumed], str]:
+def measure(
+    run: Run, nodes: list[str], rate: float, spare: str | None
+) -> tuple[list[Resumed], str]:
     """Deploy, kill the victim, sample until every lost task is read again; the rows."""
-    doc = manifest(run, args.rate, args.spare_cpu, nodes[0])
+    doc = manifest(run, rate, spare, nodes[0])
     run.custom.create_namespaced_custom_object(
         GROUP, VERSION, run.namespace, "streamtopologies", doc
     )
@@ -363,8 +390,12 @@ def measure(args: argparse.Namespace, run: Run, nodes: list[str]) -> tuple[list[
     sampler = Sampler(run, survivors)
     sampler.start()
     time.sleep(2.0)
+    death = ContainerDeath(node)  # the failure: the node's first container gone
+    death.start()
     real_node(run_dir(), "kill", node)
-    killed = time.monotonic()
+    death.join(10)
+    assert death.at is not None, f"no container of {node} seen to die"
+    killed = time.monotonic() - (time.time() - death.at)
 
     def back() -> bool:
         return time.monotonic() - killed > 5 and all_back(run, lost, killed)
@@ -406,20 +437,26 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
     log(f"work directory (logs kept on failure): {work}")
+    results = []
     with cluster_env(args, work) as (run, nodes):
-        try:
-            rows, node = measure(args, run, nodes)
-            wait_for(run.ended, 300, "the end of the stream at the sink", 1)
-        except AssertionError:
-            keep_logs(run, work)
-            raise
-        lines = output_lines(f"{run.bucket}/{run.name}/output", run.s3)
-        assert len(lines) == len(set(lines)), "a line was written twice"
-        assert counts_of(lines) == dict(expected_counts(work / "input")), "wrong counts"
+        for spare in (None, args.spare_cpu):
+            run.name, run.samples = ("wc-plain" if spare is None else "wc-rep"), []
+            try:
+                rows, node = measure(run, nodes, args.rate, spare)
+                wait_for(run.ended, 300, "the end of the stream at the sink", 1)
+            except AssertionError:
+                keep_logs(run, work)
+                raise
+            lines = output_lines(f"{run.bucket}/{run.name}/output", run.s3)
+            assert len(lines) == len(set(lines)), "a line was written twice"
+            assert counts_of(lines) == dict(expected_counts(work / "input")), "wrong counts"
+            results.append((spare, node, rows, len(lines)))
+            if spare is None:  # the next deployment has all four nodes again
+                next_run(run, node)
     shutil.rmtree(work, ignore_errors=True)
     out = Path(__file__).resolve().parent.parent / "docs/benchmarks/runtime-replicas.md"
     return emit(
-        section(args, rows, node, len(lines)),
+        section(args, results),
         out if args.out else None,
         HEADING,
         log,

@@ -8,7 +8,7 @@ NotReady and the grace period did), the node turning NotReady, each lost task's 
 starting and each one catching up with its input. The recovery bound counts from the
 failure (detection ``d`` + restart ``c`` + ℓ(v) ≤ ``recoveryLatencyBound``), so every time
 here runs from the kill too: from the moment the node's first container process is gone
-(:class:`_Death`); when ``nodes kill`` was issued and returned is kept beside it.
+(:class:`ContainerDeath`); when ``nodes kill`` was issued and returned is kept beside it.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ class _Watch:
             time.sleep(0.2)
 
 
-class _Death(threading.Thread):
+class ContainerDeath(threading.Thread):
     """The moment the killed node's first container process is gone: the failure.
 
     The node's containers are the children of its containerd shims (whose command line
@@ -254,7 +254,7 @@ def kill_cycle(
         )  # fmt: skip
         watch = _Watch(bench, name, victim, lost)
         log(f"{name}: killing {victim} ({len(lost)} tasks, predicted {p['worstByNode']})")
-        death = _Death(victim)
+        death = ContainerDeath(victim)
         death.start()
         issued = time.time()
         bench.cli("nodes", "kill", victim)
