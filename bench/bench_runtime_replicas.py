@@ -454,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             if spare is None:  # the next deployment has all four nodes again
                 next_run(run, node)
     shutil.rmtree(work, ignore_errors=True)
-    out = Path(__file__).resolve().parent.parent / "docs/benchmarks/runtime-replicas.md"
+    out = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "runtime-replicas.md"
     return emit(
         section(args, results),
         out if args.out else None,

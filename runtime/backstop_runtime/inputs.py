@@ -140,22 +140,14 @@ async def stream(
     batches below it came from another copy of the producer (:func:`stream_copies`).
     """
     expected = start
-    warned = False
+    waited: set[str] = set()
     while end is None or expected <= end:
         if floor is not None:
             expected = max(expected, floor())
-        doc = store.peer(producer)
-        if doc is None:
-            if not warned:
-                log.info("waiting for %s to register", producer)
-                warned = True
-            _no_answer(producer, "it has not registered in the store")
-            await asyncio.sleep(POLL)
+        found = await _open(store, producer, waited)
+        if found is None:
             continue
-        conn = await _connect(producer, doc)
-        if conn is None:
-            continue
-        reader, writer = conn
+        doc, reader, writer = found
         replay_upto, replay_via = 0, (producer,)
         sub = {"t": "sub", "consumer": consumer, "epoch": epoch, "from": expected}
         writer.write(wire.encode({**sub, "to": end}))
@@ -189,13 +181,37 @@ async def stream(
         except (PeerGone, OSError, asyncio.IncompleteReadError, ValueError) as err:
             _ended(producer, err)
         finally:
-            watch.cancel()
-            if beat is not None:
-                beat.cancel()
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            await _close(writer, watch, beat)
         await asyncio.sleep(POLL)
+
+
+async def _open(
+    store: Store, producer: str, waited: set[str]
+) -> tuple[dict[str, Any], asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """The producer's address and a connection to it; ``None`` (after a pause) while it
+    has none or does not answer (said once in the log, in ``waited``, while unregistered)."""
+    doc = store.peer(producer)
+    if doc is None:
+        if producer not in waited:
+            log.info("waiting for %s to register", producer)
+            waited.add(producer)
+        _no_answer(producer, "it has not registered in the store")
+        await asyncio.sleep(POLL)
+        return None
+    conn = await _connect(producer, doc)
+    return None if conn is None else (doc, *conn)
+
+
+async def _close(
+    writer: asyncio.StreamWriter, watch: asyncio.Future[None], beat: asyncio.Future[None] | None
+) -> None:
+    """End one subscription's connection and its helpers."""
+    watch.cancel()
+    if beat is not None:
+        beat.cancel()
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
 
 
 def _ended(producer: str, err: Exception) -> None:

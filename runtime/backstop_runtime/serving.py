@@ -166,50 +166,58 @@ async def _serve_live(
         return
     heard = asyncio.ensure_future(_hear(reader, name, lambda: ch.sub_token is not token))
     try:
-        # what exists already is a replay to this subscriber, later batches are live; a
-        # task without a backup holds only what it could not send yet (the consumer's
-        # backlog, not a replay: see ``channels``), so only what comes before is replayed
-        keeps = task.backup and not ch.follower  # the channel holds a backup
-        first = ch.first()
-        upto = max(task.round, ch.last() or 0) if keeps or first is None else first - 1
-        await _send(writer, [_replay_marker(task, upto)])
-        while True:
-            async with ch.cond:
-                await ch.cond.wait_for(
-                    lambda nxt=nxt: (
-                        ch.sub_token is not token  # type: ignore[misc]
-                        or (ch.last() or task.round) >= nxt
-                        or (task.eos and nxt > task.round)
-                    )
-                )
-                if ch.sub_token is not token:
-                    return
-                past_end = task.eos and nxt > task.round and (ch.last() or 0) < nxt
-                first = ch.first()
-                frames = ch.frames(nxt) if first is not None and first <= nxt else []
-                hi = (first - 1) if first is not None else task.round
-            if past_end:
-                # the consumer restored past the end of our stream: tell it so (the
-                # channel's lock is released: a newer subscriber must be able to attach)
-                await _send(writer, [wire.encode(Batch(nxt, [], INF, True).to_msg())])
-                async with ch.cond:
-                    await ch.cond.wait_for(lambda: ch.sub_token is not token)
-                return
-            if frames:
-                await _send(writer, frames)
-                nxt += len(frames)
-                if not keeps:
-                    await ch.trim(nxt - 1)
-                continue
-            # not held (no backup, or a restart lost it): recompute what is missing
-            async for b in regenerate(task, ch.consumer, nxt, hi):
-                await _send(writer, [wire.encode(b.to_msg())])
-                nxt = b.r + 1
-            ch.dropped = False  # a follower that fell behind is sent live batches again
-            if hi >= nxt:  # the stream ended while regenerating
-                async with ch.cond:
-                    await ch.cond.wait_for(lambda: ch.sub_token is not token)
-                return
+        await _send_live(task, ch, writer, token, nxt)
     finally:
         heard.cancel()
         await ch.detach(token, task.backup)
+
+
+async def _send_live(
+    task: Publisher, ch: OutChannel, writer: asyncio.StreamWriter, token: object, nxt: int
+) -> None:
+    """Send the live subscription ``token`` batches from ``nxt`` on, from the channel or
+    regenerated, until a newer subscriber takes the channel over or the stream ends."""
+    # what exists already is a replay to this subscriber, later batches are live; a
+    # task without a backup holds only what it could not send yet (the consumer's
+    # backlog, not a replay: see ``channels``), so only what comes before is replayed
+    keeps = task.backup and not ch.follower  # the channel holds a backup
+    first = ch.first()
+    upto = max(task.round, ch.last() or 0) if keeps or first is None else first - 1
+    await _send(writer, [_replay_marker(task, upto)])
+    while True:
+        async with ch.cond:
+            await ch.cond.wait_for(
+                lambda nxt=nxt: (
+                    ch.sub_token is not token  # type: ignore[misc]
+                    or (ch.last() or task.round) >= nxt
+                    or (task.eos and nxt > task.round)
+                )
+            )
+            if ch.sub_token is not token:
+                return
+            past_end = task.eos and nxt > task.round and (ch.last() or 0) < nxt
+            first = ch.first()
+            frames = ch.frames(nxt) if first is not None and first <= nxt else []
+            hi = (first - 1) if first is not None else task.round
+        if past_end:
+            # the consumer restored past the end of our stream: tell it so (the
+            # channel's lock is released: a newer subscriber must be able to attach)
+            await _send(writer, [wire.encode(Batch(nxt, [], INF, True).to_msg())])
+            async with ch.cond:
+                await ch.cond.wait_for(lambda: ch.sub_token is not token)
+            return
+        if frames:
+            await _send(writer, frames)
+            nxt += len(frames)
+            if not keeps:
+                await ch.trim(nxt - 1)
+            continue
+        # not held (no backup, or a restart lost it): recompute what is missing
+        async for b in regenerate(task, ch.consumer, nxt, hi):
+            await _send(writer, [wire.encode(b.to_msg())])
+            nxt = b.r + 1
+        ch.dropped = False  # a follower that fell behind is sent live batches again
+        if hi >= nxt:  # the stream ended while regenerating
+            async with ch.cond:
+                await ch.cond.wait_for(lambda: ch.sub_token is not token)
+            return

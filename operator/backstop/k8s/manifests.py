@@ -194,6 +194,23 @@ def _once(shared: Shared | None, key: Hashable, build: Callable[[], Any]) -> Any
         return value
 
 
+def _task_env(role: TaskRole, replica: int | None) -> list[dict[str, str]]:
+    """Who the task is: its id, operator, index, upstream tasks, backup duty and role (a
+    replica also its number: its name on the data plane is ``<task>#r<k>``)."""
+    env = [
+        {"name": "BACKSTOP_TASK_ID", "value": role.task},
+        {"name": "BACKSTOP_OPERATOR", "value": role.operator},
+        {"name": "BACKSTOP_TASK_INDEX", "value": str(role.index)},
+        {"name": "BACKSTOP_UPSTREAM_TASKS", "value": ",".join(role.upstream)},
+        {"name": "BACKSTOP_UPSTREAM_BACKUP", "value": "true" if role.keeps_backup else "false"},
+        {"name": "BACKSTOP_ROLE", "value": "primary" if replica is None else "replica"},
+        {"name": "BACKSTOP_RECOVERY_DIR", "value": SESSION_MOUNT},
+    ]
+    if replica is not None:
+        env.append({"name": "BACKSTOP_REPLICA", "value": str(replica)})
+    return env
+
+
 def build_task_pod(
     owner: Owner,
     spec: StreamTopologySpec,
@@ -221,17 +238,9 @@ def build_task_pod(
     )
     env = [
         *_topology_env(owner),
-        {"name": "BACKSTOP_TASK_ID", "value": role.task},
-        {"name": "BACKSTOP_OPERATOR", "value": role.operator},
-        {"name": "BACKSTOP_TASK_INDEX", "value": str(role.index)},
-        {"name": "BACKSTOP_UPSTREAM_TASKS", "value": ",".join(role.upstream)},
-        {"name": "BACKSTOP_UPSTREAM_BACKUP", "value": "true" if role.keeps_backup else "false"},
-        {"name": "BACKSTOP_ROLE", "value": "primary" if replica is None else "replica"},
-        {"name": "BACKSTOP_RECOVERY_DIR", "value": SESSION_MOUNT},
+        *_task_env(role, replica),
         *_once(shared, ("env", op.name), lambda: runtime_env(spec, op)),
     ]
-    if replica is not None:  # which replica: its name on the data plane (``<task>#r<k>``)
-        env.append({"name": "BACKSTOP_REPLICA", "value": str(replica)})
     if role.epoch:  # the first copy has none: fencing changes no first copy's spec-hash
         env.append({"name": "BACKSTOP_EPOCH", "value": str(role.epoch)})
     base = _base_pod_spec(owner, spec, op, role, env, shared)
