@@ -123,8 +123,8 @@ BAD_MANIFESTS: list[tuple[str, dict[str, Any], str, str]] = [
      "spec: recovery.restartSeconds (2) must be below recoveryLatencyBound (2)", ""),
     # v1.20's schema validation names a list item's field without its index
     ("bad-name", {"operators": _ops(("Src",))}, "spec.operators.name: ", "should match"),
-    ("too-many", {"operators": _ops(*[(f"o{i}",) for i in range(101)])},
-     "spec.operators: ", "at most 100"),
+    ("too-many", {"operators": _ops(*[(f"o{i}",) for i in range(401)])},
+     "spec.operators: ", "at most 400"),
     ("unknown-field", {"placementAlgoritm": "auto"}, "spec.placementAlgoritm: ", "unknown field"),
     ("no-container", {"podTemplate": {"spec": {"volumes": []}}},
      "spec.podTemplate.spec.containers: ", "at least one container"),
