@@ -6,7 +6,7 @@ the sink the replica's address as the operator does (``backstop.k8s.peerpush``).
 primary ``count-0`` is SIGKILLed mid-stream and started again only 8 s later (a lost node
 and the operator's restart elsewhere). The sink's round, read live from its ``/status``
 every 20 ms, must go on advancing through those 8 s (no pause over 2.5 s, a margin for a
-loaded CI host: quiet, it is a few hundred milliseconds), and the output must be exactly the
+loaded CI host; the real-node figure is in docs/benchmarks), and the output must be exactly the
 counts computed from the input. The same run without the replica shows the sink stopped for
 the whole 8 s, so the check can fail.
 """
