@@ -89,8 +89,10 @@ write_identity() {
 EOF
 }
 
-# Succeeds once the S3 gateway authenticates the identity and the bucket exists (created now or
-# before): the readiness check, through the same client as the runtime's.
+# Succeeds once the S3 gateway authenticates the identity, the bucket exists (created now or
+# before), an object written reads back and an object kept from before (the store restarted)
+# reads too: the volume server has told the master where its volumes are. The readiness check,
+# through the same client as the runtime's.
 bucket_ready() {
   "$PY" - "http://127.0.0.1:$S3_PORT" "$BUCKET" "$ACCESS_KEY" "$SECRET_KEY" "$REGION" <<'EOF'
 import sys
@@ -105,6 +107,10 @@ try:
 except s3.exceptions.BucketAlreadyOwnedByYou:
     pass
 s3.head_bucket(Bucket=bucket)
+s3.put_object(Bucket=bucket, Key=".ready", Body=b"ready")
+assert s3.get_object(Bucket=bucket, Key=".ready")["Body"].read() == b"ready"
+for kept in s3.list_objects_v2(Bucket=bucket, MaxKeys=2).get("Contents", []):
+    s3.get_object(Bucket=bucket, Key=kept["Key"])["Body"].read()
 EOF
 }
 
