@@ -98,8 +98,57 @@ def test_a_node_whose_pods_do_not_answer_is_confirmed_lost_within_about_a_second
         {"sink-0": ("n2", "reporter"), "src-0": ("n1", "silent"), "count-0": ("n1", "closed")}
     )
     assert [(v.node, v.lost) for v in verdicts] == [("n1", True)]
-    assert "src-0 suspected by sink-0 (silent for 1.2s)" in verdicts[0].message
+    assert "src-0 suspected by operator, sink-0" in verdicts[0].message
+    assert "(no answer to the operator's poll; silent for 1.2s)" in verdicts[0].message
     assert took < 1.3, took  # the poll (0.5 s at most) and one probe of 0.5 s
+
+
+def _alone(kubelet: str, silent_for: float = 0.0) -> list[Verdict]:
+    """One round over a topology whose every pod runs on ``n1`` and is silent, so that no
+    peer reports anything; ``n1``'s kubelet endpoint ``kubelet`` ("", "silent": accepts,
+    "closed"); its pods silent since ``silent_for`` seconds before the round."""
+
+    async def go() -> list[Verdict]:
+        suspects.SUSPECTS.clear()
+        async with _endpoints() as port:
+            pods = [_pod("src-0", "n1", port("silent")), _pod("sink-0", "n1", port("closed"))]
+            endpoint = f"127.0.0.1:{port(kubelet)}" if kubelet else ""
+            nodes = {**NODES, "n1": NodeInfo("n1", True, 0.0, 4, True, False, kubelet=endpoint)}
+            backoff = PollBackoff()
+            for p in task_pods(pods).values():
+                backoff.answered(p)
+            silence = {"n1": time.monotonic() - silent_for} if silent_for else {}
+            return await dataplane.confirm_round(pods, nodes, {}, backoff, silence=silence)
+
+    return asyncio.run(go())
+
+
+def test_a_node_that_ran_every_task_is_suspected_by_the_operator_itself() -> None:
+    """No peer is left to suspect it: the operator's own poll goes unanswered."""
+    verdicts = _alone(kubelet="")
+    assert [(v.node, v.lost) for v in verdicts] == [("n1", True)]
+    assert "suspected by operator (no answer to the operator's poll)" in verdicts[0].message
+
+
+def test_a_node_whose_kubelet_does_not_answer_is_lost() -> None:
+    verdicts = _alone(kubelet="closed")
+    assert [(v.node, v.lost) for v in verdicts] == [("n1", True)]
+    assert "its kubelet does not answer either" in verdicts[0].message
+
+
+def test_silent_pods_on_a_node_whose_kubelet_answers_are_not_a_loss_at_first() -> None:
+    """A crashed container the kubelet has not reported yet, or a short cut in the pods'
+    network: the machine runs."""
+    verdicts = _alone(kubelet="silent")
+    assert [(v.node, v.lost) for v in verdicts] == [("n1", False)]
+    assert "but its kubelet answers: a false suspicion" in verdicts[0].message
+
+
+def test_pods_silent_for_long_on_a_live_kubelet_are_a_lost_node() -> None:
+    """Their network is cut off: the node-monitor would never notice it."""
+    verdicts = _alone(kubelet="silent", silent_for=11.0)
+    assert [(v.node, v.lost) for v in verdicts] == [("n1", True)]
+    assert "although its kubelet answers" in verdicts[0].message
 
 
 def test_a_node_with_a_pod_that_answers_is_a_false_suspicion() -> None:

@@ -30,8 +30,10 @@ from backstop.controller.context import gone, node_snapshot, post_event
 from backstop.domain.dataplane import (
     HOLD,
     PollBackoff,
+    TaskPod,
     Verdict,
     confirm,
+    own_suspicions,
     suspected_nodes,
     task_pods,
 )
@@ -52,9 +54,14 @@ async def confirm_round(
     backoff: PollBackoff,
     timeout: float = suspectpoll.TIMEOUT,
     tries: int = suspectpoll.TRIES,
+    silence: dict[str, float] | None = None,
 ) -> list[Verdict]:
-    """One round: poll the pods' suspicions (those not backing off), probe the suspected
-    nodes' pods, and judge each such node (nodes already confirmed are not judged again)."""
+    """One round: poll the pods' suspicions (those not backing off), add the operator's
+    own (:func:`~backstop.domain.dataplane.own_suspicions`), probe the suspected nodes'
+    pods and, where none answers, their kubelets, and judge each such node (nodes already
+    confirmed are not judged again). ``silence``: node → since when (monotonic seconds)
+    none of its pods answers, kept from round to round by the caller."""
+    silence = {} if silence is None else silence
     pods = task_pods(indexed)
     backoff.forget_except(pods.values())
     asked = backoff.due(pods.values(), time.monotonic())
@@ -65,33 +72,55 @@ async def confirm_round(
             backoff.failed(p, now)
         else:
             backoff.answered(p)
-    reports = [s for found in answers.values() if found for s in found]
-    if not reports:
-        return []
     ready = {n for n, info in nodes.items() if info.ready and n not in confirmed}
     known = {t: p for t, p in pods.items() if backoff.known(p)}  # not one still starting
+    silent = {t for t in known if answers.get(t) is None}  # not asked: backing off
+    reports = [s for found in answers.values() if found for s in found]
+    reports += own_suspicions(known, silent, time.time())
     by_node = suspected_nodes(reports, known, ready)
+    for n in [n for n in silence if n not in by_node]:
+        del silence[n]
+    if not by_node:
+        return []
     judged = sorted(by_node)
     on = {n: [p for p in known.values() if p.node == n] for n in judged}
-    # this round's poll was a pod's first try (unless it was backing off); a node with a
-    # pod that answered it is up, the others' pods are probed for the rest of the tries
+    answered = await _probe(on, answers, tries, timeout)
+    dead = [n for n in judged if not any(answered[n].values())]
+    kubelets = await asyncio.gather(
+        *(suspectpoll.reachable(nodes[n].kubelet, timeout) for n in dead)
+    )
+    kubelet = dict(zip(dead, kubelets, strict=True))
+    verdicts = []
+    for n in judged:
+        since = silence.setdefault(n, now) if n in kubelet else silence.pop(n, now)
+        verdicts.append(
+            confirm(n, by_node[n], on[n], answered[n], tries, kubelet.get(n), now - since)
+        )
+    return verdicts
+
+
+async def _probe(
+    on: Mapping[str, Sequence[TaskPod]],
+    answers: Mapping[str, object],
+    tries: int,
+    timeout: float,
+) -> dict[str, dict[str, bool]]:
+    """``{node: {pod: whether it answered}}`` of the suspected nodes' pods: this round's
+    poll was a pod's first try (unless it was backing off); a node with a pod that
+    answered it is up, the others' pods are probed for the rest of the tries."""
     polled = {p.pod: answers.get(p.task) is not None for ps in on.values() for p in ps}
-    rest = {n: tries - all(p.task in answers for p in on[n]) for n in judged}
+    out = {n: {p.pod: polled[p.pod] for p in ps} for n, ps in on.items()}
+    rest = {n: tries - all(p.task in answers for p in ps) for n, ps in on.items()}
+    probing = [n for n, ps in on.items() if not any(polled[p.pod] for p in ps)]
     probes = await asyncio.gather(
         *(
             suspectpoll.probe([p for p in on[n] if not polled[p.pod]], rest[n], timeout)
-            for n in judged
-            if not any(polled[p.pod] for p in on[n])
+            for n in probing
         )
     )
-    probed = iter(probes)
-    verdicts = []
-    for n in judged:
-        answered = {p.pod: polled[p.pod] for p in on[n]}
-        if not any(answered.values()):
-            answered.update(next(probed))
-        verdicts.append(confirm(n, by_node[n], on[n], answered, tries))
-    return verdicts
+    for n, got in zip(probing, probes, strict=True):
+        out[n].update(got)
+    return out
 
 
 def act(
@@ -138,13 +167,15 @@ async def run(
     mem = topology_memo.of(memo)
     index: kopf.Index[tuple[str | None, str], Any] = kwargs["pods_by_topology"]
     watch: topology_memo.NodeWatch | None = memo.get("node_watch")
-    backoff = PollBackoff()
+    backoff, silence = PollBackoff(), dict[str, float]()
     while not stopped and not gone(kwargs["topologies"], namespace, name, meta["uid"]):
         began = time.monotonic()
         pods = list(index.get(key, []))
         if pods:
             nodes = node_snapshot(kwargs["node_index"])
-            verdicts = await confirm_round(pods, nodes, mem.dataplane_lost, backoff)
+            verdicts = await confirm_round(
+                pods, nodes, mem.dataplane_lost, backoff, silence=silence
+            )
             if act(verdicts, mem, body, logger, time.time()) and watch is not None:
                 watch.poke()  # the supervisor looks now, not up to a second later
         took = time.monotonic() - began  # a round of many pods waits as long as it took

@@ -9,6 +9,15 @@ verdict: the operator then asks every task pod of the topology on that node itse
 that answers is alive (only some of its tasks are in trouble, which the pod-level paths
 handle), and a node whose pods were not all asked is not judged.
 
+The operator is a watcher too (:func:`own_suspicions`): a node none of whose known pods
+answers the operator's own poll is suspected as if a peer had said so. That is what
+notices a lost node that ran every task of a topology, where no peer is left to suspect
+it. Before it calls a node lost, the operator tries the node's kubelet: a kubelet that
+accepts a connection is a machine that runs, so silent pods on it are the pods' own
+trouble (a crashed container, which the kubelet reports and restarts) or a cut in the
+pods' network only; the node is lost only if they stay silent for :data:`PARTITION`
+seconds all the same.
+
 A wrong verdict is safe, not free: the node's tasks are fenced with new epochs and
 recreated elsewhere, so the worst case is one extra copy and a replay (the old copy is
 fenced out by the store, see :mod:`backstop.domain.fencing`).
@@ -30,6 +39,13 @@ HOLD = 300.0
 """Seconds a confirmed loss stands while the node's Ready condition stays True: long past
 the node-monitor's grace (a lost node turns NotReady within about 40 s), so a node the
 operator alone could not reach (a partition between the two) comes back afterwards."""
+PARTITION = 10.0
+"""Seconds a node's task pods may stay silent while its kubelet answers before the node
+counts as lost: long enough for the kubelet to report a crashed container (a new
+incarnation, or one no longer running, is not asked), short against the node-monitor's
+40 s, which never notices a node whose pods alone are cut off."""
+OPERATOR = "operator"
+"""The reporter of the operator's own suspicions."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +221,30 @@ def suspected_nodes(
     return out
 
 
+def own_suspicions(
+    known: Mapping[str, TaskPod], silent: Collection[str], now: float
+) -> list[Suspicion]:
+    """The operator's own suspicions: every known pod (``known``, task → pod) of each node
+    on which all of them are ``silent`` (their last poll went unanswered).
+
+    >>> known = {t: TaskPod(t, "p-" + t, n, "") for t, n in [("a-0", "n1"), ("b-0", "n1"),
+    ...                                                       ("c-0", "n2")]}
+    >>> [s.task for s in own_suspicions(known, {"a-0", "b-0", "c-0"}, 5.0)]
+    ['a-0', 'b-0', 'c-0']
+    >>> [s.task for s in own_suspicions(known, {"a-0"}, 5.0)]
+    []
+    """
+    on: dict[str, list[TaskPod]] = {}
+    for p in known.values():
+        on.setdefault(p.node, []).append(p)
+    out: list[Suspicion] = []
+    for pods in on.values():
+        if all(p.task in silent for p in pods):
+            reason = "no answer to the operator's poll"
+            out.extend(Suspicion(OPERATOR, p.task, now, reason) for p in pods)
+    return out
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What the operator concludes about one suspected node."""
@@ -226,10 +266,14 @@ def confirm(
     on_node: Sequence[TaskPod],
     answered: Mapping[str, bool],
     tries: int,
+    kubelet: bool | None = None,
+    silent_for: float = 0.0,
 ) -> Verdict:
     """The verdict on ``node``: lost when it has suspicions and none of the topology's task
     pods on it (``on_node``) answered any of ``tries`` probes (``answered``: pod name →
-    whether it answered; a pod missing from it was not asked, so nothing is concluded).
+    whether it answered; a pod missing from it was not asked, so nothing is concluded),
+    unless its ``kubelet`` answered (``None``: not asked) and they have been silent for
+    less than :data:`PARTITION` seconds (``silent_for``).
 
     >>> p = [TaskPod("a-0", "pa", "n1", ""), TaskPod("c-0", "pc", "n1", "")]
     >>> s = [Suspicion("b-0", "a-0", 1.0, "silent for 1.2s")]
@@ -237,6 +281,10 @@ def confirm(
     True
     >>> confirm("n1", s, p, {"pa": False, "pc": True}, 2).lost
     False
+    >>> confirm("n1", s, p, {"pa": False, "pc": False}, 2, kubelet=True).lost
+    False
+    >>> confirm("n1", s, p, {"pa": False, "pc": False}, 2, kubelet=True, silent_for=12.0).lost
+    True
     """
     suspected = _names(s.task for s in suspicions)
     reporters = _names(s.reporter for s in suspicions)
@@ -254,12 +302,23 @@ def confirm(
             False,
             f"node {node}: {said}, but {_names(alive)} on it answered: a false suspicion",
         )
-    return Verdict(
-        node,
-        True,
-        f"node {node} lost (data plane): {said}; none of its {len(on_node)} task pods "
-        f"answered {tries} requests",
-    )
+    silent = f"none of its {len(on_node)} task pods answered {tries} requests"
+    if kubelet and silent_for < PARTITION:
+        return Verdict(
+            node,
+            False,
+            f"node {node}: {said}; {silent}, but its kubelet answers: a false suspicion "
+            f"unless they stay silent for {PARTITION:g}s",
+        )
+    if kubelet:
+        return Verdict(
+            node,
+            True,
+            f"node {node} lost (data plane): {said}; its {len(on_node)} task pods silent "
+            f"for {silent_for:.1f}s although its kubelet answers (their network is cut off)",
+        )
+    why = "; its kubelet does not answer either" if kubelet is False else ""
+    return Verdict(node, True, f"node {node} lost (data plane): {said}; {silent}{why}")
 
 
 def with_confirmed(

@@ -46,6 +46,9 @@ class NodeInfo:
     """Epoch seconds when the operator confirmed the node's loss on the data plane
     (:mod:`backstop.domain.dataplane`) while its Ready condition still said True: lost at
     once, without a grace period."""
+    kubelet: str = ""
+    """``ip:port`` of the node's kubelet (its InternalIP and kubelet endpoint port; empty
+    when the Node says neither): a node whose kubelet accepts a connection is not lost."""
 
     def matches(self, selector: Mapping[str, str]) -> bool:
         """Whether the node carries every label of ``selector``."""
@@ -57,6 +60,25 @@ def _epoch(stamp: str | None) -> float:
     if not stamp:
         return 0.0
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def kubelet_endpoint(status: Mapping[str, Any]) -> str:
+    """``ip:port`` of a Node's kubelet from its status: the InternalIP (else ExternalIP)
+    and ``daemonEndpoints.kubeletEndpoint.Port``; empty without either.
+
+    >>> kubelet_endpoint({"addresses": [{"type": "Hostname", "address": "n1"},
+    ...     {"type": "InternalIP", "address": "10.0.0.5"}],
+    ...     "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}})
+    '10.0.0.5:10250'
+    >>> kubelet_endpoint({"addresses": [{"type": "InternalIP", "address": "fd00::5"}]})
+    ''
+    """
+    port = ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port")
+    by_type = {a.get("type"): a.get("address") for a in status.get("addresses") or []}
+    ip = by_type.get("InternalIP") or by_type.get("ExternalIP")
+    if not ip or not port:
+        return ""
+    return f"[{ip}]:{port}" if ":" in str(ip) else f"{ip}:{port}"
 
 
 def node_info(body: Mapping[str, Any]) -> NodeInfo:
@@ -87,6 +109,7 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         memory=cpu_cores(allocatable.get("memory") or "0"),
         pods=int(cpu_cores(allocatable.get("pods") or "0")),
         taints=taints,
+        kubelet=kubelet_endpoint(status),
     )
 
 

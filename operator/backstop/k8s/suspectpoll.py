@@ -66,6 +66,21 @@ async def get(endpoint: str, path: str, timeout: float = TIMEOUT) -> tuple[int, 
         return None
 
 
+async def reachable(endpoint: str, timeout: float = TIMEOUT) -> bool | None:
+    """Whether something accepts a TCP connection at ``endpoint`` (``None``: no endpoint
+    to try). For a node's kubelet: a process that accepts runs on a machine that runs;
+    nothing is sent, so it needs no credentials."""
+    if not endpoint:
+        return None
+    host, port = _split(endpoint)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (TimeoutError, OSError):
+        return False
+    writer.close()
+    return True
+
+
 async def _gather(
     calls: Sequence[tuple[K, str, str]], timeout: float, limit: int
 ) -> dict[K, tuple[int, bytes] | None]:
