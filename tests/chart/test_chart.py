@@ -440,7 +440,9 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
     # webhook's own configuration, by name: test_webhook_objects_render_with_a_shared_...)
     cluster_role = one(docs, "ClusterRole", "rel-backstop-cluster")
     assert rules_of(cluster_role) == CLUSTER_RULES_NAMESPACED_MODE
-    assert len(of_kind(docs, "ClusterRole")) == 2
+    bound = {b["roleRef"]["name"] for b in of_kind(docs, "ClusterRoleBinding")}
+    operator_roles = [r for r in of_kind(docs, "ClusterRole") if r["metadata"]["name"] in bound]
+    assert len(operator_roles) == 2  # the users' roles are bound by Kubernetes' own
     crb = one(docs, "ClusterRoleBinding", "rel-backstop-cluster")
     assert crb["roleRef"]["name"] == cluster_role["metadata"]["name"]
 
@@ -495,6 +497,42 @@ def test_fault09_cluster_wide_only_when_asked_for_by_name(helm: str, tmp_path: P
         check=False,
     )
     assert proc.returncode != 0 and "leave watchNamespaces empty" in proc.stderr
+
+
+@pytest.mark.helm
+def test_users_roles_aggregate_into_view_edit_and_admin(helm: str, tmp_path: Path) -> None:
+    docs = render(helm, tmp_path)
+    view, edit = (
+        one(docs, "ClusterRole", "rel-backstop-view"),
+        one(docs, "ClusterRole", "rel-backstop-edit"),
+    )
+    agg = "rbac.authorization.k8s.io/aggregate-to-"
+    assert {
+        k for k, v in view["metadata"]["labels"].items() if k.startswith(agg) and v == "true"
+    } == {
+        agg + "view",
+        agg + "edit",
+        agg + "admin",
+    }
+    assert {
+        k for k, v in edit["metadata"]["labels"].items() if k.startswith(agg) and v == "true"
+    } == {
+        agg + "edit",
+        agg + "admin",
+    }
+    read = {"get", "list", "watch"}
+    assert rules_of(view) == {
+        (GROUP, "streamtopologies"): read,
+        (GROUP, "streamtopologies/status"): read,
+        (GROUP, "recoveryplans"): read,
+        (GROUP, "recoveryplans/status"): read,
+    }
+    assert rules_of(edit) == {
+        (GROUP, "streamtopologies"): {"create", "update", "patch", "delete", "deletecollection"}
+    }
+    off = render(helm, tmp_path, {"rbac": {"userRoles": False}})
+    names = [r["metadata"]["name"] for r in of_kind(off, "ClusterRole")]
+    assert "rel-backstop-view" not in names and "rel-backstop-edit" not in names
 
 
 @pytest.mark.helm
@@ -808,6 +846,55 @@ def start_chart_operator(
         )
 
 
+def _as_user(kube: client.ApiClient, cluster: str, ns: str, role: str, path: Path) -> Any:
+    """A CustomObjectsApi as a fresh ServiceAccount of ``ns`` bound to Kubernetes' own
+    ClusterRole ``role`` (view, edit, admin) in ``ns``."""
+    core, rbac = client.CoreV1Api(kube), client.RbacAuthorizationV1Api(kube)
+    name = f"user-{role}"
+    core.create_namespaced_service_account(ns, {"metadata": {"name": name}})
+    rbac.create_namespaced_role_binding(
+        ns,
+        {
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+        },
+    )
+    token = service_account_token(core, ns, name)
+    return client.CustomObjectsApi(api_client(str(token_kubeconfig(cluster, token, path))))
+
+
+def _users_get_the_default_roles(
+    kube: client.ApiClient, cluster: str, ns: str, tmp_path: Path
+) -> None:
+    """The chart's aggregated ClusterRoles: a user who may view the namespace lists its
+    topologies and plans but creates none; one who may edit it creates one (a dry run)."""
+    viewer = _as_user(kube, cluster, ns, "view", tmp_path / "view.kubeconfig")
+    editor = _as_user(kube, cluster, ns, "edit", tmp_path / "edit.kubeconfig")
+    doc = topology_manifest(EXAMPLE, "by-editor")
+
+    def listed() -> bool:  # the aggregation controller folds the roles in within seconds
+        return not forbidden(
+            lambda: viewer.list_namespaced_custom_object(GROUP, VERSION, ns, "streamtopologies")
+        ) and not forbidden(
+            lambda: viewer.list_namespaced_custom_object(GROUP, VERSION, ns, "recoveryplans")
+        )
+
+    wait_for(listed, 30, "a viewer listing StreamTopologies and RecoveryPlans")
+    create = lambda api: api.create_namespaced_custom_object(  # noqa: E731
+        GROUP, VERSION, ns, "streamtopologies", doc, dry_run="All"
+    )
+    assert forbidden(lambda: create(viewer)), "a viewer created a StreamTopology"
+    wait_for(lambda: not forbidden(lambda: create(editor)), 30, "an editor creating one")
+    assert forbidden(
+        lambda: editor.delete_namespaced_custom_object(GROUP, VERSION, ns, "recoveryplans", "x")
+    ), "RecoveryPlans are the operator's record"
+
+
 def forbidden(call: Any) -> bool:
     try:
         call()
@@ -906,6 +993,8 @@ def test_install_then_operator_runs_on_the_chart_service_account_alone(
         ), "ConfigMaps of kube-system"
         assert forbidden(lambda: sa_core.patch_node(nodes[0], {"metadata": {"labels": {"x": "y"}}}))
         assert core.read_node(nodes[0]).metadata.name == nodes[0]
+
+        _users_get_the_default_roles(kube, cluster, watched_ns, tmp_path)
 
         # sufficient: the demo scenario with the operator on that token alone, serving the
         # admission webhook with the chart's settings (its self-signed certificate Secret and
