@@ -340,8 +340,10 @@ def test_fault09_default_render_is_hardened_and_watches_only_the_release_namespa
     assert [a for a in c["args"] if a.startswith("--namespace")] == ["--namespace=ops"]
     assert "--grace-period-seconds=30" in c["args"] and "--utilization-cap=0.8" in c["args"]
     env = env_of(c)
-    assert env["BACKSTOP_REOPTIMIZE"] == "true" and env["BACKSTOP_REOPTIMIZE_MODE"] == "job"
-    # the Job runs the Spark image, not the lean operator image
+    assert env["BACKSTOP_REOPTIMIZE"] == "false"  # until its image is configured
+    # once on, the Job runs the Spark image, not the lean operator image
+    env = env_of(container(render(helm, tmp_path, {"reoptimization": {"enabled": True}})))
+    assert env["BACKSTOP_REOPTIMIZE_MODE"] == "job"
     assert env["BACKSTOP_SPARK_IMAGE"] == f"backstop/spark:{chart['appVersion']}" != c["image"]
     assert "BACKSTOP_METRICS_PORT" not in env
     # RBAC: pod create/delete and ConfigMap patch in the release namespace only (a Role);
@@ -353,8 +355,6 @@ def test_fault09_default_render_is_hardened_and_watches_only_the_release_namespa
         "rel-backstop",
         "rel-backstop-leader-election",
         "rel-backstop-webhook",
-        "rel-backstop-reoptimize",
-        "rel-backstop-reoptimize-job",
     }
     role = roles["rel-backstop"]
     assert role["metadata"]["namespace"] == "ops"
@@ -474,12 +474,10 @@ def test_fault09_cluster_wide_only_when_asked_for_by_name(helm: str, tmp_path: P
     docs = render(helm, tmp_path, {"watchAllNamespaces": True})
     args = container(docs)["args"]
     assert "--all-namespaces" in args and not any(a.startswith("--namespace") for a in args)
-    # no namespaced Role but the leader election's Lease, the webhook's certificate Secret and
-    # the re-optimization Jobs in the release namespace
+    # no namespaced Role but the leader election's Lease and the webhook's certificate
+    # Secret in the release namespace (and the re-optimization Jobs', once they are on)
     assert sorted(r["metadata"]["name"] for r in of_kind(docs, "Role")) == [
         "rel-backstop-leader-election",
-        "rel-backstop-reoptimize",
-        "rel-backstop-reoptimize-job",
         "rel-backstop-webhook",
     ]
     assert rules_of(one(docs, "ClusterRole", "rel-backstop")) == NAMESPACED_RULES
@@ -606,8 +604,6 @@ def test_fault07_chart_renders_replicas_lease_spreading_and_fast_replacement(
     assert not any(a.startswith("--leader-elect") for a in container(single)["args"])
     assert sorted(r["metadata"]["name"] for r in of_kind(single, "Role")) == [
         "rel-backstop",
-        "rel-backstop-reoptimize",
-        "rel-backstop-reoptimize-job",
         "rel-backstop-webhook",
     ]
     assert of_kind(single, "PodDisruptionBudget") == []
@@ -653,8 +649,43 @@ def test_fault07_chart_refuses_unsafe_ha_values(
 
 
 @pytest.mark.helm
+def test_reoptimization_is_off_until_asked_for(helm: str, tmp_path: Path) -> None:
+    """Its image is built here, published nowhere: the default runs no Job, grants no Job
+    RBAC, and says so to the operator."""
+    docs = render(helm, tmp_path)
+    env = env_of(container(docs))
+    assert env["BACKSTOP_REOPTIMIZE"] == "false" and "BACKSTOP_SPARK_IMAGE" not in env
+    names = {r["metadata"]["name"] for r in of_kind(docs, "Role")}
+    assert not {"rel-backstop-reoptimize", "rel-backstop-reoptimize-job"} & names
+
+
+@pytest.mark.helm
+def test_the_job_pod_gets_pull_secrets_and_placement(helm: str, tmp_path: Path) -> None:
+    placement = {
+        "nodeSelector": {"pool": "batch"},
+        "tolerations": [{"key": "batch", "operator": "Exists", "effect": "NoSchedule"}],
+        "priorityClassName": "low",
+    }
+    on = {"imagePullSecrets": [{"name": "chart-wide"}], "reoptimization": {"enabled": True}}
+    env = env_of(
+        container(render(helm, tmp_path, {**on, "reoptimization": {"enabled": True, **placement}}))
+    )
+    assert json.loads(env["BACKSTOP_REOPT_POD"]) == {
+        "imagePullSecrets": [{"name": "chart-wide"}],  # the chart's, by default
+        **placement,
+    }
+    own = {"enabled": True, "imagePullSecrets": [{"name": "spark-registry"}]}
+    env = env_of(container(render(helm, tmp_path, {**on, "reoptimization": own})))
+    assert json.loads(env["BACKSTOP_REOPT_POD"]) == {
+        "imagePullSecrets": [{"name": "spark-registry"}]
+    }
+    env = env_of(container(render(helm, tmp_path, {"reoptimization": {"enabled": True}})))
+    assert "BACKSTOP_REOPT_POD" not in env
+
+
+@pytest.mark.helm
 def test_reoptimization_job_rbac_env_and_mounts_follow_the_mode(helm: str, tmp_path: Path) -> None:
-    job = render(helm, tmp_path)  # mode: job is the default
+    job = render(helm, tmp_path, {"reoptimization": {"enabled": True}})  # mode: job by default
     lease = "rel-backstop-leader-election"  # the leader election's Role is always there
     webhook = "rel-backstop-webhook"  # and the webhook's (its certificate Secret)
     names = [
@@ -677,7 +708,7 @@ def test_reoptimization_job_rbac_env_and_mounts_follow_the_mode(helm: str, tmp_p
     assert json.loads(env["BACKSTOP_SPARK_RESOURCES"])["limits"]["memory"] == "2Gi"
     assert "BACKSTOP_MEMORY_LIMIT" not in env and "BACKSTOP_METRICS_CLAIM" not in env
 
-    local = render(helm, tmp_path, {"reoptimization": {
+    local = render(helm, tmp_path, {"reoptimization": {"enabled": True,
         "mode": "local", "metricsVolume": {"hostPath": "/srv/backstop"}}})  # fmt: skip
     assert sorted(r["metadata"]["name"] for r in of_kind(local, "Role")) == sorted(
         ["rel-backstop", lease, webhook]

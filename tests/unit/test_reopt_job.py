@@ -3,6 +3,7 @@ memory arithmetic, the approval decision and the Job's failure message."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace as NS
 from typing import Any
 
@@ -285,3 +286,25 @@ def test_spark_conf_is_read_from_the_environment_and_bad_json_names_the_variable
     for bad in ("{not json", '["spark.executor.instances=1"]', '{"spark.executor.instances": 1}'):
         with pytest.raises(ValueError, match="BACKSTOP_SPARK_CONF"):
             Settings.from_env({"BACKSTOP_SPARK_CONF": bad})
+
+
+def test_the_job_pod_takes_pull_secrets_and_placement_and_nothing_else() -> None:
+    """``reoptimization.imagePullSecrets``, ``nodeSelector``, ``tolerations``, ``affinity``
+    and ``priorityClassName`` reach the Job's pod; a field that would change what the pod
+    may do (``hostNetwork``) is not taken from there."""
+    pod = {
+        "imagePullSecrets": [{"name": "registry"}],
+        "nodeSelector": {"pool": "batch"},
+        "tolerations": [{"key": "batch", "operator": "Exists", "effect": "NoSchedule"}],
+        "priorityClassName": "low",
+        "affinity": {},
+        "hostNetwork": True,
+    }
+    s = replace(SETTINGS, pod=pod)
+    spec = build_reopt_job("j", s, TOPOLOGY, "/m")["spec"]["template"]["spec"]
+    assert spec["imagePullSecrets"] == [{"name": "registry"}]
+    assert spec["nodeSelector"] == {"pool": "batch"} and spec["priorityClassName"] == "low"
+    assert spec["tolerations"] == pod["tolerations"]
+    assert "hostNetwork" not in spec and "affinity" not in spec  # empty: left out
+    plain = build_reopt_job("j", SETTINGS, TOPOLOGY, "/m")["spec"]["template"]["spec"]
+    assert not {"imagePullSecrets", "nodeSelector", "tolerations"} & set(plain)

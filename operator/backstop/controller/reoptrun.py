@@ -152,6 +152,7 @@ def job_settings(topology_namespace: str) -> reoptjob.JobSettings:
         metrics_claim=cfg.metrics_claim,
         metrics_host_path=cfg.metrics_host_path,
         store_secret=cfg.reopt_store_secret,
+        pod=cfg.reopt_pod or {},
         timeout_seconds=cfg.reopt_timeout_seconds,
         time_limit=cfg.reopt_time_limit,
     )

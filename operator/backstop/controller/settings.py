@@ -60,6 +60,7 @@ ENV_VARS: dict[str, str] = {
     "metrics_claim": "BACKSTOP_METRICS_CLAIM",
     "metrics_host_path": "BACKSTOP_METRICS_HOST_PATH",
     "reopt_store_secret": "BACKSTOP_REOPT_STORE_SECRET",
+    "reopt_pod": "BACKSTOP_REOPT_POD",
     "memory_limit": "BACKSTOP_MEMORY_LIMIT",
     "operator_namespace": "BACKSTOP_OPERATOR_NAMESPACE",
     "allow_node_local_store": "BACKSTOP_ALLOW_NODE_LOCAL_STORE",
@@ -77,6 +78,7 @@ TEXT = frozenset(
         "metrics_claim",
         "metrics_host_path",
         "reopt_store_secret",
+        "reopt_pod",
         "operator_namespace",
         "allow_node_local_store",
     }
@@ -118,6 +120,9 @@ class Settings(BaseModel):
     """Port of the Prometheus ``/metrics`` endpoint (:mod:`backstop.controller.metrics`);
     unset: not served."""
     reopt_enabled: bool = True
+    reopt_pod: Json[dict[str, Any]] | None = None
+    """The Job pod's ``imagePullSecrets``, ``nodeSelector``, ``tolerations``, ``affinity``
+    and ``priorityClassName``, as JSON (``reoptimization.*`` of the chart)."""
     """``reoptimization.enabled``: false leaves every topology's ``spec.reoptimization``
     unused (recorded as ``result: Disabled``)."""
     reopt_mode: Literal["local", "job"] = "local"

@@ -81,6 +81,12 @@ class JobSettings:
     store_secret: str | None = None
     """The Secret with the object store credentials of Jobs that read ``s3://`` metrics of
     topologies in other namespaces (:func:`backstop.domain.metricspath.job_store_env`)."""
+    pod: Mapping[str, Any] = field(default_factory=dict)
+    """More fields of the Job's pod spec: :data:`POD_FIELDS` only (pull secrets, placement)."""
+
+
+POD_FIELDS = ("imagePullSecrets", "nodeSelector", "tolerations", "affinity", "priorityClassName")
+"""What :attr:`JobSettings.pod` may set: nothing that changes what the pod may do."""
 
 
 def job_name(namespace: str, name: str) -> str:
@@ -348,6 +354,7 @@ def _pod_spec(
     }
     if settings.service_account:
         pod["serviceAccountName"] = settings.service_account
+    pod.update({k: v for k, v in settings.pod.items() if k in POD_FIELDS and v})
     return pod
 
 
