@@ -150,13 +150,22 @@ def _summary(mine: list[Cycle]) -> str:
     within = all(c.worst <= c.bound for c in mine)
     fast = len(detect) == len(mine) and max(detect) < 2.0
     triggers = ", ".join(sorted({c.trigger for c in mine}))
-    alone = [c.victim for c in mine if len(c.tasks) == c.total]
-    why = (
-        f" The node(s) {', '.join(alone)} held every task of the topology: no task pod "
-        "survived to notice the dead producers, so only the node-monitor's NotReady (and the "
-        "grace period) could start the recovery."
-        if alone
-        else ""
+    alone = [c for c in mine if len(c.tasks) == c.total]
+    seen = [c.victim for c in alone if c.trigger == "DataPlane"]
+    unseen = [c.victim for c in alone if c.trigger != "DataPlane"]
+    why = "".join(
+        [
+            f" The node(s) {', '.join(seen)} held every task of the topology: no peer was "
+            "left to suspect them, the operator's own poll went unanswered, and so did "
+            "their kubelets."
+            if seen
+            else "",
+            f" The node(s) {', '.join(unseen)} held every task of the topology and the data "
+            "plane did not confirm the loss, so the node-monitor's NotReady (and the grace "
+            "period) started the recovery."
+            if unseen
+            else "",
+        ]
     )
     return (
         f"{len(mine)} node(s) killed; worst kill → caught up {worst.worst:.2f} s "

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import typer
 
-from backstop.cli import backups, operator, place, recover, reoptimize, replicate
+from backstop.cli import backups, operator, place, recover, reoptimize, replicate, run
 from backstop.cli._output import EXIT_INFEASIBLE, EXIT_INVALID, fail, guarded, print_json
 
 __all__ = ["EXIT_INFEASIBLE", "EXIT_INVALID", "app", "fail", "guarded", "print_json"]
@@ -34,7 +34,7 @@ app = typer.Typer(
 )
 
 # one register() per command module; keep them alphabetical
-for _module in (backups, operator, place, recover, reoptimize, replicate):
+for _module in (backups, operator, place, recover, reoptimize, replicate, run):
     _module.register(app)
 
 

@@ -40,7 +40,7 @@ from backstop.domain.dataplane import (
 from backstop.domain.incidents import NodeInfo
 from backstop.k8s import suspectpoll
 
-POLL = float(os.environ.get("BACKSTOP_SUSPECT_POLL_SECONDS", "0.5"))
+POLL = float(os.environ.get("BACKSTOP_SUSPECT_POLL_SECONDS", "0.25"))
 """Seconds between polls of a topology's suspicions (0: the daemon does nothing, and only
 the node-monitor's path notices a lost node)."""
 QUIET = 60.0

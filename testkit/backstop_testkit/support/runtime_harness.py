@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from backstop.domain.spec import StreamTopologySpec, expand
-from backstop.k8s.manifests import Owner, build_task_pod, task_roles
+from backstop.k8s.localenv import NAMESPACE, UID, local_task_envs
+from backstop.k8s.manifests import Owner
 from backstop_runtime.blobs import open_blobs
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -44,24 +45,11 @@ class LocalTopology:
     ) -> None:
         self.name, self.spec, self.store = name, spec, store
         self.graph = expand(spec)
-        owner = Owner(name, "local", "uid")
-        roles = task_roles(self.graph, frozenset(backups), {t: "local" for t in self.graph.tasks})
-        self.env: dict[str, dict[str, str]] = {}
-        for role in roles:
-            pod = build_task_pod(owner, spec, role)
-            env = {**os.environ, **(env or {})}
-            for e in pod["spec"]["containers"][0]["env"]:
-                env[e["name"]] = e.get("value", "")
-            env.update(
-                BACKSTOP_STORE=location or str(store),
-                BACKSTOP_PORT="0",
-                BACKSTOP_METRICS_PORT="0",
-                BACKSTOP_POD_IP="127.0.0.1",
-                BACKSTOP_NODE_NAME="local",
-                BACKSTOP_RECOVERY_DIR=str(store / "recovery"),
-                PYTHONPATH=str(ROOT / "runtime"),
-            )
-            self.env[role.task] = env
+        owner = Owner(name, NAMESPACE, UID)
+        base = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT / "runtime")}
+        self.env: dict[str, dict[str, str]] = local_task_envs(
+            name, spec, location or store, store, base, backups
+        )
         self.root = store / owner.namespace / name / owner.uid
         """The topology's part of a directory store (``TaskConfig.root`` of its tasks)."""
         self.root_key = f"{owner.namespace}/{name}/{owner.uid}"

@@ -1,0 +1,92 @@
+"""``backstop run``: a manifest's tasks as local processes, until a bounded input is done.
+
+The word count of ``examples/wordcount.yaml`` on local folders runs through the command
+as a user runs it (a subprocess, a manifest file): it ends on its own with exit 0, and the
+sink's output holds the counts computed here from the input. A task whose operator cannot
+be loaded ends the run with exit 1 and its log; a bad manifest is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from backstop_testkit.support.runtime_data import (
+    counts_of,
+    expected_counts,
+    output_lines,
+    wordcount_spec,
+    write_input,
+)
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def manifest(tmp_path: Path, spec: dict[str, Any], name: str = "wc") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    doc = {
+        "apiVersion": "streams.backstop.dev/v1alpha1",
+        "kind": "StreamTopology",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def backstop(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "backstop", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def spec_doc(inp: Path, out: Path) -> dict[str, Any]:
+    spec = wordcount_spec(inp, out, rate=2000.0, batch=100)
+    doc: dict[str, Any] = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return doc
+
+
+def test_a_bounded_word_count_runs_to_its_end_with_the_exact_counts(tmp_path: Path) -> None:
+    inp, out = tmp_path / "input", tmp_path / "out"
+    write_input(inp, files=3, per_file=300)
+    done = backstop(str(manifest(tmp_path, spec_doc(inp, out))), "--timeout", "150", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "wc: 7 tasks as local processes" in done.stdout
+    assert "sink-0" in done.stdout and "eos" in done.stdout  # progress lines
+    assert "done: every sink saw the end of the stream (sink-0)" in done.stdout
+    assert (tmp_path / ".backstop-local" / "wc" / "logs" / "count-0.log").exists()
+    lines = output_lines(out)
+    assert len(lines) == len(set(lines)), "a line was written twice"
+    assert counts_of(lines) == dict(expected_counts(inp))
+
+
+def test_a_task_that_fails_ends_the_run_with_its_log(tmp_path: Path) -> None:
+    inp, out = tmp_path / "input", tmp_path / "out"
+    write_input(inp, files=1, per_file=50)
+    spec = spec_doc(inp, out)
+    for op in spec["operators"]:
+        if op["name"] == "count":
+            op["config"]["function"] = "no_such_module:Count"
+    done = backstop(str(manifest(tmp_path, spec)), "--store", str(tmp_path / "s"), cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "error: task count-0 exited with" in done.stderr
+    assert "no_such_module" in done.stderr  # the task's own words, from its log
+
+
+def test_a_bad_manifest_is_one_line_naming_the_field(tmp_path: Path) -> None:
+    spec = spec_doc(tmp_path / "i", tmp_path / "o")
+    spec["operators"][1]["inputs"][0]["operator"] = "nowhere"
+    done = backstop(str(manifest(tmp_path, spec)), cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "reads from unknown operator 'nowhere'" in done.stderr
+    assert "Traceback" not in done.stderr
