@@ -916,9 +916,12 @@ def _users_get_the_default_roles(
         )
 
     wait_for(listed, 30, "a viewer listing StreamTopologies and RecoveryPlans")
-    create = lambda api: api.create_namespaced_custom_object(  # noqa: E731
-        GROUP, VERSION, ns, "streamtopologies", doc, dry_run="All"
-    )
+
+    def create(api: Any) -> Any:
+        return api.create_namespaced_custom_object(
+            GROUP, VERSION, ns, "streamtopologies", doc, dry_run="All"
+        )
+
     assert forbidden(lambda: create(viewer)), "a viewer created a StreamTopology"
     wait_for(lambda: not forbidden(lambda: create(editor)), 30, "an editor creating one")
     assert forbidden(
