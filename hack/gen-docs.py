@@ -364,7 +364,8 @@ def cli_md() -> str:
     intro = [
         "Generated from the typer application (the `operator/backstop/cli/` package: the app in",
         "`__init__.py`, one module per command); `backstop COMMAND --help` prints the same.",
-        "Exit codes: 0 success, 2 invalid input, 3 infeasible (no plan keeps the bound).",
+        "Exit codes: 0 success, 2 invalid input, 3 infeasible (no plan keeps the bound), "
+        "4 an exact algorithm's plan not proven optimal within its budget (`recover`).",
         "The development commands (the local cluster's nodes, synthetic metrics) are the test",
         "kit's: [`python -m backstop_testkit`](testkit-cli.md).",
     ]

@@ -90,12 +90,31 @@ def test_json_output(files: tuple[Path, Path]) -> None:
         "recoveredQueries",
         "recoveredPriority",
         "failedPriority",
+        "optimal",
     ]
     assert set(doc["recover"].values()) == {"n3"}
     # n1 held 3.25 CPU; n3 offers 4 x 0.8 = 3.2: both queries need 3.0 of it, and only the
     # priority-5 query (sink) fits completely, so trending (priority 2) waits
     assert doc["recoveredQueries"] == ["sink-0"] and doc["pending"] == ["trending-0"]
     assert doc["recoveredPriority"] == 5.0 and doc["failedPriority"] == 7.0
+
+
+def test_an_exact_algorithm_out_of_budget_says_its_plan_is_unproven(
+    files: tuple[Path, Path],
+) -> None:
+    """The seed's DP with a budget too small to finish its enumeration (both queries fail
+    with n1 and n2): the plan is printed, valid, with ``optimal: false``, a note on stderr
+    and exit status 4; with its default budget the same DP proves its plan (exit 0)."""
+    assignment, nodes = files
+    base = ["--assignment", str(assignment), "--nodes", str(nodes), "--lost", "n1,n2"]
+    code, out, err = run(*base, "--algorithm", "dp", "--time-limit", "0.000001", "--json")
+    assert code == 4, (out, err)
+    assert json.loads(out)["optimal"] is False
+    assert "dp ran out of its budget (--time-limit 1e-06) before proving" in err
+    code, out, _ = run(*base, "--algorithm", "dp")
+    assert code == 0 and "the plan is proven optimal" in out
+    code, out, _ = run(*base, "--algorithm", "operator-centric")  # no promise to keep
+    assert code == 0 and "the plan is not proven optimal" in out
 
 
 def test_table_and_plain_assignment(files: tuple[Path, Path], tmp_path: Path) -> None:

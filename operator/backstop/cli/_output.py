@@ -27,6 +27,8 @@ R = TypeVar("R")
 
 EXIT_INVALID = 2
 EXIT_INFEASIBLE = 3
+EXIT_UNPROVEN = 4
+"""An exact algorithm's plan, printed, whose optimality its budget ran out before proving."""
 
 
 def fail(message: str, code: int = EXIT_INVALID) -> NoReturn:

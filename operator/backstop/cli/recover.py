@@ -8,7 +8,9 @@ plain task → node map) and the Node objects, treats the ``--lost`` nodes'
 tasks as failed, and runs the same recovery scheduler the operator runs on
 every other node's free CPU (allocatable × utilisation cap − what the
 placement already puts there). The plan printed is checked by
-:func:`planners.recovery.check_recovery` first.
+:func:`planners.recovery.check_recovery` first. An exact algorithm (``dp``, ``exact``) whose
+budget (``--time-limit``) runs out before it proves its plan optimal still prints the plan,
+says so on stderr and exits with status 4, so a script never takes it for the optimum.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from backstop.cli._output import fail, guarded, load_manifest, print_json
+from backstop.cli._output import EXIT_UNPROVEN, fail, guarded, load_manifest, print_json
 from backstop.domain.yamlio import load_all
 from planners import TaskGraph
 from planners.recovery import (
@@ -113,8 +115,10 @@ def _print_table(step: RecoveryStep, lost: list[str], capacity: Mapping[str, flo
     )
     if step.optimal:
         console.print("the plan is proven optimal")
-    elif step.upper_bound is not None:
-        console.print(f"no plan recovers more than priority {step.upper_bound:g}")
+    else:
+        console.print("the plan is not proven optimal")
+        if step.upper_bound is not None:
+            console.print(f"no plan recovers more than priority {step.upper_bound:g}")
 
 
 TopologyArg = Annotated[
@@ -201,9 +205,22 @@ def recover_command(
     if problems:  # a planner bug: refuse to print a wrong plan
         fail("the recovery plan failed validation: " + "; ".join(problems), 1)
     if as_json:
-        print_json(recovery_json(step))
+        print_json({**recovery_json(step), "optimal": step.optimal})
     else:
         _print_table(step, lost_nodes, capacity)
+    if name in EXACT and not step.optimal:
+        typer.echo(
+            f"note: {name} ran out of its budget (--time-limit {time_limit:g}) before proving "
+            "its plan optimal; the plan is valid, and a larger --time-limit may prove it or "
+            "find a better one",
+            err=True,
+        )
+        raise typer.Exit(EXIT_UNPROVEN)
+
+
+EXACT = ("dp", "exact")
+"""The algorithms that promise the optimum: an unproven plan of theirs exits with
+:data:`~backstop.cli._output.EXIT_UNPROVEN`."""
 
 
 def _lost_nodes(lost: str, names: set[str], placed: Mapping[str, str], nodes: Path) -> list[str]:
