@@ -353,3 +353,39 @@ def test_cordoned_node_is_drained_a_few_tasks_at_a_time_before_anything_fails(
     ]
     moved_per_event = [e.message.count("->") for e in drains]
     assert drains and max(moved_per_event) <= 3, moved_per_event
+
+
+def test_a_drain_that_cannot_keep_the_bound_says_so(env: Env, pool: Pool) -> None:
+    """Three nodes of 3 CPU for 8 tasks of 1 CPU: under the 0.8 cap no node has room for
+    another task, so nothing can move off a cordoned one; the operator says why in a
+    Warning Event instead of letting the drain wait in silence, and moves nothing."""
+    for _ in range(3):
+        pool.add("3")
+    pool.wait_ready()
+    name = "stuck"
+    env.create(fan_topology(name, pool.name))
+    env.wait_condition(name, "Ready", "True")
+    before = nodes_of(env, name)
+    victim = max(set(before.values()), key=lambda n: sum(1 for v in before.values() if v == n))
+    on_victim = sorted(t for t, n in before.items() if n == victim)
+    pool.sim.core.patch_node(victim, {"spec": {"unschedulable": True}})
+    try:
+
+        def told() -> Any:
+            return next(
+                (
+                    e
+                    for e in env.core.list_namespaced_event(env.namespace).items
+                    if e.involved_object.name == name and e.reason == "DrainBlocked"
+                ),
+                None,
+            )
+
+        event = wait_for(told, 60, "a DrainBlocked Event")
+        assert event.type == "Warning"
+        assert f"cordoned {victim}: {len(on_victim)} tasks" in event.message, event.message
+        assert all(t in event.message for t in on_victim), event.message
+        assert f"PodDisruptionBudget {name}" in event.message
+        assert nodes_of(env, name) == before, "a task moved although the bound forbids it"
+    finally:
+        pool.sim.core.patch_node(victim, {"spec": {"unschedulable": False}})

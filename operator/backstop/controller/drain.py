@@ -18,6 +18,8 @@ from planners.recovery import fill_leftover, schedule_recovery
 
 DRAIN_BATCH = 3
 """Tasks moved off a cordoned node per step: a few at a time, never all at once."""
+BLOCKED_EVERY = 300.0
+"""Seconds between two ``DrainBlocked`` Events about the same blocked drain."""
 
 
 def drain_moves(
@@ -61,6 +63,29 @@ def _settled(
     return True
 
 
+def blocked(t: Tick, cordoned: set[str], left: list[str], now: float | None = None) -> None:
+    """Say why a drain does not go on: no task left on the cordoned nodes can move without
+    breaking the bound, so ``kubectl drain`` (a node upgrade, the autoscaler) waits on the
+    topology's PodDisruptionBudget. A Warning Event names the nodes, the tasks and the
+    ways out; it is repeated only when they change or every :data:`BLOCKED_EVERY` s."""
+    now = time.time() if now is None else now
+    key = ",".join(sorted(cordoned)) + ":" + ",".join(sorted(left))
+    told = t.memory.drain_blocked
+    if told is not None and told[0] == key and now - told[1] < BLOCKED_EVERY:
+        return
+    t.memory.drain_blocked = (key, now)
+    names = ", ".join(sorted(left)[:8]) + (", …" if len(left) > 8 else "")
+    t.emit(
+        "DrainBlocked",
+        f"cordoned {', '.join(sorted(cordoned))}: {len(left)} tasks ({names}) cannot move "
+        "off without breaking the recovery bound (no other node has room for them), so "
+        f"evictions wait on the PodDisruptionBudget {t.owner.name}. Add capacity (or "
+        "uncordon), or delete that budget to let the evictions through: the evicted tasks "
+        "then stop until they run again, and the bound is broken meanwhile",
+        True,
+    )
+
+
 def drain_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> bool:
     """Move a batch of tasks off cordoned nodes; whether anything was written.
 
@@ -82,6 +107,7 @@ def drain_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> bool:
         return False  # ... or still starting
     moved = drain_moves(t, plan, assignment, cordoned)
     if not moved:
+        blocked(t, cordoned, [task for task, n in assignment.items() if n in cordoned])
         return False
     assignment.update(moved)
     new_plan = plan_with_worst(t.graph, plan, assignment, t.model.planning_bound)

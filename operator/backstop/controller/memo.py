@@ -61,6 +61,10 @@ class TopologyMemo:
     (:mod:`backstop.controller.peers`)."""
     peers_token: str | None = None
     """The topology's peer token, read from (or first written to) its Secret."""
+    drain_blocked: tuple[str, float] | None = None
+    """The blocked drain last told in an Event (its nodes and tasks) and when, so the
+    Event is repeated only when that changes or every few minutes
+    (:func:`backstop.controller.drain.drain_tick`)."""
     dataplane_lost: dict[str, float] = field(default_factory=dict)
     """Nodes the data-plane daemon confirmed lost, and when (epoch seconds): the supervisor
     counts them lost at once (:mod:`backstop.controller.dataplane`)."""

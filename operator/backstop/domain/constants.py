@@ -101,6 +101,7 @@ EventReason = Literal[
     "NodeLost",
     "NodeSuspected",
     "NodeDraining",
+    "DrainBlocked",
     "RecoveryPlanIssued",
     "TaskRecovered",
     "TaskLost",
