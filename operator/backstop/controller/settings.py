@@ -120,11 +120,11 @@ class Settings(BaseModel):
     """Port of the Prometheus ``/metrics`` endpoint (:mod:`backstop.controller.metrics`);
     unset: not served."""
     reopt_enabled: bool = True
+    """``reoptimization.enabled``: false leaves every topology's ``spec.reoptimization``
+    unused (recorded as ``result: Disabled``)."""
     reopt_pod: Json[dict[str, Any]] | None = None
     """The Job pod's ``imagePullSecrets``, ``nodeSelector``, ``tolerations``, ``affinity``
     and ``priorityClassName``, as JSON (``reoptimization.*`` of the chart)."""
-    """``reoptimization.enabled``: false leaves every topology's ``spec.reoptimization``
-    unused (recorded as ``result: Disabled``)."""
     reopt_mode: Literal["local", "job"] = "local"
     """``local``: a child process of the operator, one JVM at a time; ``job``: a Kubernetes
     Job per run in :attr:`operator_namespace`, from :attr:`spark_image`."""
