@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from backstop.domain.peers import address
 from backstop.domain.podmerge import hard_taints, operator_tolerations, taints_tolerated
 from backstop.domain.spec import RecoveryMode, RecoveryPolicy, StreamTopologySpec, cpu_cores
 from backstop.domain.status.conditions import now_rfc3339
@@ -78,7 +79,7 @@ def kubelet_endpoint(status: Mapping[str, Any]) -> str:
     ip = by_type.get("InternalIP") or by_type.get("ExternalIP")
     if not ip or not port:
         return ""
-    return f"[{ip}]:{port}" if ":" in str(ip) else f"{ip}:{port}"
+    return address(str(ip), int(port))
 
 
 def node_info(body: Mapping[str, Any]) -> NodeInfo:
