@@ -25,7 +25,7 @@ from typing import Annotated, Any
 
 import typer
 
-from backstop.cli._output import EXIT_INVALID, fail, guarded, load_manifest
+from backstop.cli._output import guarded, load_manifest
 
 __all__ = ["register", "run_command"]
 
@@ -82,16 +82,16 @@ class LocalRun:
                 p.wait()
 
 
-def progress_line(elapsed: float, statuses: dict[str, dict[str, Any]]) -> str:
-    """One line of progress: each task's round, ``eos`` once it saw the end of the stream.
+def progress(statuses: dict[str, dict[str, Any]]) -> str:
+    """Each task's round, ``eos`` once it saw the end of the stream.
 
-    >>> progress_line(3.04, {"src-0": {"round": 12}, "out-0": {"round": 9, "eos": True}})
-    '[3s] src-0 r12  out-0 r9 eos'
+    >>> progress({"src-0": {"round": 12}, "out-0": {"round": 9, "eos": True}})
+    'src-0 r12  out-0 r9 eos'
     """
     parts = []
     for task, st in statuses.items():
         parts.append(f"{task} r{st.get('round', 0)}" + (" eos" if st.get("eos") else ""))
-    return f"[{elapsed:.0f}s] " + "  ".join(parts)
+    return "  ".join(parts)
 
 
 def watch(run: LocalRun, sinks: list[str], timeout: float, quiet: bool) -> int:
@@ -101,11 +101,11 @@ def watch(run: LocalRun, sinks: list[str], timeout: float, quiet: bool) -> int:
     last = ""
     while True:
         statuses = {t: run.status(t) for t in run.envs}
-        line = progress_line(time.monotonic() - began, statuses)
-        if not quiet and line.split("] ", 1)[1] != last:
-            typer.echo(line)
-            last = line.split("] ", 1)[1]
-        if sinks and all(statuses[t].get("eos") for t in sinks):
+        now = progress(statuses)
+        if not quiet and now != last:  # a line only when something moved
+            typer.echo(f"[{time.monotonic() - began:.0f}s] {now}")
+            last = now
+        if all(statuses[t].get("eos") for t in sinks):
             typer.echo(f"done: every sink saw the end of the stream ({', '.join(sinks)})")
             return 0
         if failed := run.failed():
@@ -132,15 +132,15 @@ def run_command(
     quiet: Annotated[bool, typer.Option(help="No progress lines.")] = False,
 ) -> None:
     """Run a topology's tasks as local processes until a bounded input is done."""
-    from backstop.k8s.localenv import local_task_envs  # see backstop.cli: lazy imports
+    from backstop.domain.spec import expand  # see backstop.cli: lazy imports
+    from backstop.k8s.localenv import local_task_envs
 
     topo = load_manifest(manifest)
     name = topo.metadata.name
     where = (store or Path(".backstop-local") / name).resolve()
     envs = local_task_envs(name, topo.spec, where, where, dict(os.environ))
-    sinks = [t for t in envs if envs[t].get("BACKSTOP_DOWNSTREAM", "[]") in ("", "[]")]
-    if not sinks:
-        fail(f"{manifest}: the topology has no sink", EXIT_INVALID)
+    graph = expand(topo.spec)
+    sinks = [graph.tasks[i] for i, out in enumerate(graph.succs) if not out]
     run = LocalRun(name, envs, where)
     typer.echo(f"{name}: {len(envs)} tasks as local processes, state and logs in {where}")
     run.start()
