@@ -138,6 +138,8 @@ def put_peers(request: _Request, peers: peermap.PushedPeers, token: str | None) 
     except ValueError as err:
         return 400, f"{err}\n"
     taken = peers.update(version, addresses)
+    if (epoch := peermap.promotion(request.body)) is not None:
+        peers.promote(epoch)
     return 200, json.dumps({"taken": taken, "version": peers.version}) + "\n"
 
 

@@ -6,6 +6,10 @@ reads from, ``PUT /peers`` on the pod's metrics port (:mod:`backstop_runtime.htt
 with ``{"version": int, "peers": {task: "host:port"}}``; a task's active replicas are
 named ``<task>#r<k>`` (:func:`backstop_runtime.config.copy_name`). A newer version replaces the
 map whole; an older or equal one (a retry that arrives late) is ignored.
+A push may also promote the copy it reaches: ``"role": "primary"`` with ``"epoch": n``
+tells an active replica that the operator made it its task's primary (its primary's node
+was lost), ranked ``n`` (:func:`promotion`); the task then takes the primary's duties in
+place (:func:`backstop_runtime.promotion.promote`).
 :meth:`Store.peer <backstop_runtime.store.Store.peer>` asks this map first, so a moved
 producer is found as soon as the operator has seen its new pod, without a read of the
 store; a task the map does not name (no operator, or not pushed yet) is looked up in the
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from backstop_runtime.config import REPLICA_MARK
@@ -84,6 +88,25 @@ def parse(body: bytes) -> tuple[int, dict[str, tuple[str, int]]]:
     return version, out
 
 
+def promotion(body: bytes) -> int | None:
+    """The operator epoch a ``PUT /peers`` body promotes this copy with, or ``None`` when
+    it promotes nothing (no ``role``, another role, or an epoch that is not a number).
+
+    >>> promotion(b'{"version": 3, "peers": {}, "role": "primary", "epoch": 2}')
+    2
+    >>> promotion(b'{"version": 3, "peers": {}}'), promotion(b'{"role": "replica"}')
+    (None, None)
+    """
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeError):
+        return None
+    if not isinstance(doc, dict) or doc.get("role") != "primary":
+        return None
+    epoch = doc.get("epoch", 0)
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+
+
 class PushedPeers:
     """The newest peer map pushed to this process (empty until the first push).
 
@@ -95,6 +118,28 @@ class PushedPeers:
         self._lock = threading.Lock()
         self.version: int | None = None
         self._peers: dict[str, tuple[str, int]] = {}
+        self.promoted: int | None = None
+        """The operator epoch a push promoted this copy with (``None``: not promoted)."""
+        self._listeners: list[Callable[[int], object]] = []
+
+    def on_promotion(self, listener: Callable[[int], object]) -> None:
+        """Call ``listener(epoch)`` when a push promotes this copy (at once if one did)."""
+        with self._lock:
+            self._listeners.append(listener)
+            promoted = self.promoted
+        if promoted is not None:
+            listener(promoted)
+
+    def promote(self, epoch: int) -> None:
+        """A push made this copy its task's primary with operator epoch ``epoch``: tell
+        the listeners, once (a repeated push of the same role changes nothing)."""
+        with self._lock:
+            if self.promoted is not None:
+                return
+            self.promoted = epoch
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(epoch)
 
     def update(self, version: int, peers: Mapping[str, tuple[str, int]]) -> bool:
         """Take ``peers`` if ``version`` is newer than the map held; whether it was."""

@@ -18,8 +18,10 @@ checkpoint, reads the same input (:func:`backstop_runtime.inputs.stream_copies`)
 the same batches to the same consumers, which take the first copy of each: when the
 primary's node dies, the consumers' input goes on from the replica with no restart and no
 replay on their path. A replica owns nothing in the store: it claims no epoch (that would
-fence its primary out) and writes no checkpoint, status, metrics row or output; the
-operator starts the lost primary again in the background, from its checkpoint.
+fence its primary out) and writes no checkpoint, status, metrics row or output.
+
+When the primary's node is lost, the operator promotes the replica in place, with no
+restart and no replay (:mod:`backstop_runtime.promotion`).
 
 The task serves its consumers through :mod:`backstop_runtime.serving` and runs its
 periodic duties (the fence check, the replay floors, the metrics rows) from
@@ -36,7 +38,7 @@ import os
 import time
 from typing import Any
 
-from backstop_runtime import duties, httpmetrics, inputs, serving, wire
+from backstop_runtime import duties, httpmetrics, inputs, promotion, serving, wire
 from backstop_runtime import session as sessions
 from backstop_runtime import stopping as stopping_
 from backstop_runtime.api import Context, Operator, Sink, Source
@@ -75,6 +77,15 @@ class Task:
         self.round = 0
         self.stepped = 0  # the last round the state holds
         self.eos = False
+        self.replica = cfg.is_replica
+        """An active replica (until promoted): it owns nothing in the store."""
+        self.promotion = asyncio.Event()
+        """Set when the operator promotes this replica (:meth:`promote`)."""
+        self.promoted_epoch = 0
+        self.subscription = 0
+        """Counts the promotions: an input whose count is older subscribes again."""
+        self.port = 0
+        """The data port this copy serves on (known once it serves)."""
         self.session = sessions.read(cfg.recovery_dir, cfg.task)
         self.adaptive = self.session.adaptive
         self.behind_since = time.time()  # the last time the input had no backlog (a source)
@@ -111,7 +122,7 @@ class Task:
     def backup(self) -> bool:
         """Whether channels keep batches until the consumer's checkpoint (``M(v)=1``):
         the primary's duty, never a replica's."""
-        return (self.cfg.keeps_backup or self.adaptive) and not self.cfg.is_replica
+        return (self.cfg.keeps_backup or self.adaptive) and not self.replica
 
     async def logged(self, r: int) -> None:
         """Wait until the (source) batch log holds round ``r``."""
@@ -123,57 +134,83 @@ class Task:
     async def run(self, stop: asyncio.Event) -> None:
         """Start up (its store calls inline: nothing is served before they are done), then
         serve and work until ``stop``, the work's failure or a fence."""
-        replica = self.cfg.is_replica
-        if replica and (self.cfg.is_source or self.sink is not None):
+        loop = asyncio.get_running_loop()
+        self.store.pushed.on_promotion(
+            lambda epoch: loop.call_soon_threadsafe(self._promoted, epoch)
+        )
+        if self.replica and (self.cfg.is_source or self.sink is not None):
             # a source's replica would read input its primary logs, a sink's would write
             # output its primary commits: neither has a copy of its own to serve
             log.warning("%s: a replica of a source or a sink stands by", self.cfg.copy)
-            await stop.wait()
-            return
-        if not replica:  # a replica claims no epoch: that would fence its primary out
+            if not await promotion.wait(self, stop):
+                return
+            promotion.become_primary(self)
+        if not self.replica:  # a replica claims no epoch: that would fence its primary out
             self.epoch = self.store.claim_epoch()
         log.info("%s: epoch %d, backup=%s", self.cfg.copy, self.epoch, self.cfg.keeps_backup)
         main = self._restore()
         serve = functools.partial(serving.serve, self)
         server = await asyncio.start_server(serve, host="0.0.0.0", port=self.cfg.port)
-        port = server.sockets[0].getsockname()[1]
-        if not replica:  # a replica is found through the operator's map alone
-            self.store.publish_address(self.cfg.host, port)
+        self.port = server.sockets[0].getsockname()[1]
+        if not self.replica:  # a replica is found through the operator's map alone
+            self.store.publish_address(self.cfg.host, self.port)
         web = await httpmetrics.serve(
             int(os.environ.get("BACKSTOP_METRICS_PORT", "9090")), self.cfg.copy, self._values
         )
-        writer = self._metrics_writer()
-        helpers = [] if replica else self._duties(writer)
+        try:
+            await self._work(main, stop)
+        finally:
+            server.close()
+            web.close()
+
+    async def _work(self, main: Any, stop: asyncio.Event) -> None:
+        """Run the main loop, the duties and (for a replica) the wait for a promotion,
+        until ``stop``, a failure or a fence; then the final checkpoint and status."""
+        writer = self.metrics_writer()
+        helpers = set() if self.replica else set(self._duties(writer))
         work = asyncio.ensure_future(main)
         stopping = asyncio.ensure_future(stop.wait())
+        promoting = asyncio.ensure_future(self.promotion.wait())
         fenced = False
         try:
-            done, _ = await asyncio.wait(
-                [work, stopping, *helpers], return_when=asyncio.FIRST_COMPLETED
-            )
-            for f in done:
-                if f is not stopping and f.exception() is not None:
-                    raise f.exception()
+            while True:
+                done, _ = await asyncio.wait(
+                    [work, stopping, promoting, *helpers], return_when=asyncio.FIRST_COMPLETED
+                )
+                for f in done:
+                    if f not in (stopping, promoting) and f.exception() is not None:
+                        raise f.exception()
+                if promoting not in done or stopping in done:
+                    break
+                promoting = asyncio.ensure_future(asyncio.Event().wait())  # never again
+                if self.replica:
+                    writer = await promotion.promote(self)
+                    helpers = set(self._duties(writer))
             if stopping in done:  # SIGTERM: the operator stops this pod on purpose
                 work.cancel()  # the state stays at the round it holds now
                 await asyncio.wait([work])
-                if not replica:
+                if not self.replica:
                     await self.writes(stopping_.final_checkpoint, self)
         except Fenced:
             fenced = True  # the newer copy owns status.json now: write nothing more
             raise
         finally:
-            for f in [work, stopping, *helpers]:
+            for f in [work, stopping, promoting, *helpers]:
                 f.cancel()
-            server.close()
-            web.close()
             try:
-                if not fenced and not replica:
+                if not fenced and not self.replica:
                     with contextlib.suppress(Exception):
                         await self.writes(writer.write)
-                    await self._status()
+                    await self.report_status()
             finally:
                 await asyncio.to_thread(self.writes.close)
+
+    # ---- promotion ------------------------------------------------------------------
+
+    def _promoted(self, epoch: int) -> None:
+        """A push promoted this copy (called on the loop)."""
+        self.promoted_epoch = epoch
+        self.promotion.set()
 
     def _duties(self, writer: MetricsWriter) -> list[asyncio.Future[Any]]:
         """The primary's periodic duties: the fence check, trimming the backups, the
@@ -182,10 +219,12 @@ class Task:
             asyncio.ensure_future(duties.fence_watch(self.store)),
             asyncio.ensure_future(duties.trim_loop(self)),
             asyncio.ensure_future(self._session_watch()),
-            asyncio.ensure_future(duties.metrics_loop(self.cfg, self.writes, writer, self._status)),
+            asyncio.ensure_future(
+                duties.metrics_loop(self.cfg, self.writes, writer, self.report_status)
+            ),
         ]
 
-    def _metrics_writer(self) -> MetricsWriter:
+    def metrics_writer(self) -> MetricsWriter:
         return MetricsWriter(
             self.store.blobs,
             self.cfg.metrics_key,
@@ -264,7 +303,7 @@ class Task:
             await self._progress(time.time() - float(self.log.entries[r]["at"]))
             if any(b.eos for b in outs.values()) or self.log.entries[r]["eos"]:
                 await self._ended()
-                await self._status()
+                await self.report_status()
                 break
             n = self.counters.tuples_in - before
             if n < self.max_records:
@@ -301,18 +340,18 @@ class Task:
                     batches.append(b)
                 outs = self.proc.step(r, batches)
                 self.stepped = r  # the state now holds round r (published or not)
-                if (r % self.period == 0 or self.proc.eos) and not self.cfg.is_replica:
+                if (r % self.period == 0 or self.proc.eos) and not self.replica:
                     # before publishing: no consumer can checkpoint round r before we have
                     # (a regenerating replay restores our checkpoint at its round)
                     await self.writes(self._checkpoint, r)
-                    await self._status()
+                    await self.report_status()
                 if self.channels:
                     await self._publish(outs)
                 self.round = r  # after publishing: a subscriber regenerates up to self.round
                 await self._progress(time.time() - min(b.at for b in batches))
             self._check_replay()
             await self._ended()
-            await self._status()
+            await self.report_status()
             await asyncio.Event().wait()
         finally:
             for p in pumps:
@@ -331,11 +370,22 @@ class Task:
         raise pump.exception() or RuntimeError("input ended")
 
     async def _pump(self, upstream: str, q: asyncio.Queue[Batch]) -> None:
-        async for b in inputs.stream_copies(
-            self.store, upstream, consumer=self.cfg.copy, epoch=self.epoch, start=self.round + 1
-        ):
-            await q.put(b)
-        await asyncio.Event().wait()  # ended with eos: stay done without raising
+        """Feed ``q`` with ``upstream``'s batches; subscribe again after a promotion, from
+        the batch after the last one fed (as the task itself, with its new epoch)."""
+        nxt = self.round + 1
+        while True:
+            subscribed = self.subscription
+            copies = inputs.stream_copies(
+                self.store, upstream, consumer=self.cfg.copy, epoch=self.epoch, start=nxt
+            )
+            async with contextlib.aclosing(copies):
+                async for b in copies:
+                    await q.put(b)
+                    nxt = b.r + 1
+                    if self.subscription != subscribed and not b.eos:
+                        break
+                else:
+                    await asyncio.Event().wait()  # ended with eos: stay done without raising
 
     async def _progress(self, lag: float) -> None:
         self.metrics.round, self.metrics.lag = self.round, lag
@@ -348,7 +398,7 @@ class Task:
                 lag,
             )
             self._check_replay()
-            await self._status()
+            await self.report_status()
 
     def _check_replay(self) -> None:
         """Compare where the replay came from with where the session's plan said (once:
@@ -425,9 +475,9 @@ class Task:
             "inputs": inputs.received(),
         }
 
-    async def _status(self) -> None:
+    async def report_status(self) -> None:
         """Write ``status.json`` as of now, on the writer thread (the primary's alone)."""
-        if self.cfg.is_replica:
+        if self.replica:
             return
         await self.writes(functools.partial(self.store.write_status, **self._status_fields()))
 

@@ -152,3 +152,61 @@ def test_without_the_replica_the_sink_waits_for_the_new_copy(data: Path, tmp_pat
     pause, lines = _run(tmp_path, data, replicated=False)
     assert pause > DOWN - 1.0, f"the sink went on ({pause:.2f}s) with its input dead"
     assert counts_of(lines) == dict(expected_counts(data))
+
+
+def _checkpoints(topo: LocalTopology, task: str) -> list[int]:
+    return sorted(int(p.stem) for p in topo.store.glob(f"**/tasks/{task}/ckpt/*.json"))
+
+
+def test_a_promoted_replica_becomes_the_primary_with_no_restart(
+    data: Path, tmp_path: Path
+) -> None:
+    """``count-0``'s replica is promoted when its primary dies and the primary never
+    comes back: the stream ends with the exact counts, the promoted copy claims the next
+    epoch, checkpoints and writes the task's status; a copy of the old primary started
+    afterwards with its old environment (a zombie the kubelet restarts) finds itself
+    fenced and fences nobody."""
+    out = tmp_path / "out"
+    spec = wordcount_spec(data, out, rate=300.0, batch=20)
+    topo = LocalTopology("wordcount", spec, tmp_path / "store")
+    sink_port, data_port, metrics_port = free_port(), free_port(), free_port()
+    topo.env["sink-0"].update(BACKSTOP_METRICS_PORT=str(sink_port), BACKSTOP_PEERS_TOKEN="tok")
+    topo.start_all()
+    try:
+        topo.wait("the sink to serve", lambda: _round(sink_port) is not None)
+        topo.start(
+            "count-0",
+            copy="count-0#r0",
+            BACKSTOP_ROLE="replica",
+            BACKSTOP_REPLICA="0",
+            BACKSTOP_PORT=str(data_port),
+            BACKSTOP_METRICS_PORT=str(metrics_port),
+            BACKSTOP_PEERS_TOKEN="tok",
+        )
+        _push(sink_port, {"count-0#r0": f"127.0.0.1:{data_port}"})
+        topo.wait(
+            "the replica to follow the primary",
+            lambda: (_round(metrics_port) or 0) >= (_round(sink_port) or 0) > 20,
+            60,
+        )
+        assert _status(metrics_port).get("epoch") == 0, "a replica claims no epoch"
+        topo.kill("count-0")
+        before = _checkpoints(topo, "count-0")
+        promote = json.dumps({"version": 2, "peers": {}, "role": "primary", "epoch": 1})
+        err = asyncio.run(
+            peerpush.put(f"http://127.0.0.1:{metrics_port}/peers", promote.encode(), "tok", 5)
+        )
+        assert err is None, err
+        topo.wait("the promotion", lambda: (_status(metrics_port).get("epoch") or 0) > 1, 30)
+        topo.start("count-0")  # the old primary again, with its old environment
+        topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True, 120)
+        assert topo.status("count-0").get("eos") is True, "the promoted copy writes the status"
+        assert max(_checkpoints(topo, "count-0")) > max(before, default=0)
+        assert "promoted to primary" in topo.log("count-0#r0")
+        assert "fenced" in topo.log("count-0"), topo.log("count-0")[-2000:]
+        assert "Fenced" not in topo.log("count-0#r0")
+    finally:
+        topo.stop_all()
+    lines = output_lines(out)
+    assert len(lines) == len(set(lines)), "a line was written twice"
+    assert counts_of(lines) == dict(expected_counts(data))
