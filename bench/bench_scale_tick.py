@@ -39,6 +39,7 @@ from backstop.domain.status import (
     TopologyStatus,
     derive_conditions,
     parse_status,
+    recoveryplans,
     status_patch,
 )
 from backstop.k8s.manifests import Owner, build_recoveryplan, desired_pods
@@ -231,7 +232,7 @@ def _object_sizes(built: ChainPlan, new: TopologyStatus, victim: str) -> dict[st
     cm = build_session_configmap(
         built.owner, built.graph, built.backups, rec.dump() if rec else {}, None
     )
-    wanted = recovery.wanted_recovery_plans(new)
+    wanted = recoveryplans.wanted_recovery_plans(new)
     rp = (
         build_recoveryplan(
             built.owner,

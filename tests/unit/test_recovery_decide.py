@@ -22,11 +22,10 @@ from backstop.domain.recovery import (
     Capacity,
     Decision,
     decide,
-    mark_applied,
-    wanted_recovery_plans,
 )
 from backstop.domain.spec import StreamTopologySpec, expand, parse_spec
 from backstop.domain.status import PlanStatus, TopologyStatus, parse_status
+from backstop.domain.status.recoveryplans import mark_applied, wanted_recovery_plans
 from planners import TaskGraph
 from planners.evaluate import worst_node_failure
 

@@ -158,9 +158,7 @@ def _checkpoints(topo: LocalTopology, task: str) -> list[int]:
     return sorted(int(p.stem) for p in topo.store.glob(f"**/tasks/{task}/ckpt/*.json"))
 
 
-def test_a_promoted_replica_becomes_the_primary_with_no_restart(
-    data: Path, tmp_path: Path
-) -> None:
+def test_a_promoted_replica_becomes_the_primary_with_no_restart(data: Path, tmp_path: Path) -> None:
     """``count-0``'s replica is promoted when its primary dies and the primary never
     comes back: the stream ends with the exact counts, the promoted copy claims the next
     epoch, checkpoints and writes the task's status; a copy of the old primary started

@@ -27,9 +27,10 @@ from backstop.controller.tick import Tick
 from backstop.domain.constants import EventReason
 from backstop.domain.dataplane import with_confirmed
 from backstop.domain.incidents import for_topology
-from backstop.domain.recovery import last_good_generation, next_look
+from backstop.domain.recovery import next_look
 from backstop.domain.spec import StreamTopologySpec, expand
 from backstop.domain.status import TopologyStatus, parse_status
+from backstop.domain.status.recoveryplans import last_good_generation
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.manifests import Owner
 from planners import InvalidTopology, PlannerError, TaskGraph

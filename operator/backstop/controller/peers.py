@@ -109,7 +109,7 @@ async def push_round(
     if not due:
         return {}
     parts: dict[str, tuple[Target, dict[str, str]]] = {t.pod: (t, part) for t, part in due}
-    pushes = [(t.pod, t.url, peerpush.body(state.version, part)) for t, part in due]
+    pushes = [(t.pod, t.url, peerpush.body(state.version, part, t.promote)) for t, part in due]
     answers = await peerpush.put_all(pushes, token, timeout)
     now = time.monotonic()
     for pod, why in answers.items():

@@ -137,9 +137,9 @@ class Reconcile:
 
     def desired(self, plan: PlanStatus) -> dict[str, dict[str, Any]]:
         """The task pods ``plan`` asks for, built once for as long as the plan's backups,
-        assignment, replicas and epochs are the same objects (a reconcile reads them
+        assignment, replicas, epochs and promotions are the same objects (a reconcile reads them
         three or four times; a new plan or new epochs build them again)."""
-        key = (plan.backups, plan.assignment, plan.replicas, plan.epochs)
+        key = (plan.backups, plan.assignment, plan.replicas, plan.epochs, plan.promoted)
         kept = self._desired
         if kept is not None and all(a is b for a, b in zip(kept[0], key, strict=True)):
             return kept[1]
@@ -151,6 +151,7 @@ class Reconcile:
             plan.assignment or {},
             plan.replicas,
             plan.epochs,
+            promoted=plan.promoted,
         )
         self._desired = (key, pods)
         return pods
@@ -456,6 +457,8 @@ def _plan_status(ctx: Reconcile, plan: TopologyPlan, nodes: list[Node]) -> PlanS
                        utilizationCap=model.recovery.utilization_cap)  # fmt: skip
     if recorded.epochs:  # the copies running now keep theirs (no restart)
         plan_status["epochs"] = recorded.epochs
+    if recorded.promoted:  # a promoted primary stays in its pod (no restart)
+        plan_status["promoted"] = {t: k for t, k in recorded.promoted.items() if t in graph._index}
     return PlanStatus.model_validate(plan_status)
 
 

@@ -48,15 +48,17 @@ from backstop.domain.constants import LABEL_TASK
 from backstop.domain.fencing import bump_epochs, fenced_tasks
 from backstop.domain.planning import diff_pods
 from backstop.domain.podfaults import drain_held
+from backstop.domain.promotion import relabels
 from backstop.domain.status import (
     PlanStatus,
     PodState,
     StepRecord,
     conditions_changed,
+    recoveryplans,
     with_changes,
 )
 from backstop.k8s.ledger import manifest_holds
-from backstop.k8s.manifests import build_recoveryplan
+from backstop.k8s.manifests import build_recoveryplan, replica_name
 from backstop.k8s.sessionmap import build_session_configmap
 from planners.recovery import failed_queries
 
@@ -191,7 +193,7 @@ def ensure_session_objects(t: Tick) -> None:
     """
     rec = t.status.recovery
     wanted: list[tuple[dict[str, Any], str]] = []
-    for w in recovery.wanted_recovery_plans(t.status):
+    for w in recoveryplans.wanted_recovery_plans(t.status):
         lost = (
             w.step.lost_nodes if w.step.lost_nodes is not None else sorted(rec.lost if rec else {})
         )
@@ -234,6 +236,10 @@ def converge(
         return 0, 0, 0
     desired = planned_pods(t, plan)
     key = t.memory.desired[0] if t.memory.desired is not None else None
+    if plan.promoted:  # a promoted replica's pod keeps its manifest: patch its role
+        promoted = {replica_name(t.owner.name, task, k) for task, k in plan.promoted.items()}
+        mine = {name: desired[name] for name in promoted if name in desired}
+        t.kube.patch_pod_metadata(t.owner.namespace, relabels(mine, indexed))
     matched = t.memory.matched = pods_match(desired, indexed)
     if not matched or t.memory.held != key:
         # the recorded plan's pods count as soon as it is recorded, also after a restart;
@@ -281,7 +287,7 @@ def fence(t: Tick, plan: PlanStatus, tasks: set[str]) -> bool:
 def mark_applied(t: Tick, indexed: list[Mapping[str, Any]]) -> bool:
     """Once the last step's pods run where it put them, record it (its RecoveryPlan's
     phase ``Applied`` follows from the status)."""
-    new = recovery.mark_applied(t.status, running_primaries(indexed))
+    new = recoveryplans.mark_applied(t.status, running_primaries(indexed))
     if new is None or not write_status(t, new):
         return False
     faults.point("after-status")

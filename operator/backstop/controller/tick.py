@@ -156,6 +156,7 @@ def planned_pods(t: Tick, plan: PlanStatus) -> dict[str, dict[str, Any]]:
                 plan.replicas,
                 plan.epochs,
                 only=changed,
+                promoted=plan.promoted,
             )
         )
         cached = t.memory.desired = (key, pods)
@@ -164,8 +165,8 @@ def planned_pods(t: Tick, plan: PlanStatus) -> dict[str, dict[str, Any]]:
 
 def changed_tasks(old: tuple[Any, ...], new: tuple[Any, ...]) -> set[str] | None:
     """The tasks whose pods differ between two :func:`planned_pods` keys, or ``None``
-    when every pod must be built again (another topology or generation, other backups
-    or replicas, other tasks).
+    when every pod must be built again (another topology or generation, other backups,
+    replicas or promotions, other tasks).
 
     Examples
     --------
@@ -179,9 +180,9 @@ def changed_tasks(old: tuple[Any, ...], new: tuple[Any, ...]) -> set[str] | None
     >>> changed_tasks(key(a), key(a.model_copy(update={"backups": []}))) is None
     True
     """
-    (owner, gen, (backups, assign, replicas, epochs)) = old
-    (owner2, gen2, (backups2, assign2, replicas2, epochs2)) = new
-    if (owner, gen, backups, replicas) != (owner2, gen2, backups2, replicas2):
+    (owner, gen, (backups, assign, replicas, epochs, promoted)) = old
+    (owner2, gen2, (backups2, assign2, replicas2, epochs2, promoted2)) = new
+    if (owner, gen, backups, replicas, promoted) != (owner2, gen2, backups2, replicas2, promoted2):
         return None
     tasks: set[str] = {task for task, _ in assign}
     if tasks != {task for task, _ in assign2}:
@@ -207,6 +208,7 @@ def plan_key(plan: PlanStatus) -> tuple[Hashable, ...]:
         frozenset((plan.assignment or {}).items()),
         frozenset((task, tuple(nodes)) for task, nodes in replicas.items()),
         frozenset(plan.epochs.items()),
+        frozenset(plan.promoted.items()),
     )
 
 
@@ -246,6 +248,7 @@ def reserve_tasks(
         plan.replicas,
         plan.epochs,
         only=wanted,
+        promoted=plan.promoted,
     )
     reserve(booking, t.owner, mine, t.nodes)
 

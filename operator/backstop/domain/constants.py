@@ -104,6 +104,7 @@ EventReason = Literal[
     "DrainBlocked",
     "RecoveryPlanIssued",
     "TaskRecovered",
+    "ReplicaPromoted",
     "TaskLost",
     "Recovered",
     "BoundViolated",

@@ -131,6 +131,27 @@ class Target:
     operator: str
     incarnation: tuple[str, int]
     """``(podIP, restartCount)``: a new pod or a restarted container holds no map yet."""
+    promote: int | None = None
+    """For a replica's pod promoted to primary (:mod:`backstop.domain.promotion`): the
+    operator epoch its push tells it to claim with; ``None`` for every other pod."""
+
+
+def _promoted_epoch(pod: Mapping[str, Any]) -> int | None:
+    """The epoch of a replica's pod that is labelled primary (a promoted replica), else
+    ``None``.
+
+    >>> meta = {"name": "t--a-0--r1", "labels": {"streams.backstop.dev/role": "primary"},
+    ...         "annotations": {"streams.backstop.dev/epoch": "2"}}
+    >>> _promoted_epoch({"metadata": meta})
+    2
+    >>> _promoted_epoch({"metadata": {**meta, "name": "t--a-0"}}) is None
+    True
+    """
+    meta = pod.get("metadata") or {}
+    if (meta.get("labels") or {}).get(LABEL_ROLE, "primary") != "primary":
+        return None
+    k = str(meta.get("name", "")).rpartition(f"{POD_NAME_SEPARATOR}r")
+    return _epoch(pod) if k[0] and k[2].isdigit() else None
 
 
 def targets(pods: Iterable[Mapping[str, Any]]) -> list[Target]:
@@ -161,6 +182,7 @@ def targets(pods: Iterable[Mapping[str, Any]]) -> list[Target]:
                 url=f"http://{address(ip, _port(pod, 'metrics', METRICS_PORT))}/peers",
                 operator=str((meta.get("labels") or {}).get(LABEL_OPERATOR, "")),
                 incarnation=(ip, restarts),
+                promote=_promoted_epoch(pod),
             )
         )
     return sorted(out, key=lambda t: t.pod)
@@ -205,6 +227,12 @@ def map_for(
 def fingerprint(peers: Mapping[str, str]) -> str:
     """A short digest of a map, to tell whether a pod holds it already."""
     return hashlib.sha256(json.dumps(peers, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _digest(target: Target, digest: str) -> str:
+    """What a pod holds once it took a map of ``digest``: with its promotion, if any (a
+    promotion of a pod that holds the map already is pushed all the same)."""
+    return digest if target.promote is None else f"{digest}+primary@{target.promote}"
 
 
 @dataclass
@@ -271,11 +299,11 @@ class PeerState:
                 part = map_for(self.full, target.operator, inputs)
                 parts[target.operator] = (part, fingerprint(part))
             part, digest = parts[target.operator]
-            mine = (target.incarnation, digest)
+            mine = (target.incarnation, _digest(target, digest))
             held = self.held.get(target.pod)
             if held == mine:
                 continue
-            if not part and (held is None or held[0] != target.incarnation):
+            if not part and target.promote is None and (held is None or held[0] != mine[0]):
                 continue  # nothing to say to a process that holds no map
             failing = self.failing.get(target.pod)
             if failing is not None and failing[:2] == mine and now < failing[3]:
@@ -294,7 +322,7 @@ class PeerState:
         >>> [s.failed(t, {}, 100.0) for _ in range(7)]
         [101.0, 102.0, 104.0, 108.0, 116.0, 130.0, 130.0]
         """
-        mine = (target.incarnation, fingerprint(part))
+        mine = (target.incarnation, _digest(target, fingerprint(part)))
         before = self.failing.get(target.pod)
         n = before[2] + 1 if before is not None and before[:2] == mine else 1
         again = now + min(BACKOFF_MAX, BACKOFF * float(2 ** min(n - 1, 16)))
@@ -303,5 +331,5 @@ class PeerState:
 
     def delivered(self, target: Target, part: Mapping[str, str]) -> None:
         """``target`` acknowledged ``part``."""
-        self.held[target.pod] = (target.incarnation, fingerprint(part))
+        self.held[target.pod] = (target.incarnation, _digest(target, fingerprint(part)))
         self.failing.pop(target.pod, None)

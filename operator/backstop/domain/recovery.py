@@ -26,6 +26,7 @@ from typing import Literal
 from backstop.domain.constants import EventReason
 from backstop.domain.incidents import NodeInfo, detect_lost, epoch_rfc3339, session_mode
 from backstop.domain.planning import per_node_worst
+from backstop.domain.promotion import promote, with_new_replicas
 from backstop.domain.spec import StreamTopologySpec
 from backstop.domain.status import (
     PlanStatus,
@@ -273,11 +274,13 @@ def decide(
     lost = {n: t for n, t in rec.lost.items() if n not in seen.back}
     lost.update({n: now for n in seen.newly})
     usable = [n for n in seen.ready if n not in lost]
+    plan, seen, promoted = _promote(plan, seen, usable)  # those tasks are not lost
     needs_plan = bool(seen.known) or any(n in seen.newly for n in seen.assignment.values())
     free = capacity(usable) if needs_plan else {}
     session = session_over(graph, spec, seen.assignment, seen.known, free, mode)
     session = session.apply(NodesLost(tuple(sorted(seen.newly))))
     notices = _loss_notices(graph, seen, {n for n in seen.newly if _confirmed(nodes, n)})
+    notices.extend(promoted)
     rec = rec.model_copy(
         update={
             "lost_history": history,
@@ -299,10 +302,39 @@ def decide(
         if rec.message is None:  # else: why planning failed
             rec = rec.model_copy(update={"message": progress + f"{len(failed)} pending" + waiting})
     elif (prev.active or seen.newly or seen.dropped) and rec.session:
+        new_plan = _replenish(graph, new_plan, capacity, usable, issued)
         new_plan, rec, done = _completed(graph, spec, new_plan, rec, now)
         notices.extend(done)
     new_status = with_changes(status, plan=new_plan, recovery=rec)
     return Decision(status=new_status, trigger=trigger, issued=issued, notices=tuple(notices))
+
+
+def _promote(
+    plan: PlanStatus, seen: Observed, usable: Collection[str]
+) -> tuple[PlanStatus, Observed, list[Notice]]:
+    """Promote the replicas of the tasks on newly lost nodes
+    (:func:`backstop.domain.promotion.promote`): those tasks are then not lost."""
+    plan, moved = promote(plan, seen.newly, usable)
+    notices = [
+        Notice("ReplicaPromoted", f"task {task}: its replica on {node} is its primary now")
+        for task, node in sorted(moved.items())
+    ]
+    return plan, replace(seen, assignment={**seen.assignment, **moved}), notices
+
+
+def _replenish(
+    graph: TaskGraph,
+    plan: PlanStatus,
+    capacity: Capacity,
+    usable: Sequence[str],
+    issued: StepRecord | None,
+) -> PlanStatus:
+    """A new replica for each promoted task left without one, on what the session's
+    last step left free (:func:`backstop.domain.promotion.with_new_replicas`)."""
+    if not plan.promoted:
+        return plan
+    placed = issued.recover if issued is not None else {}
+    return with_new_replicas(graph, plan, capacity(usable), placed)
 
 
 def _confirmed(nodes: Mapping[str, NodeInfo], node: str) -> bool:
@@ -430,66 +462,3 @@ def _completed(
             )
         )
     return plan, rec, notices
-
-
-@dataclass(frozen=True)
-class WantedPlan:
-    """A RecoveryPlan the status says must exist, with its phase."""
-
-    session: str
-    step: StepRecord
-    phase: str
-
-
-def wanted_recovery_plans(status: TopologyStatus) -> list[WantedPlan]:
-    """The RecoveryPlans the recorded status implies (re-derived every tick).
-
-    The recovery session's last step (``Applied`` once ``appliedStep`` says so). The
-    restore's issued steps are derived by :mod:`backstop.controller.restore`.
-
-    Examples
-    --------
-    >>> from backstop.domain.status import parse_status
-    >>> s = parse_status({"recovery": {"session": "s1", "step": 2, "appliedStep": 2,
-    ...     "lastStep": {"step": 2, "trigger": "NodeReady"}}}).status
-    >>> [(w.session, w.step.step, w.phase) for w in wanted_recovery_plans(s)]
-    [('s1', 2, 'Applied')]
-    """
-    rec = status.recovery
-    if rec is None or rec.session is None or rec.last_step is None:
-        return []
-    phase = "Applied" if rec.applied_step == rec.last_step.step else "Issued"
-    return [WantedPlan(rec.session, rec.last_step, phase)]
-
-
-def mark_applied(status: TopologyStatus, running: Mapping[str, str]) -> TopologyStatus | None:
-    """The status once the last step's tasks run where it put them, else ``None``.
-
-    ``running`` maps each task whose primary pod is Running to its node.
-    """
-    rec = status.recovery
-    last = rec.last_step if rec is not None else None
-    if rec is None or last is None or rec.applied_step == last.step:
-        return None
-    if any(running.get(task) != node for task, node in last.recover.items()):
-        return None
-    return with_changes(status, recovery=rec.model_copy(update={"applied_step": last.step}))
-
-
-def last_good_generation(status: TopologyStatus, generation: int) -> int | None:
-    """The generation whose recorded plan the pods follow while ``generation`` is rejected.
-
-    That is the recorded plan's, when it is older than ``generation`` and carries the
-    spec it was computed from (``status.plan.spec``); ``None`` otherwise.
-
-    Examples
-    --------
-    >>> from backstop.domain.status import parse_status
-    >>> s = parse_status({"plan": {"generation": 3, "assignment": {}, "spec": {}}}).status
-    >>> last_good_generation(s, 4), last_good_generation(s, 3)
-    (3, None)
-    """
-    plan = status.plan
-    if plan is None or plan.assignment is None or plan.spec is None or plan.generation is None:
-        return None
-    return None if plan.generation == generation else plan.generation

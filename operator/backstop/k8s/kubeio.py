@@ -364,6 +364,22 @@ class Kube:
 
         self._each(remove, list(names))
 
+    def patch_pod_metadata(
+        self, namespace: str, changes: Iterable[tuple[str, Mapping[str, Mapping[str, str]]]]
+    ) -> None:
+        """Patch the labels and annotations of pods in place (``(name, metadata)`` pairs;
+        a pod gone meanwhile is skipped): a promoted replica's role and epoch."""
+
+        def patch(change: tuple[str, Mapping[str, Mapping[str, str]]]) -> int:
+            try:
+                self.core.patch_namespaced_pod(change[0], namespace, {"metadata": change[1]})
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+            return 1
+
+        self._each(patch, list(changes))
+
     def put_recoveryplan(self, manifest: Mapping[str, Any], phase: str) -> None:
         """Create the RecoveryPlan (or, if a crashed attempt left one, replace its spec).
 

@@ -32,6 +32,7 @@ from backstop.domain.constants import (
     STORE_MOUNT,
 )
 from backstop.domain.podmerge import build_pod_spec, merge_templates
+from backstop.domain.promotion import replica_numbers
 from backstop.domain.spec import OperatorSpec, StreamTopologySpec
 from backstop.domain.storespec import store_env
 from backstop.k8s.topologyobjects import (
@@ -462,24 +463,45 @@ def desired_pods(
     replicas: Mapping[str, Sequence[str]] | None = None,
     epochs: Mapping[str, int] | None = None,
     only: Collection[str] | None = None,
+    promoted: Mapping[str, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{pod name: manifest}`` of every primary task pod and active replica
-    (``epochs``: ``status.plan.epochs``, the primaries' fencing epochs); with ``only``,
-    of those tasks' pods alone (the same manifests, without building the others)."""
+    (``epochs``: ``status.plan.epochs``, the primaries' fencing epochs; ``promoted``:
+    ``status.plan.promoted``, the tasks whose primary runs in a promoted replica's pod);
+    with ``only``, of those tasks' pods alone (the same manifests, without building the
+    others)."""
     out: dict[str, dict[str, Any]] = {}
     shared: Shared = {}  # the pods share their equal parts (see :func:`_once`)
+    promoted = promoted or {}
     for role in task_roles(graph, plan_backups, assignment, epochs, only):
-        pod = build_task_pod(owner, spec, role, shared=shared)
+        k = promoted.get(role.task)
+        pod = (
+            build_task_pod(owner, spec, role, shared=shared)
+            if k is None
+            else _promoted_pod(owner, spec, role, k, shared)
+        )
         out[pod["metadata"]["name"]] = pod
-        for k, node in enumerate((replicas or {}).get(role.task, ())):
-            rep = build_task_pod(
-                owner,
-                spec,
-                TaskRole(
-                    role.task, role.operator, role.index, role.upstream, role.keeps_backup, node
-                ),
-                replica=k,
-                shared=shared,
-            )
+        nodes = (replicas or {}).get(role.task, ())
+        for n, node in zip(replica_numbers(k, len(nodes)), nodes, strict=True):
+            rep = build_task_pod(owner, spec, _replica_role(role, node), replica=n, shared=shared)
             out[rep["metadata"]["name"]] = rep
     return out
+
+
+def _replica_role(role: TaskRole, node: str) -> TaskRole:
+    """The role a replica pod of ``role``'s task on ``node`` is built with (no epoch)."""
+    return TaskRole(role.task, role.operator, role.index, role.upstream, role.keeps_backup, node)
+
+
+def _promoted_pod(
+    owner: Owner, spec: StreamTopologySpec, role: TaskRole, k: int, shared: Shared
+) -> dict[str, Any]:
+    """The pod of a task whose primary is its promoted replica ``k``: the replica's
+    manifest as it was created (same spec-hash: nothing restarts it), with the labels and
+    epoch annotation of the primary it now is (patched in place,
+    :mod:`backstop.domain.promotion`)."""
+    pod = build_task_pod(owner, spec, _replica_role(role, role.node), replica=k, shared=shared)
+    meta = pod["metadata"]
+    meta["labels"] = {**meta["labels"], LABEL_ROLE: "primary"}
+    meta["annotations"] = {**meta["annotations"], ANN_EPOCH: str(role.epoch)}
+    return pod

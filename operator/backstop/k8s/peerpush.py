@@ -32,13 +32,19 @@ CONCURRENCY = 64
 """Pushes in flight at once."""
 
 
-def body(version: int, peers: Mapping[str, str]) -> bytes:
-    """The JSON body of a push.
+def body(version: int, peers: Mapping[str, str], promote: int | None = None) -> bytes:
+    """The JSON body of a push; with ``promote``, it also makes the replica it reaches
+    its task's primary, claiming with that operator epoch (``"role": "primary"``).
 
     >>> body(7, {"src-0": "10.0.0.1:7077"})
     b'{"version":7,"peers":{"src-0":"10.0.0.1:7077"}}'
+    >>> body(7, {}, promote=2)
+    b'{"version":7,"peers":{},"role":"primary","epoch":2}'
     """
-    return json.dumps({"version": version, "peers": dict(peers)}, separators=(",", ":")).encode()
+    doc: dict[str, Any] = {"version": version, "peers": dict(peers)}
+    if promote is not None:
+        doc.update(role="primary", epoch=promote)
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 async def _exchange(url: str, data: bytes, token: str | None) -> str | None:

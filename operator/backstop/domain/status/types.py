@@ -78,6 +78,9 @@ class PlanStatus(_Status):
     replicated: list[str] | None = None
     availability: float | None = None
     spec_hash: str | None = None
+    promoted: dict[str, int] = Field(default_factory=dict)
+    """Tasks whose primary runs in a promoted replica's pod: ``{task: k}`` for the pod
+    ``<pod>--r<k>`` (:mod:`backstop.domain.promotion`)."""
     epochs: dict[str, int] = Field(default_factory=dict)
     """Fencing epoch per task recreated while an old copy may run (absent: 0); see
     :mod:`backstop.domain.fencing`."""
