@@ -19,6 +19,13 @@ that task, and **from** is the copy it came from: a replica (no gap expected) or
 primary the operator started elsewhere (detection, pod start, restore, replay). The run
 then ends and the sink's output is checked against counts computed from the input.
 
+Beside the consumers' view, the seed's own measure: per lost task, **primary again** is the
+time from the kill to a copy of the task that owns it again (labelled primary, on a live
+node, its ``/status`` showing a store epoch newer than the lost primary's and caught up): a
+replica promoted in place (``status.plan.promoted``, the same pod, no container restart),
+or a new pod restarted elsewhere from the task's checkpoint. **new replica** is the time
+until a replica of a promoted task runs again.
+
 Needs root, a running control plane (``K8S_RUN_DIR``, default the shared one) and the
 ``weed`` binary (``make install``). ``--out`` writes ``docs/benchmarks/runtime-replicas.md``.
 """
@@ -38,7 +45,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +88,8 @@ SAMPLE = 0.05
 """Seconds between two reads of every surviving task's ``/status``."""
 WATCH = 60.0
 """Seconds after the kill within which every lost task's output must be back."""
+OWNERS_EVERY = 0.1
+"""Seconds between two looks at who owns the lost tasks."""
 
 
 def log(msg: str) -> None:
@@ -224,6 +233,52 @@ def victim(run: Run) -> tuple[str, list[str], set[str]]:
     return best, sorted(per_node[best]), replicated
 
 
+class Owners(threading.Thread):
+    """Polls the topology's pods every :data:`OWNERS_EVERY` s after the kill: when each
+    lost task is owned again by a primary (see the module docstring), how, and when each
+    promoted task has a running replica again."""
+
+    def __init__(self, run: Run, dead: str, lost: list[str], epochs: dict[str, int]) -> None:
+        super().__init__(daemon=True)
+        self.run_, self.dead, self.lost, self.epochs = run, dead, lost, epochs
+        self.done, self.start_at = threading.Event(), time.monotonic()
+        self.owned: dict[str, tuple[float, str]] = {}
+        """Task → (seconds after the sampler started, how)."""
+        self.replica_back: dict[str, float] = {}
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            with contextlib.suppress(Exception):
+                self._look(self.run_.pods())
+            time.sleep(OWNERS_EVERY)
+
+    def _look(self, pods: list[Any]) -> None:
+        now = time.monotonic() - self.start_at
+        for p in pods:
+            task = p.metadata.labels[f"{GROUP}/task"]
+            if task not in self.lost or p.spec.node_name == self.dead:
+                continue
+            running = p.status.phase == "Running" and p.status.pod_ip
+            if p.metadata.labels.get(f"{GROUP}/role") == "replica":
+                if running and task in self.owned and "promoted" in self.owned[task][1]:
+                    self.replica_back.setdefault(task, now)
+                continue
+            if task in self.owned or not running:
+                continue
+            doc = status(p.status.pod_ip)
+            if (
+                int(doc.get("epoch") or 0) > self.epochs.get(task, 0)
+                and doc.get("recovery_seconds") is not None
+            ):
+                restarts = sum(c.restart_count for c in p.status.container_statuses or [])
+                how = (
+                    f"promoted in place ({p.metadata.name}, {restarts} restarts)"
+                    if "--r" in p.metadata.name
+                    else "restarted from its checkpoint"
+                )
+                self.owned[task] = (now, how)
+
+
 class Sampler(threading.Thread):
     """Reads every given pod's ``/status`` every :data:`SAMPLE` seconds into the run."""
 
@@ -247,6 +302,10 @@ class Resumed:
     consumer: str
     seconds: float | None
     source: str
+    owned: float | None = None
+    """Seconds from the kill until a primary owns the task again (see the docstring)."""
+    how: str = "-"
+    replica_back: float | None = None
 
 
 def resumed(run: Run, lost: list[str], replicated: set[str], killed: float) -> list[Resumed]:
@@ -286,6 +345,10 @@ def all_back(run: Run, lost: list[str], killed: float) -> bool:
     return all(back.get(t, set()) >= cs for t, cs in readers.items())
 
 
+def _secs(value: float | None) -> str:
+    return f"not within {WATCH:.0f} s" if value is None else f"{value:.2f} s"
+
+
 def section(
     args: argparse.Namespace, results: list[tuple[str | None, str, list[Resumed], int]]
 ) -> str:
@@ -297,14 +360,17 @@ def section(
         "node with tokenize and count killed once every task ran. Both sinks' output equals the "
         "counts computed from the input.",
         "",
-        "| replicas | lost task | consumer | its output back after the kill | from |",
-        "|---|---|---|---|---|",
+        "| replicas | lost task | consumer | its output back after the kill | from "
+        "| primary again after the kill | how | new replica after the kill |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for _, _, rows, _ in results:
         for r in rows:
-            secs = f"not within {WATCH:.0f} s" if r.seconds is None else f"{r.seconds:.2f} s"
             kind = "yes" if r.replicated else "no"
-            out.append(f"| {kind} | {r.task} | {r.consumer} | {secs} | {r.source} |")
+            out.append(
+                f"| {kind} | {r.task} | {r.consumer} | {_secs(r.seconds)} | {r.source} "
+                f"| {_secs(r.owned)} | {r.how} | {_secs(r.replica_back) if r.replicated else '-'} |"
+            )
     out += [
         "",
         "; ".join(f"{'with' if s else 'without'}: killed {n}, {k} lines" for s, n, _, k in results)
@@ -387,11 +453,18 @@ def measure(
     node, lost, replicated = victim(run)
     log(f"killing {node}: {lost}; replicated {sorted(replicated)}")
     survivors = {copy_of(p): p.status.pod_ip for p in run.pods() if p.spec.node_name != node}
+    epochs = {
+        copy_of(p): int(status(p.status.pod_ip).get("epoch") or 0)
+        for p in run.pods()
+        if copy_of(p) in lost
+    }
     sampler = Sampler(run, survivors)
     sampler.start()
+    owners = Owners(run, node, lost, epochs)
     time.sleep(2.0)
     death = ContainerDeath(node)  # the failure: the node's first container gone
     death.start()
+    owners.start()
     real_node(run_dir(), "kill", node)
     death.join(10)
     assert death.at is not None, f"no container of {node} seen to die"
@@ -400,12 +473,31 @@ def measure(
     def back() -> bool:
         return time.monotonic() - killed > 5 and all_back(run, lost, killed)
 
-    try:
-        wait_for(back, WATCH, "the lost tasks read again", 0.5)
-    except AssertionError as err:  # the table says which did not come back
-        log(str(err))
+    def owned() -> bool:
+        promoted = [t for t, (_, how) in owners.owned.items() if "promoted" in how]
+        return set(owners.owned) >= set(lost) and set(owners.replica_back) >= set(promoted)
+
+    for what, done in (("the lost tasks read again", back), ("their owners back", owned)):
+        try:
+            wait_for(done, WATCH, what, 0.5)
+        except AssertionError as err:  # the table says which did not come back
+            log(str(err))
     sampler.done.set()
-    return resumed(run, lost, replicated, killed), node
+    owners.done.set()
+    shift = owners.start_at - killed
+    rows = []
+    for r in resumed(run, lost, replicated, killed):
+        at, how = owners.owned.get(r.task, (None, "-"))
+        again = owners.replica_back.get(r.task)
+        rows.append(
+            replace(
+                r,
+                owned=None if at is None else at + shift,
+                how=how,
+                replica_back=None if again is None else again + shift,
+            )
+        )
+    return rows, node
 
 
 def keep_logs(run: Run, work: Path) -> None:
