@@ -149,3 +149,22 @@ def test_the_push_promotes_the_pod_and_consumers_read_it_as_the_primary() -> Non
     assert (body["role"], body["epoch"]) == ("primary", 1)
     state.delivered(t, part)
     assert r0 not in dict((t.pod, p) for t, p in state.due(targets(pods), inputs))
+
+
+def test_a_node_whose_every_task_is_promoted_ends_the_session_at_once() -> None:
+    """Every task of the lost node has a replica: nothing is left to recover (planning
+    once failed here with "lost node(s) n1 are not known", and retried forever)."""
+    replicas = {"work-0": ["n3"], "work-1": ["n4"]}
+    plan = PlanStatus(
+        generation=1, assignment=dict(ASSIGNMENT), backups=["src-0"], replicas=replicas
+    )
+    nodes = {n: node(n) for n in ("n2", "n3", "n4")} | {"n1": node("n1", ready=False)}
+    d = decide(TopologyStatus(plan=plan), SPEC, GRAPH, nodes, 100.0,
+               lambda usable: dict.fromkeys(usable, 4.0), generation=1)  # fmt: skip
+    assert d is not None and d.status.plan is not None and d.status.recovery is not None
+    assert d.status.recovery.message is not None
+    assert "failed" not in d.status.recovery.message, d.status.recovery.message
+    assert d.status.plan.promoted == {"work-0": 0, "work-1": 0}
+    assert d.issued is None and d.status.recovery.failed == [] and not d.status.recovery.active
+    assert {n.reason for n in d.notices} >= {"ReplicaPromoted", "Recovered"}
+    assert d.status.plan.replicas == {"work-0": ["n4"], "work-1": ["n3"]}

@@ -278,7 +278,8 @@ def decide(
     needs_plan = bool(seen.known) or any(n in seen.newly for n in seen.assignment.values())
     free = capacity(usable) if needs_plan else {}
     session = session_over(graph, spec, seen.assignment, seen.known, free, mode)
-    session = session.apply(NodesLost(tuple(sorted(seen.newly))))
+    # a node whose every task was promoted holds none of the session's tasks any more
+    session = session.apply(NodesLost(tuple(sorted(seen.newly & set(session.node_cpu)))))
     notices = _loss_notices(graph, seen, {n for n in seen.newly if _confirmed(nodes, n)})
     notices.extend(promoted)
     rec = rec.model_copy(
