@@ -141,9 +141,10 @@ class Env:
         broken_count: bool = False,
         inp: str | None = None,
         placement: Placement | None = None,
+        replication: str | None = None,
     ) -> None:
         """Create the word count ``name`` (400m CPU per task on the pool's nodes, unless
-        ``placement`` says otherwise)."""
+        ``placement`` says otherwise; active replicas on ``replication`` spare CPU)."""
         where = placement or Placement({POOL: self.nodes[0]})
         doc = yaml.safe_load(WORDCOUNT.read_text())
         doc["metadata"] = {"name": name}
@@ -159,6 +160,8 @@ class Env:
         if where.bound is not None:
             spec["recoveryLatencyBound"] = where.bound
         spec["recovery"] = {"gracePeriodSeconds": 2}
+        if replication is not None:
+            spec["replication"] = {"spareCpu": replication}
         for op in spec["operators"]:
             op["resources"]["cpu"] = where.cpu
             if op["name"] == "source":
