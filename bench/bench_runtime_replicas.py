@@ -5,10 +5,11 @@ The selective-replication seed (*Adaptive and Selective Replication for Stream P
 compares the recovery time of replicated and non-replicated operators. This measures it
 where users see it: ``examples/wordcount.yaml`` (a copy: a bounded, rate-limited source on a
 fixed input in an S3 bucket, one task per operator, ``spec.replication`` with room for
-tokenize's and count's replicas) runs on four real nodes (kubelet + containerd each,
+tokenize's and count's replicas) runs on five real nodes (kubelet + containerd each,
 ``hack/real-node.sh``) with the operator as a host process; the store is a SeaweedFS on this
 host. The source and the sink ask for so much CPU that each runs alone, so tokenize and
-count share a third node and their replicas a fourth. Once every task runs and every replica
+count share a third node and their replicas a fourth (the fifth stays free: room for the
+new replicas of promoted tasks). Once every task runs and every replica
 follows its primary, the node holding the most primaries of replicated tasks is killed
 (``python -m backstop_testkit nodes kill``: kubelet, containerd and containers SIGKILLed).
 Every surviving task's ``/status`` is read 20 times a second; it says, per producer, the
@@ -406,7 +407,7 @@ def cluster_env(args: argparse.Namespace, work: Path) -> Iterator[tuple[Run, lis
     namespace = f"bench-rep-{uuid.uuid4().hex[:6]}"
     create_namespace(core, namespace)
     store = ObjectStore(work / "objectstore", for_pods=True)
-    names = [f"rp{uuid.uuid4().hex[:4]}-{i}" for i in range(4)]
+    names = [f"rp{uuid.uuid4().hex[:4]}-{i}" for i in range(5)]
     proc = None
     try:
         s3 = store.up()
@@ -543,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
             assert len(lines) == len(set(lines)), "a line was written twice"
             assert counts_of(lines) == dict(expected_counts(work / "input")), "wrong counts"
             results.append((spare, node, rows, len(lines)))
-            if spare is None:  # the next deployment has all four nodes again
+            if spare is None:  # the next deployment has all five nodes again
                 next_run(run, node)
     shutil.rmtree(work, ignore_errors=True)
     out = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "runtime-replicas.md"

@@ -168,3 +168,18 @@ def test_a_node_whose_every_task_is_promoted_ends_the_session_at_once() -> None:
     assert d.issued is None and d.status.recovery.failed == [] and not d.status.recovery.active
     assert {n.reason for n in d.notices} >= {"ReplicaPromoted", "Recovered"}
     assert d.status.plan.replicas == {"work-0": ["n4"], "work-1": ["n3"]}
+
+
+def test_a_promoted_task_gets_its_new_replica_when_capacity_comes_back() -> None:
+    """No node has room for a new replica when the session ends; the lost node's return
+    (a tick with nothing pending) brings one."""
+    nodes = {n: node(n) for n in ("n2", "n3", "n4")} | {"n1": node("n1", ready=False)}
+    d = decide(status(), SPEC, GRAPH, nodes, 100.0, lambda u: dict.fromkeys(u, 0.0),
+               generation=1)  # fmt: skip
+    assert d is not None and d.status.plan is not None
+    assert d.status.plan.promoted == {"work-0": 0} and not d.status.plan.replicas
+    nodes["n1"] = node("n1")
+    back = decide(d.status, SPEC, GRAPH, nodes, 200.0, lambda u: {**dict.fromkeys(u, 0.0),
+                  "n1": 4.0}, generation=1)  # fmt: skip
+    assert back is not None and back.trigger == "NodeBack" and back.status.plan is not None
+    assert back.status.plan.replicas == {"work-0": ["n1"]}

@@ -278,10 +278,8 @@ def decide(
     needs_plan = bool(seen.known) or any(n in seen.newly for n in seen.assignment.values())
     free = capacity(usable) if needs_plan else {}
     session = session_over(graph, spec, seen.assignment, seen.known, free, mode)
-    # a node whose every task was promoted holds none of the session's tasks any more
     session = session.apply(NodesLost(tuple(sorted(seen.newly & set(session.node_cpu)))))
-    notices = _loss_notices(graph, seen, {n for n in seen.newly if _confirmed(nodes, n)})
-    notices.extend(promoted)
+    notices = _loss_notices(graph, seen, {n for n in seen.newly if _confirmed(nodes, n)}) + promoted
     rec = rec.model_copy(
         update={
             "lost_history": history,
@@ -302,8 +300,9 @@ def decide(
         progress = f"step {rec.step} ({mode}): {len(rec.recovered)} tasks recovered, "
         if rec.message is None:  # else: why planning failed
             rec = rec.model_copy(update={"message": progress + f"{len(failed)} pending" + waiting})
-    elif (prev.active or seen.newly or seen.dropped) and rec.session:
+    else:  # nothing pending: replicas for promoted tasks, where CPU is free now
         new_plan = _replenish(graph, new_plan, capacity, usable, issued)
+    if not failed and (prev.active or seen.newly or seen.dropped) and rec.session:
         new_plan, rec, done = _completed(graph, spec, new_plan, rec, now)
         notices.extend(done)
     new_status = with_changes(status, plan=new_plan, recovery=rec)
