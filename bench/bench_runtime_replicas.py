@@ -128,13 +128,14 @@ class Run:
             return raw is not None and json.loads(raw).get("eos") is True
         return False
 
-    def pods(self) -> list[Any]:
+    def pods(self, deleting: bool = False) -> list[Any]:
+        """The deployment's pods (``deleting``: also those being deleted)."""
         items = (
             client.CoreV1Api(self.kube)
             .list_namespaced_pod(self.namespace, label_selector=f"{GROUP}/topology={self.name}")
             .items
         )
-        return [p for p in items if not p.metadata.deletion_timestamp]
+        return [p for p in items if deleting or not p.metadata.deletion_timestamp]
 
 
 def copy_of(pod: Any) -> str:
@@ -393,7 +394,8 @@ def next_run(run: Run, node: str) -> None:
     run.custom.delete_namespaced_custom_object(
         GROUP, VERSION, run.namespace, "streamtopologies", run.name
     )
-    wait_for(lambda: not run.pods(), 180, f"the pods of {run.name} gone", 1)
+    # gone for good: a pod still terminating holds its CPU, which the next plan counts
+    wait_for(lambda: not run.pods(deleting=True), 180, f"the pods of {run.name} gone", 1)
 
 
 @contextlib.contextmanager
@@ -452,6 +454,7 @@ def measure(
     )
     wait_for(lambda: following(run), 300, "every task running and every replica following", 1)
     node, lost, replicated = victim(run)
+    assert spare is None or replicated, "no replica planned: the nodes have no room left"
     log(f"killing {node}: {lost}; replicated {sorted(replicated)}")
     survivors = {copy_of(p): p.status.pod_ip for p in run.pods() if p.spec.node_name != node}
     epochs = {
