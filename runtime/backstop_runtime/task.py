@@ -138,11 +138,15 @@ class Task:
         self.store.pushed.on_promotion(
             lambda epoch: loop.call_soon_threadsafe(self._promoted, epoch)
         )
+        web = None
         if self.replica and (self.cfg.is_source or self.sink is not None):
             # a source's replica would read input its primary logs, a sink's would write
-            # output its primary commits: neither has a copy of its own to serve
+            # output its primary commits: neither has a copy of its own to serve. It stands
+            # by with its metrics port open: the operator promotes it there (PUT /peers).
             log.warning("%s: a replica of a source or a sink stands by", self.cfg.copy)
+            web = await self._serve_metrics()
             if not await promotion.wait(self, stop):
+                web.close()
                 return
             promotion.become_primary(self)
         if not self.replica:  # a replica claims no epoch: that would fence its primary out
@@ -154,14 +158,17 @@ class Task:
         self.port = server.sockets[0].getsockname()[1]
         if not self.replica:  # a replica is found through the operator's map alone
             self.store.publish_address(self.cfg.host, self.port)
-        web = await httpmetrics.serve(
-            int(os.environ.get("BACKSTOP_METRICS_PORT", "9090")), self.cfg.copy, self._values
-        )
+        web = web or await self._serve_metrics()
         try:
             await self._work(main, stop)
         finally:
             server.close()
             web.close()
+
+    async def _serve_metrics(self) -> asyncio.Server:
+        """``/metrics``, ``/status``, ``/ready``, ``/suspects`` and ``PUT /peers``."""
+        port = int(os.environ.get("BACKSTOP_METRICS_PORT", "9090"))
+        return await httpmetrics.serve(port, self.cfg.copy, self._values)
 
     async def _work(self, main: Any, stop: asyncio.Event) -> None:
         """Run the main loop, the duties and (for a replica) the wait for a promotion,

@@ -208,3 +208,43 @@ def test_a_promoted_replica_becomes_the_primary_with_no_restart(data: Path, tmp_
     lines = output_lines(out)
     assert len(lines) == len(set(lines)), "a line was written twice"
     assert counts_of(lines) == dict(expected_counts(data))
+
+
+def test_a_standing_by_replica_of_a_source_is_promoted_and_reads_on(
+    data: Path, tmp_path: Path
+) -> None:
+    """A source's replica only stands by, with its metrics port open; promoted after its
+    primary's death, it starts as the primary (claims, restores the batch log, serves the
+    tokenizers) in its own process: the stream ends with the exact counts, and the dead
+    primary is never started again."""
+    out = tmp_path / "out"
+    spec = wordcount_spec(data, out, rate=300.0, batch=20)
+    topo = LocalTopology("wordcount", spec, tmp_path / "store")
+    data_port, metrics_port = free_port(), free_port()
+    topo.start_all()
+    try:
+        topo.start(
+            "source-0",
+            copy="source-0#r0",
+            BACKSTOP_ROLE="replica",
+            BACKSTOP_REPLICA="0",
+            BACKSTOP_PORT=str(data_port),
+            BACKSTOP_METRICS_PORT=str(metrics_port),
+            BACKSTOP_PEERS_TOKEN="tok",
+        )
+        topo.wait("the standby's endpoint", lambda: _status(metrics_port) != {}, 30)
+        topo.wait("progress", lambda: (topo.status("sink-0").get("round") or 0) > 20, 60)
+        topo.kill("source-0")
+        promote = json.dumps({"version": 1, "peers": {}, "role": "primary", "epoch": 1})
+        err = asyncio.run(
+            peerpush.put(f"http://127.0.0.1:{metrics_port}/peers", promote.encode(), "tok", 5)
+        )
+        assert err is None, err
+        topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True, 120)
+        assert topo.status("source-0").get("eos") is True
+        assert "stands by" in topo.log("source-0#r0")
+    finally:
+        topo.stop_all()
+    lines = output_lines(out)
+    assert len(lines) == len(set(lines)), "a line was written twice"
+    assert counts_of(lines) == dict(expected_counts(data))
