@@ -1,5 +1,6 @@
 """The running task's periodic duties beside its work: the fence check, the replay
-floors and buffer trimming, and the metrics rows and ``status.json``.
+floors and buffer trimming, the metrics rows and ``status.json``, and the operator's
+recovery session.
 
 Each is a loop the task runs next to its main loop until it stops; one that raises (the
 fence check's :class:`~backstop_runtime.config.Fenced`, a store error) ends the task.
@@ -11,16 +12,20 @@ writes, and in a thread of their own where they only read
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from backstop_runtime import session as sessions
 from backstop_runtime.channels import OutChannel
 from backstop_runtime.config import TaskConfig
 from backstop_runtime.engine import BatchLog
-from backstop_runtime.metrics import MetricsWriter
+from backstop_runtime.metrics import Metrics, MetricsWriter
 from backstop_runtime.offloop import StoreWriter
 from backstop_runtime.store import Store
+
+log = logging.getLogger("backstop_runtime.task")
 
 
 class Trimmed(Protocol):
@@ -82,3 +87,41 @@ async def metrics_loop(
             await writes(writer.write)
             next_row += cfg.metrics_interval
         await status()
+
+
+class Following(Protocol):
+    """What following the recovery session needs of the task
+    (:class:`backstop_runtime.task.Task`)."""
+
+    cfg: TaskConfig
+    session: sessions.Session
+    adaptive: bool
+    planned: list[str] | None
+    """Where the session's plan says the task's replay comes from (once known)."""
+    epoch: int
+    metrics: Metrics
+    started: float
+
+    def check_replay(self) -> None:
+        """Compare where the replay came from with where the plan said (once)."""
+
+
+async def session_watch(task: Following) -> None:
+    """Follow the operator's recovery session: adaptive buffering while it asks."""
+    cfg = task.cfg
+    while cfg.recovery_dir is not None:
+        task.session = session = sessions.read(cfg.recovery_dir, cfg.task)
+        if session.adaptive != task.adaptive:
+            log.info("%s: adaptive buffering %s", cfg.task, "on" if session.adaptive else "off")
+            task.adaptive = session.adaptive
+        if task.planned is None and task.epoch > 1 and session.recovering(cfg.task):
+            # the kubelet refreshes a mounted ConfigMap about once a minute, so a new pod
+            # may start with the previous session: check the replay once the plan arrives
+            # (the checkpoint was restored already: any kept one is consistent)
+            task.planned = session.replay[cfg.task]
+            if session.before is not None:
+                task.metrics.restart_seconds = task.started - session.before
+            if task.metrics.recovery_seconds is not None:
+                task.check_replay()
+        await asyncio.sleep(1.0)
+    await asyncio.Event().wait()

@@ -149,6 +149,8 @@ class Task:
                 web.close()
                 return
             promotion.become_primary(self)
+            if self.cfg.is_source:  # the log as the dead primary left it, not as at start
+                self.log = BatchLog(self.store.blobs, self.store.batches_key())
         if not self.replica:  # a replica claims no epoch: that would fence its primary out
             self.epoch = self.store.claim_epoch()
         log.info("%s: epoch %d, backup=%s", self.cfg.copy, self.epoch, self.cfg.keeps_backup)
@@ -225,7 +227,7 @@ class Task:
         return [
             asyncio.ensure_future(duties.fence_watch(self.store)),
             asyncio.ensure_future(duties.trim_loop(self)),
-            asyncio.ensure_future(self._session_watch()),
+            asyncio.ensure_future(duties.session_watch(self)),
             asyncio.ensure_future(
                 duties.metrics_loop(self.cfg, self.writes, writer, self.report_status)
             ),
@@ -356,7 +358,7 @@ class Task:
                     await self._publish(outs)
                 self.round = r  # after publishing: a subscriber regenerates up to self.round
                 await self._progress(time.time() - min(b.at for b in batches))
-            self._check_replay()
+            self.check_replay()
             await self._ended()
             await self.report_status()
             await asyncio.Event().wait()
@@ -404,10 +406,10 @@ class Task:
                 self.metrics.recovery_seconds,
                 lag,
             )
-            self._check_replay()
+            self.check_replay()
             await self.report_status()
 
-    def _check_replay(self) -> None:
+    def check_replay(self) -> None:
         """Compare where the replay came from with where the session's plan said (once:
         when caught up, or at the end of the stream if that came first)."""
         planned = self.planned
@@ -504,28 +506,6 @@ class Task:
             replaySources=sorted(self.replayed_from),
             plannedReplay=self.planned,
         )
-
-    # ---- following the recovery session --------------------------------------------------
-
-    async def _session_watch(self) -> None:
-        """Follow the operator's recovery session: adaptive buffering while it asks."""
-        while self.cfg.recovery_dir is not None:
-            self.session = sessions.read(self.cfg.recovery_dir, self.cfg.task)
-            if self.session.adaptive != self.adaptive:
-                on = self.session.adaptive
-                log.info("%s: adaptive buffering %s", self.cfg.task, "on" if on else "off")
-                self.adaptive = on
-            if self.planned is None and self.epoch > 1 and self.session.recovering(self.cfg.task):
-                # the kubelet refreshes a mounted ConfigMap about once a minute, so a new pod
-                # may start with the previous session: check the replay once the plan arrives
-                # (the checkpoint was restored already: any kept one is consistent)
-                self.planned = self.session.replay[self.cfg.task]
-                if self.session.before is not None:
-                    self.metrics.restart_seconds = self.started - self.session.before
-                if self.metrics.recovery_seconds is not None:
-                    self._check_replay()
-            await asyncio.sleep(1.0)
-        await asyncio.Event().wait()
 
 
 __all__ = ["Fenced", "Task"]

@@ -118,12 +118,20 @@ def test_the_map_names_running_copies_with_an_ip_that_are_not_being_deleted() ->
 
 
 def test_a_consumer_is_sent_the_replicas_of_its_producers() -> None:
-    full = peer_map([pod("src-0", "10.0.0.1"), pod("src-0", "10.0.0.2", role="replica")])
-    inputs = {"src": frozenset(), "count": frozenset({"src"})}
+    full = peer_map([pod("work-0", "10.0.0.1"), pod("work-0", "10.0.0.2", role="replica")])
+    inputs = {"src": frozenset(), "work": frozenset({"src"}), "count": frozenset({"work"})}
     assert map_for(full, "count", inputs) == {
-        "src-0": "10.0.0.1:7077",
-        "src-0#r0": "10.0.0.2:7077",
+        "work-0": "10.0.0.1:7077",
+        "work-0#r0": "10.0.0.2:7077",
     }
+
+
+def test_a_sources_replica_stands_by_and_is_sent_to_nobody() -> None:
+    """It serves no batch: a consumer told of it would count it as a producer that does
+    not answer, and say so in its readiness."""
+    full = peer_map([pod("src-0", "10.0.0.1"), pod("src-0", "10.0.0.2", role="replica")])
+    inputs = {"src": frozenset(), "work": frozenset({"src"})}
+    assert map_for(full, "work", inputs) == {"src-0": "10.0.0.1:7077"}
 
 
 def test_of_two_running_pods_of_one_task_the_newer_copy_is_named() -> None:

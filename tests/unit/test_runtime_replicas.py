@@ -235,11 +235,15 @@ def test_a_standing_by_replica_of_a_source_is_promoted_and_reads_on(
         topo.wait("the standby's endpoint", lambda: _status(metrics_port) != {}, 30)
         topo.wait("progress", lambda: (topo.status("sink-0").get("round") or 0) > 20, 60)
         topo.kill("source-0")
+        logged = int(topo.status("source-0").get("round") or 0)
         promote = json.dumps({"version": 1, "peers": {}, "role": "primary", "epoch": 1})
         err = asyncio.run(
             peerpush.put(f"http://127.0.0.1:{metrics_port}/peers", promote.encode(), "tok", 5)
         )
         assert err is None, err
+        topo.wait("the promotion", lambda: (_status(metrics_port).get("epoch") or 0) > 1, 30)
+        resumed = int(_status(metrics_port).get("round") or 0)
+        assert resumed >= logged, f"the promoted source read its input again from {resumed}"
         topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True, 120)
         assert topo.status("source-0").get("eos") is True
         assert "stands by" in topo.log("source-0#r0")

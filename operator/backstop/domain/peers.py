@@ -221,7 +221,25 @@ def map_for(
     if operator not in inputs:
         return dict(full)
     wanted = inputs[operator]
-    return {t: a for t, a in full.items() if t.rsplit("-", 1)[0] in wanted}
+    return {
+        t: a
+        for t, a in full.items()
+        if t.rsplit("-", 1)[0] in wanted and not _standing_by(t, inputs)
+    }
+
+
+def _standing_by(copy: str, inputs: Mapping[str, frozenset[str]]) -> bool:
+    """Whether ``copy`` is a replica of a source: it stands by and serves no batch, so no
+    consumer is told of it (a consumer would count it as a producer that does not answer).
+
+    >>> inputs = {"src": frozenset(), "count": frozenset({"src"})}
+    >>> _standing_by("src-0#r0", inputs), _standing_by("count-0#r0", inputs)
+    (True, False)
+    >>> _standing_by("src-0", inputs)
+    False
+    """
+    task, mark, _ = copy.partition(REPLICA_MARK)
+    return bool(mark) and inputs.get(task.rsplit("-", 1)[0]) == frozenset()
 
 
 def fingerprint(peers: Mapping[str, str]) -> str:
