@@ -7,6 +7,10 @@ The operator must promote each of their replicas in place (``status.plan.promote
 runtime must take the task over in the replica's pod: the same pod (uid) with no container
 restart, now labelled primary, and the task's store epoch claimed anew (the old primary is
 fenced). The sink's output must be the reference run's, line for line.
+
+The module runs after the others of the package (by its name): a node killed and revived
+can flap NotReady once more while its kubelet's Lease catches up, which a test right after
+it that counts on no node loss at all (the 3 s network cut) would see.
 """
 
 from __future__ import annotations
