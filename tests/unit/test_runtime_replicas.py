@@ -154,6 +154,35 @@ def test_without_the_replica_the_sink_waits_for_the_new_copy(data: Path, tmp_pat
     assert counts_of(lines) == dict(expected_counts(data))
 
 
+def _start_replica(topo: LocalTopology, task: str) -> tuple[int, int]:
+    """Start replica 0 of ``task`` (a copy named ``<task>#r0`` taking pushes with the token
+    ``tok``); its data and metrics ports."""
+    data_port, metrics_port = free_port(), free_port()
+    topo.start(
+        task,
+        copy=f"{task}#r0",
+        BACKSTOP_ROLE="replica",
+        BACKSTOP_REPLICA="0",
+        BACKSTOP_PORT=str(data_port),
+        BACKSTOP_METRICS_PORT=str(metrics_port),
+        BACKSTOP_PEERS_TOKEN="tok",
+    )
+    return data_port, metrics_port
+
+
+def _promote(metrics_port: int, version: int) -> None:
+    """The operator's push that makes the copy behind ``metrics_port`` its task's primary."""
+    url = f"http://127.0.0.1:{metrics_port}/peers"
+    err = asyncio.run(peerpush.put(url, peerpush.body(version, {}, promote=1), "tok", timeout=5))
+    assert err is None, err
+
+
+def _exact(out: Path, data: Path) -> None:
+    lines = output_lines(out)
+    assert len(lines) == len(set(lines)), "a line was written twice"
+    assert counts_of(lines) == dict(expected_counts(data))
+
+
 def _checkpoints(topo: LocalTopology, task: str) -> list[int]:
     return sorted(int(p.stem) for p in topo.store.glob(f"**/tasks/{task}/ckpt/*.json"))
 
@@ -167,20 +196,12 @@ def test_a_promoted_replica_becomes_the_primary_with_no_restart(data: Path, tmp_
     out = tmp_path / "out"
     spec = wordcount_spec(data, out, rate=300.0, batch=20)
     topo = LocalTopology("wordcount", spec, tmp_path / "store")
-    sink_port, data_port, metrics_port = free_port(), free_port(), free_port()
+    sink_port = free_port()
     topo.env["sink-0"].update(BACKSTOP_METRICS_PORT=str(sink_port), BACKSTOP_PEERS_TOKEN="tok")
     topo.start_all()
     try:
         topo.wait("the sink to serve", lambda: _round(sink_port) is not None)
-        topo.start(
-            "count-0",
-            copy="count-0#r0",
-            BACKSTOP_ROLE="replica",
-            BACKSTOP_REPLICA="0",
-            BACKSTOP_PORT=str(data_port),
-            BACKSTOP_METRICS_PORT=str(metrics_port),
-            BACKSTOP_PEERS_TOKEN="tok",
-        )
+        data_port, metrics_port = _start_replica(topo, "count-0")
         _push(sink_port, {"count-0#r0": f"127.0.0.1:{data_port}"})
         topo.wait(
             "the replica to follow the primary",
@@ -190,11 +211,7 @@ def test_a_promoted_replica_becomes_the_primary_with_no_restart(data: Path, tmp_
         assert _status(metrics_port).get("epoch") == 0, "a replica claims no epoch"
         topo.kill("count-0")
         before = _checkpoints(topo, "count-0")
-        promote = json.dumps({"version": 2, "peers": {}, "role": "primary", "epoch": 1})
-        err = asyncio.run(
-            peerpush.put(f"http://127.0.0.1:{metrics_port}/peers", promote.encode(), "tok", 5)
-        )
-        assert err is None, err
+        _promote(metrics_port, version=2)
         topo.wait("the promotion", lambda: (_status(metrics_port).get("epoch") or 0) > 1, 30)
         topo.start("count-0")  # the old primary again, with its old environment
         topo.wait("the end of the stream", lambda: topo.status("sink-0").get("eos") is True, 120)
@@ -205,9 +222,7 @@ def test_a_promoted_replica_becomes_the_primary_with_no_restart(data: Path, tmp_
         assert "Fenced" not in topo.log("count-0#r0")
     finally:
         topo.stop_all()
-    lines = output_lines(out)
-    assert len(lines) == len(set(lines)), "a line was written twice"
-    assert counts_of(lines) == dict(expected_counts(data))
+    _exact(out, data)
 
 
 def test_a_standing_by_replica_of_a_source_is_promoted_and_reads_on(
@@ -220,27 +235,14 @@ def test_a_standing_by_replica_of_a_source_is_promoted_and_reads_on(
     out = tmp_path / "out"
     spec = wordcount_spec(data, out, rate=300.0, batch=20)
     topo = LocalTopology("wordcount", spec, tmp_path / "store")
-    data_port, metrics_port = free_port(), free_port()
     topo.start_all()
     try:
-        topo.start(
-            "source-0",
-            copy="source-0#r0",
-            BACKSTOP_ROLE="replica",
-            BACKSTOP_REPLICA="0",
-            BACKSTOP_PORT=str(data_port),
-            BACKSTOP_METRICS_PORT=str(metrics_port),
-            BACKSTOP_PEERS_TOKEN="tok",
-        )
+        _, metrics_port = _start_replica(topo, "source-0")
         topo.wait("the standby's endpoint", lambda: _status(metrics_port) != {}, 30)
         topo.wait("progress", lambda: (topo.status("sink-0").get("round") or 0) > 20, 60)
         topo.kill("source-0")
         logged = int(topo.status("source-0").get("round") or 0)
-        promote = json.dumps({"version": 1, "peers": {}, "role": "primary", "epoch": 1})
-        err = asyncio.run(
-            peerpush.put(f"http://127.0.0.1:{metrics_port}/peers", promote.encode(), "tok", 5)
-        )
-        assert err is None, err
+        _promote(metrics_port, version=1)
         topo.wait("the promotion", lambda: (_status(metrics_port).get("epoch") or 0) > 1, 30)
         resumed = int(_status(metrics_port).get("round") or 0)
         assert resumed >= logged, f"the promoted source read its input again from {resumed}"
@@ -249,6 +251,4 @@ def test_a_standing_by_replica_of_a_source_is_promoted_and_reads_on(
         assert "stands by" in topo.log("source-0#r0")
     finally:
         topo.stop_all()
-    lines = output_lines(out)
-    assert len(lines) == len(set(lines)), "a line was written twice"
-    assert counts_of(lines) == dict(expected_counts(data))
+    _exact(out, data)
