@@ -54,13 +54,19 @@ REPLICA_MARK = "#r"
 ``copy_name``): a task id never holds ``#``."""
 
 
+def _replica_number(meta: Mapping[str, Any]) -> str | None:
+    """``k`` of a replica's pod name ``<pod>--r<k>``; ``None`` for any other name."""
+    head, _, k = str(meta.get("name", "")).rpartition(f"{POD_NAME_SEPARATOR}r")
+    return k if head and k.isdigit() else None
+
+
 def _copy(meta: Mapping[str, Any], task: str) -> str | None:
     """The name of the pod's copy of ``task`` in the map: the task id for a primary,
     ``<task>#r<k>`` for a replica (``k`` from its name, ``<pod>--r<k>``)."""
     if (meta.get("labels") or {}).get(LABEL_ROLE, "primary") == "primary":
         return task
-    k = str(meta.get("name", "")).rpartition(f"{POD_NAME_SEPARATOR}r")[2]
-    return f"{task}{REPLICA_MARK}{k}" if k.isdigit() else None
+    k = _replica_number(meta)
+    return None if k is None else f"{task}{REPLICA_MARK}{k}"
 
 
 def _running_copy(pod: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -150,8 +156,7 @@ def _promoted_epoch(pod: Mapping[str, Any]) -> int | None:
     meta = pod.get("metadata") or {}
     if (meta.get("labels") or {}).get(LABEL_ROLE, "primary") != "primary":
         return None
-    k = str(meta.get("name", "")).rpartition(f"{POD_NAME_SEPARATOR}r")
-    return _epoch(pod) if k[0] and k[2].isdigit() else None
+    return None if _replica_number(meta) is None else _epoch(pod)
 
 
 def targets(pods: Iterable[Mapping[str, Any]]) -> list[Target]:
