@@ -152,8 +152,8 @@ def test_the_push_promotes_the_pod_and_consumers_read_it_as_the_primary() -> Non
 
 
 def test_a_node_whose_every_task_is_promoted_ends_the_session_at_once() -> None:
-    """Every task of the lost node has a replica: nothing is left to recover (planning
-    once failed here with "lost node(s) n1 are not known", and retried forever)."""
+    """Every task of the lost node has a replica: nothing is left to recover, and the node,
+    which holds none of the session's tasks any more, is no unknown lost node to it."""
     replicas = {"work-0": ["n3"], "work-1": ["n4"]}
     plan = PlanStatus(
         generation=1, assignment=dict(ASSIGNMENT), backups=["src-0"], replicas=replicas
