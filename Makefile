@@ -9,7 +9,7 @@ CLUSTER := hack/local-cluster.sh
 export BACKSTOP_CACHE ?= $(HOME)/.cache/backstop
 export KUBECONFIG_LOCAL := $(BACKSTOP_CACHE)/run/kubeconfig
 
-.PHONY: help install tools test-oldest test-spark-job test-spark-k8s lint typecheck imports docs-site unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds images e2e e2e-when-possible
+.PHONY: help install lock tools test-oldest test-spark-job test-spark-k8s lint typecheck imports docs-site unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds images e2e e2e-when-possible
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -17,10 +17,16 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,spark]'
+	$(BIN)/pip install -q -e '.[dev,runtime,spark,testkit]'
 	@touch $@
 
-install: $(STAMP) ## create .venv and install the project with its dev and spark extras
+install: $(STAMP) ## create .venv and install the project with its dev, spark and testkit extras
+
+# The images install exactly what these lock files pin (hack/lock.py; docs/development.md,
+# "Dependencies"); tests/unit/test_packaging_lock.py fails when the requirements change without
+# them. UPGRADE=1: the newest releases in range rather than the pins already there.
+lock: $(STAMP) ## pin what each image installs: operator/*requirements.lock, runtime/requirements.lock (uv)
+	$(BIN)/python hack/lock.py $(if $(UPGRADE),--upgrade)
 
 $(TOOLS)/helm:
 	hack/get-helm.sh $(TOOLS)
@@ -58,8 +64,8 @@ cluster-status:
 OLDEST := .venv-oldest
 test-oldest: ## unit tests on the oldest supported versions (every floor pinned); not part of make test
 	@test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST) || python3 -m venv $(OLDEST)
-	python3 hack/oldest-constraints.py dev spark > $(OLDEST)/constraints.txt
-	$(OLDEST)/bin/pip install --progress-bar off -c $(OLDEST)/constraints.txt -e '.[dev,spark]'
+	python3 hack/oldest-constraints.py dev spark testkit > $(OLDEST)/constraints.txt
+	$(OLDEST)/bin/pip install --progress-bar off -c $(OLDEST)/constraints.txt -e '.[dev,runtime,spark,testkit]'
 	@# docs/cli.md and docs/testkit-cli.md are generated with the newest typer's help layout: older
 	@# ones render it differently
 	$(OLDEST)/bin/pytest -q -p no:cacheprovider tests/unit planners runtime operator/backstop testkit \
@@ -81,9 +87,9 @@ test-spark-k8s: $(STAMP) tools ## the re-optimization Job with Spark executor po
 # ports, subnets and Docker) share nothing but the CPU, so they run side by side; the e2e's output
 # is kept in .e2e.log and shown when both are done. Either failing fails the target.
 test: $(STAMP) tools lint typecheck imports docs-site ## everything CI runs: lint, types, layering, docs site, unit + cluster tests, e2e
-	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest -m 'not spark_image' tests/chart tests/cluster tests/realnodes
+	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest --durations=25 -m 'not spark_image' tests/chart tests/cluster tests/realnodes
 	@$(MAKE) --no-print-directory e2e-when-possible > .e2e.log 2>&1 & e2e=$$!; \
-	  PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest tests/unit planners runtime operator/backstop; \
+	  PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest --durations=25 tests/unit planners runtime operator/backstop; \
 	  unit=$$?; wait $$e2e; rc=$$?; echo "--- make e2e-when-possible (ran beside the unit tests):"; \
 	  cat .e2e.log; test $$unit = 0 && test $$rc = 0
 

@@ -26,7 +26,8 @@ from backstop_testkit.cases.backups import cases
 from backstop_testkit.cases.topologies import random_dag
 from backstop_testkit.support.docsection import write_section
 from planners.backups import BackupPlan, backups_dag, plan_backups, topology_shape
-from planners.evaluate import check_plan
+from planners.backups.dag_paper import LITERAL, Reading, ftc_algorithm4
+from planners.evaluate import check_plan, worst_task_failure
 from planners.graph import TaskGraph
 
 ALGORITHMS = ("line", "tree", "dag", "dag-no-elim", "share-based", "auto", "exact")
@@ -37,6 +38,19 @@ non-uniform 10 %; Twitter Sentiment 4 % on average over its cases (the seed give
 one figure for both Senti cases and both weightings)."""
 
 
+READINGS: dict[str, Reading] = {
+    "literal": LITERAL,
+    "no sinks": Reading(sinks=False),
+    "F sums to 1": Reading(termination="percentage"),
+    "dynamic Z": Reading(dynamic=True),
+    "dynamic Z, no sinks": Reading(dynamic=True, sinks=False),
+    "literal + our elimination": Reading(eliminate=True),
+    "F sums to 1 + our elimination": Reading(termination="percentage", eliminate=True),
+    "dynamic Z, no sinks + our elimination": Reading(dynamic=True, sinks=False, eliminate=True),
+}
+"""Readings of the seed's Algorithm 4 (``planners.backups.dag_paper``), literal first."""
+
+
 @dataclass
 class Row:
     case: str
@@ -44,6 +58,8 @@ class Row:
     edges: int
     bound: float
     cells: dict[str, tuple[BackupPlan, float]]  # algorithm -> (plan, seconds)
+    paper: dict[str, tuple[int, float]]  # reading -> (backups, worst L), unchecked
+    unprotected: float  # worst L with no backups at all
 
 
 def timed(
@@ -93,7 +109,12 @@ def _rows(time_limit: float) -> list[Row]:
                 if shape == "dag":
                     for alg in ("dag-b-covered", "dag-workload"):
                         cells[alg] = timed(g, bound, alg, time_limit)
-                rows.append(Row(label, len(g), len(g.edges), bound, cells))
+                paper = {}
+                for key, reading in READINGS.items():
+                    backups = ftc_algorithm4(g, bound, reading)
+                    paper[key] = (len(backups), worst_task_failure(g, backups)[0])
+                none = worst_task_failure(g, [])[0]
+                rows.append(Row(label, len(g), len(g.edges), bound, cells, paper, none))
 
     return rows
 
@@ -146,7 +167,7 @@ def _large(time_limit: float, large: int) -> list[str]:
     return notes
 
 
-def run(time_limit: float, large: int) -> tuple[str, list[str]]:
+def run(time_limit: float, large: int) -> tuple[str, list[str], str]:
     rows = _rows(time_limit)
     out, gaps = _table(rows)
     side = side_by_side(rows)
@@ -163,7 +184,13 @@ def run(time_limit: float, large: int) -> tuple[str, list[str]]:
 
     if large:
         notes += _large(time_limit, large)
-    return "\n".join(out) + "\n\n" + side, notes
+    extra = (
+        "\n\n### Algorithm 4 as written, under each reading\n\n" + A4_INTRO + "\n\n"
+        + algorithm4(rows)
+        + "\n\n### Figs. 7/8: recovery latency of each plan\n\n" + LATENCY_INTRO + "\n\n"
+        + latencies(rows)
+    )  # fmt: skip
+    return "\n".join(out) + "\n\n" + side, notes, extra
 
 
 def _gap(n: int, opt: int) -> float:
@@ -184,8 +211,10 @@ def side_by_side(rows: list[Row]) -> str:
         '(`backups_dag(..., elimination="b-covered")`); `dag-workload`: Algorithm 4\'s '
         'ranking as written, highest `B` first (`backups_dag(..., ranking="workload")`).',
         "",
-        "| case | seed: DAG vs Opt | " + " | ".join(algs) + " | backups (opt) over the three R |",
-        "|" + "---|" * (3 + len(algs)),
+        "| case | seed: DAG vs Opt | "
+        + " | ".join(algs)
+        + " | Algorithm 4 literal | backups (opt) over the three R |",
+        "|" + "---|" * (4 + len(algs)),
     ]
     cases_seen: dict[str, list[Row]] = {}
     for r in rows:
@@ -204,8 +233,79 @@ def side_by_side(rows: list[Row]) -> str:
                 if alg in r.cells
             ]
             cells.append(f"{statistics.mean(gaps):.1f}%" if gaps else "—")
+        kept = [(r.paper["literal"][0], o) for r, o in zip(rs, opts, strict=True)
+                if r.paper["literal"][1] <= r.bound + 1e-9]  # fmt: skip
+        lit = f"{statistics.mean(_gap(n, o) for n, o in kept):.1f}%" if kept else "—"
+        if len(kept) < len(rs):
+            lit += f", breaks R at {len(rs) - len(kept)} of {len(rs)}"
         counts = ", ".join(str(o) for o in opts)
-        out.append(f"| {case} | {seed} | " + " | ".join(cells) + f" | {counts} |")
+        out.append(f"| {case} | {seed} | " + " | ".join(cells) + f" | {lit} | {counts} |")
+    return "\n".join(out)
+
+
+def _opt(r: Row) -> int | None:
+    plan = r.cells["exact"][0]
+    return len(plan.backups) if plan.optimal else None
+
+
+def _paper_cell(r: Row, key: str) -> str:
+    n, worst = r.paper[key]
+    return f"{n}" if worst <= r.bound + 1e-9 else f"{n} ✗ L={worst:g}"
+
+
+def algorithm4(rows: list[Row]) -> str:
+    """The seed's Algorithm 4 under each reading, per row and summed up.
+
+    A cell is the backup count, with ``✗`` and the worst single-task recovery
+    latency when the plan leaves a task beyond R (the evaluator's verdict).
+    """
+    keys = list(READINGS)
+    out = ["| case | R | Opt | " + " | ".join(keys) + " |", "|" + "---|" * (3 + len(keys))]
+    for r in rows:
+        opt = _opt(r)
+        cells = [_paper_cell(r, k) for k in keys]
+        out.append(f"| {r.case} | {r.bound:g} | {opt if opt is not None else '?'} | "
+                   + " | ".join(cells) + " |")  # fmt: skip
+    out += [
+        "",
+        "| reading | rows breaking R: all (of {}) | Guru/Senti (of {}) | mean gap where R holds: "
+        "Line/Tree | Guru/Senti |".format(
+            len(rows), sum(r.case.split("-")[0] in ("Guru", "Senti") for r in rows)
+        ),
+        "|---|---|---|---|---|",
+    ]
+    for k in keys:
+        broken = [r for r in rows if r.paper[k][1] > r.bound + 1e-9]
+        dag_broken = [r for r in broken if r.case.split("-")[0] in ("Guru", "Senti")]
+        gaps: dict[bool, list[float]] = {True: [], False: []}
+        for r in rows:
+            opt = _opt(r)
+            if r not in broken and opt is not None:
+                gaps[r.case.split("-")[0] in ("Guru", "Senti")].append(_gap(r.paper[k][0], opt))
+        shown = [f"{statistics.mean(gaps[d]):.1f}%" if gaps[d] else "—" for d in (False, True)]
+        out.append(f"| {k} | {len(broken)} | {len(dag_broken)} | " + " | ".join(shown) + " |")
+    return "\n".join(out)
+
+
+LATENCY_ALGS = ("exact", "dag", "dag-workload", "share-based", "auto")
+
+
+def latencies(rows: list[Row]) -> str:
+    """Figs. 7/8's recovery-latency panels: each plan's worst single-task recovery latency.
+
+    The worst ``L(v)`` over every single-task failure, from the shared evaluator
+    (``BackupPlan.worst``); Algorithm 4 as written is shown too, beyond R where
+    its plan breaks the bound.
+    """
+    head = ["case", "R", *(f"{a}" for a in LATENCY_ALGS), "Algorithm 4 literal", "no backups"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [f"{r.cells[a][0].worst:g}" if a in r.cells else "—" for a in LATENCY_ALGS]
+        worst = r.paper["literal"][1]
+        lit = f"{worst:g}" if worst <= r.bound + 1e-9 else f"**{worst:g}** ✗"
+        out.append(
+            f"| {r.case} | {r.bound:g} | " + " | ".join(cells) + f" | {lit} | {r.unprotected:g} |"
+        )
     return "\n".join(out)
 
 
@@ -255,6 +355,24 @@ def sweep(time_limit: float) -> str:
     return "\n".join(out)
 
 
+A4_INTRO = """The seed's ChooseBackup-DAG (Algorithm 4) exactly as printed, and readings of
+its ambiguous steps (`planners.backups.dag_paper`; why each one, with counter-examples:
+[FTC Algorithm 4](../ftc-algorithm4.md)). These plans are not repaired: a cell with ✗
+breaks R, and L is the evaluator's worst single-task recovery latency. `literal`: Z
+computed once per round, sinks are candidates, loop while Z is not empty, line 11 the only
+elimination; `no sinks`: sinks are no candidates; `F sums to 1`: the round stops when the
+picks' b-cover percentages reach 1 (the prose); `dynamic Z`: lines 2-4 again after each new
+backup; `+ our elimination`: `dag`'s final pass (only where the plan keeps R). Gaps are
+against `exact`'s proven optimum, over the rows where the reading keeps R."""
+
+LATENCY_INTRO = """The seed's Figs. 7/8 show "the amount of backups and the recovery
+latencies" of each algorithm. Here: the worst recovery latency over every single-task
+failure, `max_v L(v)` from `planners.evaluate.worst_task_failure`, of each algorithm's plan
+at each R (`exact` is the optimum the seed's Algorithm exhaust computes; `no backups` is the
+latency with none). Every checked algorithm stays within R by construction; Algorithm 4 as
+written does not (bold ✗)."""
+
+
 HEADING = "## Minimum backups"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "backups.md"
 """This benchmark's generated page (``--out`` with no path writes it)."""
@@ -275,8 +393,11 @@ Twitter Sentiment with (hot, filter, sentiment) = (50,20,20) / (30,30,30), one s
 merge and sink task, all shuffle: exactly 560 / 1050 edges, 93 tasks (the seed says 92).
 `exhaustive` is limited to 20 tasks, so it is not in the table; tests cross-check
 `exact` against it on random tiny DAGs. Times are on a shared 2-core machine
-(`auto`/`exact` default budget 10 s). `dag` is the seed's Algorithm FTC with its final
-redundancy elimination (Sec. IV.D), `dag-no-elim` without it.
+(`auto`/`exact` default budget 10 s). `dag` is ours: the seed's Algorithm FTC with
+Algorithm 4's candidate set, ranking and elimination changed (`F · g` first, a final
+redundancy pass; `planners.backups.dag`), `dag-no-elim` without the pass. Algorithm 4 exactly
+as printed is `planners.backups.dag_paper`: its plans can break R, so it appears only in the
+per-case table's last column and in its own sections below.
 """
 
 
@@ -296,7 +417,7 @@ def main() -> None:
         "--large", type=int, default=10_000, help="tasks of the random DAG for auto (0: skip)"
     )
     args = parser.parse_args()
-    table, notes = run(args.time_limit, args.large)
+    table, notes, extra = run(args.time_limit, args.large)
     text = (
         INTRO + "\n### Table III cases\n\n"
         "Backups per algorithm (gap to the proven optimum of `exact`), time per plan. "
@@ -305,6 +426,7 @@ def main() -> None:
         + table
         + "\n\n"
         + "\n".join(notes)
+        + extra
         + "\n\n### Figs. 7/8: backups against R, each heuristic against the optimum\n\n"
         + sweep(args.time_limit)
         + "\n"

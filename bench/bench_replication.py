@@ -20,6 +20,12 @@ replicated at most once. The expectation over crashes is computed (exactly,
 see the module), averaged over ``--workloads`` generated workloads (the random
 selection over ``--workloads`` seeds too).
 
+A last table compares the seed's replication optimizer (Section 4, a genetic search
+maximising the availability within the cost limit), its query-level selection (Section
+3.1.3) and its procedure 2 for replication levels (Section 3.2.1) with our selections, on
+``--opt-instances`` smaller instances of the same generator (the genetic search evaluates
+the availability model thousands of times per plan).
+
 Prints a markdown section to stdout (progress to stderr); ``--out`` writes
 its page, ``docs/benchmarks/replication.md`` (``--out FILE``: that file).
 """
@@ -39,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backstop_testkit.cases.replication import spare_for, spread, workload
 from backstop_testkit.support.docsection import write_section
+from bench.replication_optimizer import optimizer_lines
 from planners.graph import TaskGraph
 from planners.replication import (
     ReplicationPlan,
@@ -265,7 +272,8 @@ def run(args: argparse.Namespace) -> str:
         print(f"workload {w + 1}/{args.workloads}", file=sys.stderr, flush=True)
         _workload(args, w, figs)
     secs = time.perf_counter() - t0
-    return "\n".join(_table_lines(args, secs, figs) + _claim_lines(figs))
+    lines = _table_lines(args, secs, figs) + _claim_lines(figs)
+    return "\n".join(lines + optimizer_lines(args) + [""])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hosts", type=int, default=100, help="hosts (seed: 100)")
     p.add_argument("--load-rem", type=float, default=50.0, help="spare for Fig. 4 (seed: 50)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--opt-instances", type=int, default=5, help="instances of the optimizer table (5)"
+    )
+    p.add_argument("--opt-hosts", type=int, default=10, help="hosts of those instances (10)")
     p.add_argument(
         "--out",
         type=Path,

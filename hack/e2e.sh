@@ -14,6 +14,11 @@
 #              Secret backstop-object-store); the example's tweet generator writes the source
 #              log into its bucket while the run lasts, and no task pod mounts a host directory
 #   logs       kubectl logs of a task pod on every real node that runs tasks
+#   upgrade    with the topology running: an older CRD (a printer column removed), helm upgrade
+#              with a changed pod template: the pre-upgrade Job applies the image's CRDs (helm
+#              never upgrades crds/), the column is back, the hook is gone; the operator's
+#              replicas are replaced, a new one leads, the topology stays Ready and no task pod
+#              is restarted or replaced (same uids, same restart counts)
 #   kill       `python -m backstop_testkit nodes kill` (the test kit's CLI) of a real node with
 #              tasks (not the leading operator's): its kubelet and containers get SIGKILL; a
 #              RecoveryPlan is issued and every lost task is Running again on the other real
@@ -242,6 +247,43 @@ for node in $task_nodes; do
 done
 wait_until 120 "the sink's first output lines in the bucket" sink_output 1
 done_phase "logs read from $(wc -w <<<"$task_nodes") real nodes; the sink's output in the bucket: $(python -m backstop_runtime.output cat "${source_path%/input}/output" | wc -l) lines"
+
+phase upgrade "helm upgrade with a live topology: the pre-upgrade Job applies the image's CRDs"
+crd=streamtopologies.streams.backstop.dev
+columns() { kubectl get crd $crd -o jsonpath='{.spec.versions[0].additionalPrinterColumns[*].name}'; }
+task_pods() { # name uid restarts of every task pod, sorted: what an upgrade must leave alone
+  pods_json | python3 -c 'import json,sys
+for p in sorted(json.load(sys.stdin)["items"], key=lambda p: p["metadata"]["name"]):
+    print(p["metadata"]["name"], p["metadata"]["uid"], sum(c.get("restartCount", 0) for c in p.get("status", {}).get("containerStatuses", [])))'
+}
+full=$(columns)
+# an older CRD, as a release installed before a column was added would have
+kubectl patch crd $crd --type=json \
+  -p '[{"op":"remove","path":"/spec/versions/0/additionalPrinterColumns/0"}]' >/dev/null || fail "patch the CRD"
+[[ $(columns) != "$full" ]] || fail "the CRD did not change"
+before=$(task_pods)
+old_ops=$(kubectl get pods -n $RELEASE_NS -l app.kubernetes.io/name=backstop -o jsonpath='{.items[*].metadata.uid}')
+# a changed pod template rolls the operator's replicas, as a new image would
+helm upgrade $RELEASE charts/backstop --namespace $RELEASE_NS --reuse-values \
+  --set-string podAnnotations.e2e-upgrade="$(date +%s)" --wait --timeout 5m >/dev/null || fail "helm upgrade"
+[[ $(columns) == "$full" ]] || fail "the CRD after helm upgrade has the columns: $(columns)"
+hook_left=$( (kubectl get job,serviceaccount -n $RELEASE_NS -o name; kubectl get clusterrole,clusterrolebinding -o name) | grep crd-upgrade || true)
+[[ -z $hook_left ]] || fail "the upgrade hook left: $hook_left"
+replaced() { # every operator pod is a new one and one of them leads
+  local uid
+  for uid in $(kubectl get pods -n $RELEASE_NS -l app.kubernetes.io/name=backstop -o jsonpath='{.items[*].metadata.uid}'); do
+    [[ " $old_ops " == *" $uid "* ]] && return 1
+  done
+  leader_pod >/dev/null
+}
+wait_until 120 "new operator replicas, one leading" replaced
+op_pod=$(leader_pod)
+op_node=$(kubectl get pod -n $RELEASE_NS "$op_pod" -o jsonpath='{.spec.nodeName}')
+kubectl wait -n $NS --for=condition=Ready st/$TOPO --timeout=60s >/dev/null || fail "$TOPO not Ready after the upgrade"
+sleep 5   # a new leader that restarted or moved a task pod would have begun by now
+after=$(task_pods)
+[[ $after == "$before" ]] || fail "task pods changed across the upgrade: $(diff <(echo "$before") <(echo "$after") | tr '\n' ' ')"
+done_phase "CRD upgraded by the hook Job (columns: $full), nothing of the hook left; operator rolled (leader $op_pod), $TOPO Ready, its $(wc -l <<<"$after") task pods untouched"
 
 phase kill "python -m backstop_testkit nodes kill <a real node with tasks>"
 # a node with tasks and no operator replica; if every such node runs one, spare the leader's

@@ -184,6 +184,96 @@ def _streamtopology_intro() -> list[str]:
     ]
 
 
+GROUPING_ROWS = [
+    (
+        "`key` (the default; alias `fields`)",
+        "the task its key hashes to (CRC-32 of the key, of the value when there is none)",
+        "Storm's fields grouping, Flink's `keyBy`",
+        "state per key: counts, windows, joins (the word count's `count`)",
+    ),
+    (
+        "`rebalance`",
+        "the next task in turn, round-robin",
+        "Flink's `rebalance`; Storm's shuffle grouping, made deterministic",
+        "stateless work spread evenly whatever the keys (a hot key, records without one)",
+    ),
+    (
+        "`forward`",
+        "the task of the same index (equal parallelism)",
+        "Flink's `forward`",
+        "chains of stateless steps",
+    ),
+    (
+        "`broadcast`",
+        "every task",
+        "Storm's all grouping, Flink's `broadcast`",
+        "small control streams (the sentiment example's hot topics)",
+    ),
+    (
+        "`global`",
+        "task 0",
+        "Storm's global grouping",
+        "a final merge",
+    ),
+    (
+        "`shuffle`",
+        "as `key`, with a Warning",
+        "(see the API policy below)",
+        "nothing new: write `key`",
+    ),
+]
+"""One row per grouping: its name, where a record goes, its name elsewhere, its use."""
+
+
+GROUPINGS = """## Groupings
+
+How an input's records reach the operator's tasks (`operators[].inputs[].grouping`):
+
+{rows}
+
+`rebalance` is not random, so a replay routes every record as the original did and the
+consumers' duplicate filtering keeps exactly-once: record `n` of round `r` that task `i` sends
+goes to task `(i + r + n) mod parallelism`. An operator that keeps state per key must read
+by `key`: behind `rebalance` a key's records reach several tasks and its state splits.
+Changing a running topology's input between `key` and `rebalance` restarts the producers'
+pods, and a consumer that keeps state per key then finds a key's state on another task than
+the one its records now reach: change it only where the consumer keeps no state per key.
+Renaming `shuffle` to `key` or `fields` changes nothing the tasks see (no pod spec changes).
+
+## API policy: names and meanings
+
+Within an API version (`v1alpha1`) a value keeps its meaning, so a stored topology runs the
+same way across operator upgrades. A name that Storm and Flink users read otherwise is
+deprecated, not repurposed: it is still admitted, with a Warning that `kubectl` prints
+(`Warning: spec.operators[2].inputs[0].grouping: shuffle hashes by the record key ...`) and a
+Warning Event `DeprecatedGrouping` on the topology at each reconcile (topologies stored before
+the warning existed, or admitted while no webhook answered, get it too). A meaning changes
+only with a new API version, whose conversion rewrites stored objects so they behave as
+before: `shuffle` is the key hash in `v1alpha1`; the next version reads `shuffle` as
+`rebalance`, and converts a `v1alpha1` `shuffle` to `key`. Not sooner, because the CRD wrote
+its default (`shuffle`) into every stored input that named no grouping, so the operator cannot
+tell who meant the hash: a running topology whose `shuffle` turned into a round-robin would
+send a key's records to tasks that do not hold its state (a word counted on two tasks).
+The groupings reach the tasks (`BACKSTOP_DOWNSTREAM`, [runtime](runtime.md)) as `shuffle`
+for every name of the key hash (what every runtime version hashes by: an older task image
+keeps working, and a rename changes no pod) and as `rebalance`, which needs a task image
+whose runtime knows it (an older one exits naming `BACKSTOP_DOWNSTREAM[0].grouping`).
+
+Task pods are pinned to their planned node by a required node affinity on the Node's
+`metadata.name` (`matchFields`), not its `kubernetes.io/hostname` label, which may differ
+from the name. A pod's spec-hash covers the node it is pinned to, not the form of the pin:
+pods pinned by the label keep running across an operator upgrade.
+"""
+"""Guidance the schema cannot carry: the groupings and the API's compatibility policy."""
+
+
+def _groupings() -> str:
+    """The groupings section with its table (:data:`GROUPING_ROWS`)."""
+    head = ["| grouping | a record goes to | as in | use it for |", "|---|---|---|---|"]
+    rows = [f"| {' | '.join(row)} |" for row in GROUPING_ROWS]
+    return GROUPINGS.format(rows="\n".join(head + rows))
+
+
 def streamtopology_md() -> str:
     from backstop.domain.spec import StreamTopologySpec
 
@@ -194,6 +284,7 @@ def streamtopology_md() -> str:
         "",
         *_streamtopology_intro(),
         "",
+        _groupings(),
         "## spec",
         "",
         _cell(schema.get("description", "")),

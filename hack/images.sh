@@ -18,7 +18,7 @@
 # Each image is saved to $BACKSTOP_CACHE/images/load/<name>.tar; hack/real-node.sh imports every
 # archive there into each node it starts, and this script imports them into the running nodes of
 # the cluster in $K8S_RUN_DIR (when it has any). Python packages come from the package registry
-# during the build (pip). Needs root and Docker (Debian's docker.io): a dockerd that is not
+# during the build (pip), at the versions of each image's lock file (make lock). Needs root and Docker (Debian's docker.io): a dockerd that is not
 # running is started for the build (--iptables=false --bridge=none: it touches no host network
 # state; builds use the host network) and stopped again afterwards.
 #

@@ -19,7 +19,9 @@ before it leaves this module, so a bug shows up as an internal error here and
 never as a silently broken bound.
 
 The seed's algorithms are the floor: ``line`` and ``tree`` are its exact O(N)
-algorithms, ``dag`` is its Algorithm FTC with ChooseBackup-DAG and its final
+algorithms (``tree`` bottom-up; ``tree-topdown`` the seed's Algorithm 3 as written,
+searching from the sources, which is not always minimum with non-uniform
+reprocessing times), ``dag`` is its Algorithm FTC with ChooseBackup-DAG and its final
 redundancy-elimination step (``dag-no-elim`` without that step), ``share-based``
 its baseline and ``exhaustive`` its reference. Each module lists where it
 deviates from the seed, with the seed's section.
@@ -42,6 +44,7 @@ from planners.backups.common import (
 from planners.backups.dag import backups_dag, backups_dag_no_elim
 from planners.backups.exact import backups_exact
 from planners.backups.shapes import backups_line, backups_tree
+from planners.backups.topdown import backups_tree_topdown
 from planners.errors import UnknownAlgorithm
 from planners.graph import TaskGraph
 
@@ -57,6 +60,7 @@ __all__ = [
     "backups_line",
     "backups_share_based",
     "backups_tree",
+    "backups_tree_topdown",
     "plan_backups",
     "smallest_feasible_bound",
     "topology_shape",
@@ -67,6 +71,7 @@ BACKUP_ALGORITHMS: dict[str, BackupAlgorithm] = {
     "auto": backups_auto,
     "line": backups_line,
     "tree": backups_tree,
+    "tree-topdown": backups_tree_topdown,
     "dag": backups_dag,
     "dag-no-elim": backups_dag_no_elim,
     "share-based": backups_share_based,
@@ -88,8 +93,8 @@ def plan_backups(
     bound : float
         Recovery-latency bound ``R`` in seconds.
     algorithm : str
-        One of ``auto`` (default), ``line``, ``tree``, ``dag``, ``dag-no-elim``, ``share-based``,
-        ``exhaustive``, ``exact``.
+        One of ``auto`` (default), ``line``, ``tree``, ``tree-topdown``, ``dag``,
+        ``dag-no-elim``, ``share-based``, ``exhaustive``, ``exact``.
     time_limit : float
         Seconds the searching algorithms may use.
 
@@ -103,7 +108,7 @@ def plan_backups(
     UnknownAlgorithm
         If ``algorithm`` is not a registered name (the message lists them).
     InvalidTopology
-        If ``line`` or ``tree`` is asked for a graph of another shape.
+        If ``line``, ``tree`` or ``tree-topdown`` is asked for a graph of another shape.
     Infeasible
         If ``bound`` is below the smallest feasible bound ``max_v t_v``.
 

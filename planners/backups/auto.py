@@ -27,6 +27,20 @@ PROOF_MAX_WORK = 200_000
 """Most task visits (plans tried × tasks and edges) ``auto`` spends enumerating the plans
 of one backup fewer before it hands the proof to CP-SAT (a few tens of milliseconds)."""
 
+CP_SAT_MIN_SECONDS = 0.5
+"""Fewest nominal seconds of budget left for which ``auto`` still calls CP-SAT. Building the
+model of a 10,000-task graph takes seconds of wall time by itself, which a solve of a few
+hundredths of a nominal second cannot repay; with less left, the local-search plan stands,
+not proven minimum. Counted in work, so the choice is the same on every machine."""
+
+CP_SAT_SIZE_PER_SECOND = 5_000
+"""Model entries (tasks plus edges) that one nominal second of budget left buys CP-SAT.
+Its presolve, which CP-SAT's deterministic time hardly counts, takes about 4 s of wall time
+on a model of 62,000 entries on the 2-core CI machine (a 10,000-task graph) and then finds
+no plan better than local search's; ``auto`` calls CP-SAT only on a model this rate says
+the budget left can pay for (at the default 10 s, up to 50,000 entries). A size, not a
+clock: the choice is the same on every machine."""
+
 # --------------------------------------------------------------------------- auto, registry
 
 
@@ -141,11 +155,15 @@ def backups_auto(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) ->
     method = source if sum(flags) == heuristic else "auto:enumerate"
     if proven:
         return _finish(graph, bound, method, flags, True)
+    left = budget.seconds_left()
+    size = len(graph) + sum(len(ps) for ps in graph.preds)
+    if left < CP_SAT_MIN_SECONDS or size > CP_SAT_SIZE_PER_SECOND * left:
+        return _finish(graph, bound, method, flags, False)
     patience = max(0.5, 0.1 * time_limit)
     exact, proven = _exact(
         graph,
         bound,
-        max(0.05, budget.seconds_left()),
+        left,
         flags,
         patience,
         lower=lower,

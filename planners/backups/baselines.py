@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from itertools import combinations
 
 from planners.backups.common import (
@@ -18,7 +19,8 @@ from planners.errors import PlannerError
 from planners.graph import TaskGraph
 
 EXHAUSTIVE_MAX_TASKS = 20
-"""``exhaustive`` refuses larger graphs: it enumerates subsets of the tasks."""
+"""``exhaustive`` refuses larger graphs unless the caller passes ``max_tasks``: it
+enumerates subsets of the tasks."""
 
 
 # --------------------------------------------------------------------------- share-based
@@ -98,17 +100,27 @@ def backups_share_based(graph: TaskGraph, bound: float, *, time_limit: float = 1
 # --------------------------------------------------------------------------- exhaustive
 
 
-def backups_exhaustive(graph: TaskGraph, bound: float, *, time_limit: float = 10.0) -> BackupPlan:
-    """The seed's reference: try every set of backups, fewest first (tiny graphs only).
+def backups_exhaustive(
+    graph: TaskGraph,
+    bound: float,
+    *,
+    time_limit: float = 10.0,
+    max_tasks: int | None = EXHAUSTIVE_MAX_TASKS,
+) -> BackupPlan:
+    """The seed's reference: try every set of backups, fewest first.
 
     Parameters
     ----------
     graph : TaskGraph
-        At most :data:`EXHAUSTIVE_MAX_TASKS` tasks.
+        At most ``max_tasks`` tasks.
     bound : float
         Recovery-latency bound ``R`` in seconds.
     time_limit : float
-        Unused; the size limit keeps the search short.
+        Seconds the search may use; it stops with an error when they run out.
+    max_tasks : int or None
+        Largest graph accepted (default :data:`EXHAUSTIVE_MAX_TASKS`, where the
+        search is quick); ``None`` accepts any size, bounded by ``time_limit``
+        alone (the seed's Table III runs it on 93 tasks).
 
     Returns
     -------
@@ -119,7 +131,8 @@ def backups_exhaustive(graph: TaskGraph, bound: float, *, time_limit: float = 10
     Raises
     ------
     PlannerError
-        If the graph has more than :data:`EXHAUSTIVE_MAX_TASKS` tasks.
+        If the graph has more than ``max_tasks`` tasks, or ``time_limit`` runs
+        out before a plan is found (the message says how far the search got).
     Infeasible
         If ``bound`` is below the smallest feasible bound ``max_v t_v``.
 
@@ -134,31 +147,65 @@ def backups_exhaustive(graph: TaskGraph, bound: float, *, time_limit: float = 10
     -----
     O(2^K · (N + E)) for ``K`` candidate tasks. Sinks never need a backup, and
     tasks with ``t_u + t_w > R`` for a consumer ``w`` always do, so only the
-    others are enumerated.
+    others are enumerated. Each size ``k`` is tried in full before ``k + 1``,
+    so the time grows with ``C(K, k)`` for the minimum ``k``: graphs of tens of
+    tasks finish when few backups are needed and run out of time otherwise.
 
     References
     ----------
     Li et al. *Minimum Backups for Stream Processing With Recovery Latency
-    Guarantees*, Sec. IV-E (Algorithm exhaust).
+    Guarantees*, Sec. IV-E (Algorithm exhaust), Sec. V-B (Table III).
     """
-    if len(graph) > EXHAUSTIVE_MAX_TASKS:
+    if max_tasks is not None and len(graph) > max_tasks:
         raise PlannerError(
-            f"algorithm 'exhaustive' is limited to {EXHAUSTIVE_MAX_TASKS} tasks and this "
-            f"graph has {len(graph)}; use 'exact' (provably optimal, with a time budget)"
+            f"algorithm 'exhaustive' is limited to {max_tasks} tasks (max_tasks) and this "
+            f"graph has {len(graph)}; use 'exact' (provably optimal, with a time budget), "
+            "or call backups_exhaustive with max_tasks=None and a time_limit"
         )
     _require_feasible(graph, bound)
+    deadline = time.monotonic() + time_limit
     forced = _forced(graph, bound)
     sinks = _sinks(graph)
     free = [u for u in range(len(graph)) if not forced[u] and not sinks[u]]
     for k in range(len(free) + 1):
-        best: tuple[float, list[bool]] | None = None
-        for combo in combinations(free, k):
-            flags = list(forced)
-            for u in combo:
-                flags[u] = True
-            worst = max(_ell(graph, flags))
-            if worst <= bound + EPS and (best is None or worst < best[0]):
-                best = (worst, flags)
-        if best is not None:
-            return _finish(graph, bound, "exhaustive", best[1], True)
+        best = _best_of_size(graph, bound, forced, free, k, deadline)
+        if best is None:
+            continue
+        if best is _OUT_OF_TIME:
+            raise PlannerError(
+                f"algorithm 'exhaustive' ran out of its time budget of {time_limit:g}s: "
+                f"no plan with up to {k - 1 + sum(forced)} backups keeps R = {bound:g}s, "
+                f"and the {math.comb(len(free), k)} plans with {k + sum(forced)} were not "
+                f"all tried ({len(free)} candidate tasks); raise time_limit or use 'exact'"
+            )
+        assert isinstance(best, list)
+        return _finish(graph, bound, "exhaustive", best, True)
     raise RuntimeError("internal error: backing up every task must keep a feasible bound")
+
+
+_OUT_OF_TIME = object()
+
+
+def _best_of_size(
+    graph: TaskGraph,
+    bound: float,
+    forced: list[bool],
+    free: list[int],
+    k: int,
+    deadline: float,
+) -> list[bool] | object | None:
+    """The feasible plan of ``k`` free backups with the smallest worst latency, if any.
+
+    ``_OUT_OF_TIME`` if the deadline passes first (checked every 256 plans).
+    """
+    best: tuple[float, list[bool]] | None = None
+    for i, combo in enumerate(combinations(free, k)):
+        if i % 256 == 255 and time.monotonic() > deadline:
+            return _OUT_OF_TIME
+        flags = list(forced)
+        for u in combo:
+            flags[u] = True
+        worst = max(_ell(graph, flags))
+        if worst <= bound + EPS and (best is None or worst < best[0]):
+            best = (worst, flags)
+    return None if best is None else best[1]

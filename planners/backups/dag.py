@@ -319,7 +319,13 @@ def backups_dag(
       it, either only among the backups a round's new backup b-covers
       (``elimination="b-covered"``) or, the default, among every backup once
       at the end, which comes closest to the optimum and to the seed's own
-      gap (Sec. V-B); ``"none"`` skips the step.
+      gap (Sec. V-B); ``"none"`` skips the step. Read with Algorithm 4's line 11
+      ("remove all tasks on the paths from v to v_mark in Z"), the sentence
+      removes candidates, not backups.
+
+    Algorithm 4 with every step as printed is
+    :func:`planners.backups.dag_paper.backups_dag_paper`; its plans can leave a
+    task beyond ``R`` (``docs/ftc-algorithm4.md``).
 
     References
     ----------

@@ -100,13 +100,13 @@ def _solve_cpsat(
     if patience is None:
         status = solver.solve(model)
         left -= solver.response_proto.deterministic_time / CP_SAT_WORK_PER_SECOND
-        values: dict[int, bool] = (
-            {u: bool(solver.value(var)) for u, var in m.items()}
-            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-            else {}
-        )
+        found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        values: dict[int, bool] = {u: bool(solver.value(v)) for u, v in m.items()} if found else {}
     else:
-        status, values, left = _solve_with_patience(solver, model, m, patience, left)
+        incumbent = math.inf if hint is None else float(sum(hint[u] for u in m))
+        status, values, left = _solve_with_patience(
+            solver, model, m, patience, left, incumbent=incumbent
+        )
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, False, float(n_forced), max(0.0, time_limit - left)
     proven = status == cp_model.OPTIMAL
@@ -157,11 +157,15 @@ def _solve_with_patience(
     m: dict[int, cp_model.IntVar],
     patience: float,
     budget: float,
+    *,
+    incumbent: float = math.inf,
 ) -> tuple[Any, dict[int, bool], float]:
     """Solve in chunks of ``patience`` deterministic seconds; stop when one brings nothing.
 
     Each chunk restarts from the best plan so far (as a hint), so the search
-    stops once ``patience`` of work found no better plan: the same answer on
+    stops once ``patience`` of work found no plan better than the best so far, the
+    first chunk included: it must beat ``incumbent`` (the hinted plan's objective),
+    else the caller's plan stands. The same answer on
     every machine, unlike a wall-clock watchdog (a :func:`planners.budget.wall_limit`
     only cuts a search the machine is too slow for). Returns (status of the best
     solve, its backup flags, deterministic seconds left).
@@ -181,8 +185,8 @@ def _solve_with_patience(
                 best_status = status
             break
         obj = solver.objective_value
-        improved = obj < best_obj - 0.5
-        if improved or status == cp_model.OPTIMAL:
+        improved = obj < min(best_obj, incumbent) - 0.5
+        if improved or status == cp_model.OPTIMAL or not best:
             best_status, best_obj = status, obj
             best = {u: bool(solver.value(var)) for u, var in m.items()}
         if status == cp_model.OPTIMAL or not improved:

@@ -18,7 +18,10 @@ Every algorithm shares one signature and is registered by name in
   their plans may break the bound and report it (:attr:`Placement.violations`);
 - ``rtap-nf``, ``rtap-ff``, ``rtap-bf``: the seed's Algorithm 1 (weighted upstream
   degree order, grouping, then 1-D packing per group), and ``rtap-*-literal``
-  with its grouping rule as written;
+  with its grouping rule as written (Section 5.3.3: every member of a group,
+  adjacent or not, must leave room for the new task's height);
+- ``rtap-bf-backtrack``: the seed's packing without grouping, where tasks made
+  unfit by a new one are picked out and re-queued (Section 4.3);
 - ``exact``: CP-SAT (ortools, :mod:`planners.placement.cpsat`) within a budget,
   starting from the best heuristic;
 - ``auto``: the best of several latency-aware greedy packings, improved by a local
@@ -44,6 +47,7 @@ either such an explicit list or "as many identical nodes of size X as needed".
 
 from __future__ import annotations
 
+from planners.placement.backtrack import place_rtap_bf_backtrack
 from planners.placement.baselines import place_bfdh, place_ffdh, place_nfdh
 from planners.placement.joint import plan_joint
 from planners.placement.model import Node, NodePool, Placement, PlacementAlgorithm
@@ -82,6 +86,7 @@ __all__ = [
     "place_nfdh",
     "place_nfdh_2sp",
     "place_rtap_bf",
+    "place_rtap_bf_backtrack",
     "place_rtap_bf_literal",
     "place_rtap_ff",
     "place_rtap_ff_literal",

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from planners.errors import Infeasible, UnknownAlgorithm
 from planners.graph import TaskGraph
+from planners.placement.backtrack import place_rtap_bf_backtrack
 from planners.placement.baselines import place_bfdh, place_ffdh, place_nfdh
 from planners.placement.model import Node, NodePool, Placement, PlacementAlgorithm  # noqa: F401 (Node: doctest)
 from planners.placement.rtap import (
@@ -31,6 +32,7 @@ PLACEMENT_ALGORITHMS: dict[str, PlacementAlgorithm] = {
     "rtap-bf-literal": place_rtap_bf_literal,
     "rtap-ff-literal": place_rtap_ff_literal,
     "rtap-nf-literal": place_rtap_nf_literal,
+    "rtap-bf-backtrack": place_rtap_bf_backtrack,
     "bfdh-2sp": place_bfdh_2sp,
     "ffdh-2sp": place_ffdh_2sp,
     "nfdh-2sp": place_nfdh_2sp,
@@ -40,7 +42,8 @@ PLACEMENT_ALGORITHMS: dict[str, PlacementAlgorithm] = {
 ``*-2sp`` are the RTAP seed's baselines as it writes them (fit by level
 height); their plans may break the bound and say so in
 :attr:`Placement.violations` (:data:`REPORTS_VIOLATIONS`). ``*-literal`` are
-the seed's Algorithm 1 with its grouping rule as written.
+the seed's Algorithm 1 with its grouping rule as written; ``rtap-bf-backtrack``
+is its packing without grouping, picking out the tasks a new one makes unfit.
 """
 
 REPORTS_VIOLATIONS = frozenset({"nfdh-2sp", "ffdh-2sp", "bfdh-2sp"})

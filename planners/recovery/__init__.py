@@ -18,7 +18,11 @@ returns less than BestDensity. :class:`RecoverySession` strings the plans of
 one incident together (repeated failures join the session), and
 :func:`simulate_timeline` replays a trace of losses and node arrivals to
 measure priority-weighted unavailability of incremental, operator-centric and
-blocking recovery.
+blocking recovery. :func:`execute_recovery_plan` turns a plan into the seed's
+Algorithm 2 actions (the first plan's global rollback included), and
+:func:`recover_complete_failure` plans the seed's Section 6, a complete failure
+recovered onto nodes acquired one by one; both are listed in
+:data:`RECOVERY_PROCEDURES`.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from planners.recovery.best_density import (
     recover_best_density_strong,
 )
 from planners.recovery.exact import recover_auto, recover_exact
+from planners.recovery.execute import PlanExecution, execute_recovery_plan, execute_recovery_plans
 from planners.recovery.heuristics import recover_dp, recover_operator_centric
 from planners.recovery.model import (
     DEFAULT_UTILIZATION,
@@ -52,19 +57,32 @@ from planners.recovery.session import (
     NodesLost,
     RecoverySession,
 )
+from planners.recovery.standby import CompleteFailureRecovery, recover_complete_failure
 from planners.recovery.timeline import TimedStep, Timeline, fill_leftover, simulate_timeline
+
+RECOVERY_PROCEDURES = {
+    "execute-plan": execute_recovery_plan,
+    "execute-plans": execute_recovery_plans,
+    "complete-failure": recover_complete_failure,
+}
+"""The seed's procedures around the plans, by name: Algorithm 2 (each plan, and an
+incident's plans with the first one's global rollback) and Section 6's complete failure.
+Their signatures differ from those of :data:`RECOVERY_ALGORITHMS`, which all choose a plan."""
 
 __all__ = [
     "DEFAULT_UTILIZATION",
     "MODES",
     "PRUNED_PAIR_POOL",
     "RECOVERY_ALGORITHMS",
+    "RECOVERY_PROCEDURES",
+    "CompleteFailureRecovery",
     "Event",
     "InvalidEvent",
     "Mode",
     "NodeBack",
     "NodeReady",
     "NodesLost",
+    "PlanExecution",
     "RecoveryAlgorithm",
     "RecoverySession",
     "RecoveryStep",
@@ -72,6 +90,8 @@ __all__ = [
     "Timeline",
     "approximation_bound",
     "check_recovery",
+    "execute_recovery_plan",
+    "execute_recovery_plans",
     "failed_queries",
     "fill_leftover",
     "free_capacity",
@@ -80,6 +100,7 @@ __all__ = [
     "recover_best_density",
     "recover_best_density_pruned",
     "recover_best_density_strong",
+    "recover_complete_failure",
     "recover_dp",
     "recover_exact",
     "recover_operator_centric",

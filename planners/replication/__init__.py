@@ -14,14 +14,21 @@ the replicas by colored bin packing so that few replicas share a host.
 Modules: ``model`` (plans, importance, the single-node availability and the
 validator), ``crash`` (the seed's availability model: independent host crashes
 with probability ``p``, exact where small, seeded Monte Carlo where large),
-``placement`` (the placement step every selection shares, and the knapsack) and
+``placement`` (the placement step every selection shares, and the knapsack),
 ``select`` (the seed's sort-and-fill selection, Backstop's exact knapsack and
-``best``, registered in :data:`SELECTIONS`). Every name is re-exported here.
+``best``, registered in :data:`SELECTIONS`), ``query`` (the seed's query-level
+importance and selection, and its procedure 2 for replication levels), ``genetic``
+(the seed's optimizer by genetic search), ``loadmodel`` (the seed's rate, load and
+network model) and ``dynamic`` (migrating and splitting operators with their replicas off
+overloaded hosts, the seed's dynamic replication). Every name is re-exported here.
 """
 
 from __future__ import annotations
 
 from planners.replication.crash import crash_availability, query_survival
+from planners.replication.dynamic import Rebalance, plan_rebalance
+from planners.replication.genetic import replicate_genetic
+from planners.replication.loadmodel import OperatorLoad, load_model, load_rem
 from planners.replication.model import (
     STRATEGIES,
     ReplicationPlan,
@@ -30,6 +37,12 @@ from planners.replication.model import (
     importance,
 )
 from planners.replication.placement import HOST_ORDERS, _knapsack
+from planners.replication.query import (
+    QUERY_COMBINE,
+    query_importance,
+    replicate_direct_level,
+    replicate_query_fill,
+)
 from planners.replication.select import (
     SELECTIONS,
     ReplicationAlgorithm,
@@ -41,8 +54,11 @@ from planners.replication.select import (
 
 __all__ = [
     "HOST_ORDERS",
+    "QUERY_COMBINE",
     "SELECTIONS",
     "STRATEGIES",
+    "OperatorLoad",
+    "Rebalance",
     "ReplicationAlgorithm",
     "ReplicationPlan",
     "_knapsack",
@@ -50,9 +66,16 @@ __all__ = [
     "check_replication",
     "crash_availability",
     "importance",
+    "load_model",
+    "load_rem",
+    "plan_rebalance",
+    "query_importance",
     "query_survival",
     "replicate_best",
+    "replicate_direct_level",
+    "replicate_genetic",
     "replicate_knapsack",
+    "replicate_query_fill",
     "replicate_sort_fill",
     "select_replicas",
 ]

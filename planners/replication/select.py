@@ -21,8 +21,10 @@ from typing import Protocol
 
 from planners.errors import UnknownAlgorithm
 from planners.graph import TaskGraph
+from planners.replication.genetic import replicate_genetic
 from planners.replication.model import STRATEGIES, ReplicationPlan, importance
 from planners.replication.placement import _EPS, _Cluster, _knapsack
+from planners.replication.query import replicate_direct_level, replicate_query_fill
 
 __all__ = [
     "SELECTIONS",
@@ -401,8 +403,16 @@ SELECTIONS: dict[str, ReplicationAlgorithm] = {
     "knapsack": replicate_knapsack,
     "sort-fill": replicate_sort_fill,
     "best": replicate_best,
+    "query-fill": replicate_query_fill,
+    "sort-fill-direct": replicate_direct_level,
+    "genetic": replicate_genetic,
 }
-"""Every selection algorithm by name; ``knapsack`` is the default."""
+"""Every selection algorithm by name; ``knapsack`` is the default.
+
+``query-fill`` (the seed's query-level importance, Section 3.1.3), ``sort-fill-direct``
+(its procedure 2, Section 3.2.1) and ``genetic`` (its optimizer, Section 4) are the seed's
+as written; the operator's choice stays ``knapsack`` or ``best``.
+"""
 
 
 def select_replicas(

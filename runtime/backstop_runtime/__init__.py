@@ -6,7 +6,7 @@ and it imports nothing of the operator: an import-linter contract keeps it that 
 the runtime image ships the standard library and the user's code only.
 """
 
-from backstop_runtime.api import Context, Operator, Sink, Source
+from backstop_runtime.api import Columns, Combiner, Context, Operator, Record, Sink, Source
 
-__all__ = ["Context", "Operator", "Sink", "Source"]
+__all__ = ["Columns", "Combiner", "Context", "Operator", "Record", "Sink", "Source"]
 __version__ = "0.1.0"

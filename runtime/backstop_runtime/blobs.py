@@ -108,6 +108,11 @@ class Blobs(abc.ABC):
         """Whether ``key`` exists."""
         return self.get(key) is not None
 
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """The length in bytes of each key that starts with ``prefix``: from the listing
+        where the store's listing has it, so nothing is fetched to learn it."""
+        return {k: len(data) for k in self.list(prefix) if (data := self.get(k)) is not None}
+
     def get_range(self, key: str, start: int) -> bytes | None:
         """The content of ``key`` from byte ``start`` to its end (empty at or past the
         end), or ``None`` if there is no such key: a reader of a long object resumes at
@@ -426,12 +431,17 @@ class S3Blobs(Blobs):
         return self._call(f"create {key}", attempt)
 
     def list(self, prefix: str = "") -> list[str]:
-        def attempt() -> list[str]:
+        return sorted(self.sizes(prefix))
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        def attempt() -> dict[str, int]:
             pages = self._client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=self.prefix + prefix
             )
             cut = len(self.prefix)
-            return sorted(o["Key"][cut:] for page in pages for o in page.get("Contents", []))
+            return {
+                o["Key"][cut:]: int(o["Size"]) for page in pages for o in page.get("Contents", [])
+            }
 
         return self._call(f"list {prefix}", attempt)
 

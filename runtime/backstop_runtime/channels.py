@@ -10,11 +10,14 @@ What a channel retains is the failure-effect model's ``M(v)``:
   had been sent since (the model's state since the checkpoint) nobody has, and the task
   *regenerates* it by replaying its own input (``replay``).
 
-The buffer is bounded (``BACKSTOP_BUFFER_ROUNDS`` batches). For a connected consumer, or a
-backup, a full buffer stops the producer until the consumer catches up or checkpoints
-(back-pressure). For a consumer that is down, a task without a backup keeps what it could
-not send while it fits, and never stalls for it: when the buffer is full it drops it all,
-and the consumer's next copy regenerates the whole gap. Keeping it is beyond the model
+The buffer is bounded in the bytes of the frames it holds (``BACKSTOP_BUFFER_BYTES``) and
+in batches (``BACKSTOP_BUFFER_ROUNDS``): :mod:`backstop_runtime.buffers`. For a connected
+consumer, or a backup, a full buffer stops the producer until the consumer catches up or
+checkpoints (back-pressure): a backup that does not fit stops the producer until the
+consumer's checkpoint lets it trim. An empty buffer always takes one frame, however large.
+For a consumer that is down, a task without a backup keeps what it could not send while it
+fits, and never stalls for it: when the next frame does not fit it drops it all, and the
+consumer's next copy regenerates the whole gap. Keeping it is beyond the model
 (``M(v)`` of a task without a backup is empty): it spares the regeneration of the input
 that arrived while the consumer was down (failure detection plus pod start, which the
 model does not count), leaving only the regeneration the model prices in ``ℓ(v)``.
@@ -30,17 +33,21 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
+from backstop_runtime.buffers import Caps
+
 
 class OutChannel:
     """Batches for one consumer task, contiguous by round."""
 
-    def __init__(self, consumer: str, cap: int, *, follower: bool = False) -> None:
+    def __init__(self, consumer: str, caps: Caps, *, follower: bool = False) -> None:
         self.consumer = consumer
         """The consumer task whose batches the channel carries (a replica's task)."""
-        self.cap = cap
+        self.caps = caps
         self.follower = follower
         """Whether the channel feeds an active replica of ``consumer`` (see above)."""
         self.rounds: deque[tuple[int, bytes]] = deque()
+        self.nbytes = 0
+        """The bytes of the frames in :attr:`rounds`."""
         self.cond = asyncio.Condition()
         self.sub_epoch = -1
         self.sub_token: object | None = None
@@ -55,24 +62,31 @@ class OutChannel:
     def retains(self, backup: bool) -> bool:
         return not self.follower and (backup or self.connected)
 
+    def full(self, size: int) -> bool:
+        """Whether a frame of ``size`` bytes does not fit (:class:`Caps`)."""
+        return self.caps.full(len(self.rounds), self.nbytes, size)
+
+    def _clear(self) -> None:
+        self.rounds.clear()
+        self.nbytes = 0
+
     async def append(self, r: int, frame: bytes, backup: bool) -> None:
         """Add round ``r``; wait while the buffer is full (back-pressure), except for a
         consumer that is down when there is no backup (see the module docstring)."""
         async with self.cond:
-            await self.cond.wait_for(
-                lambda: len(self.rounds) < self.cap or not self.retains(backup)
-            )
+            await self.cond.wait_for(lambda: not self.full(len(frame)) or not self.retains(backup))
             if not self.retains(backup):
                 if self.dropped:
                     return
-                if len(self.rounds) >= self.cap:
-                    self.rounds.clear()  # its next copy regenerates the whole gap
+                if self.full(len(frame)):
+                    self._clear()  # its next copy regenerates the whole gap
                     self.dropped = True
                     self.cond.notify_all()
                     return
             if self.rounds and self.rounds[-1][0] != r - 1:
-                self.rounds.clear()  # never keep a gap: what is missing is regenerated
+                self._clear()  # never keep a gap: what is missing is regenerated
             self.rounds.append((r, frame))
+            self.nbytes += len(frame)
             self.cond.notify_all()
 
     async def trim(self, upto: int) -> None:
@@ -80,7 +94,7 @@ class OutChannel:
         async with self.cond:
             n = len(self.rounds)
             while self.rounds and self.rounds[0][0] <= upto:
-                self.rounds.popleft()
+                self.nbytes -= len(self.rounds.popleft()[1])
             if len(self.rounds) != n:
                 self.cond.notify_all()
 

@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-GROUPINGS = ("forward", "shuffle", "broadcast", "global")
+GROUPINGS = ("forward", "key", "fields", "shuffle", "rebalance", "broadcast", "global")
+"""``BACKSTOP_DOWNSTREAM``'s groupings: ``key``, ``fields`` and ``shuffle`` name the hash of
+the record key (the operator writes ``shuffle``, which every runtime version reads so);
+``rebalance`` spreads evenly, not by key (:class:`backstop_runtime.engine.Partitioner`)."""
 DEFAULT_PORT = 7077
 DEFAULT_STORE = "/var/lib/backstop"  # where manifests.py mounts spec.store
 NO_UID = "local"
@@ -142,8 +145,8 @@ class TaskConfig:
     def consumers(self) -> list[tuple[str, Downstream]]:
         """(task id, its operator's edge) for every task this task sends to.
 
-        ``forward`` sends to the task with our index, ``global`` to task 0, ``shuffle``
-        and ``broadcast`` to all of them (shuffle picks one per record).
+        ``forward`` sends to the task with our index, ``global`` to task 0, the others
+        to all of them (``key`` and ``rebalance`` pick one per record, ``broadcast`` all).
         """
         out: list[tuple[str, Downstream]] = []
         for d in self.downstream:

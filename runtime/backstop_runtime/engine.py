@@ -14,75 +14,21 @@ from __future__ import annotations
 import json
 import logging
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from backstop_runtime.api import Context, Operator, Record, Sink, Source
+from backstop_runtime.api import Columns, Context, Operator, Sink, Source
+from backstop_runtime.batches import INF, Batch, merged
 from backstop_runtime.batchlog import BatchLog, ReplayGone
 from backstop_runtime.blobs import open_blobs
 from backstop_runtime.config import ConfigError, TaskConfig, require
 from backstop_runtime.output import OutputLog
+from backstop_runtime.routing import Partitioner, combined, load_combiner, stable_hash
 from backstop_runtime.store import Store
 
-INF = float("inf")
+_LINE = json.JSONEncoder(separators=(",", ":")).encode
 _log = logging.getLogger(__name__)
-
-
-@dataclass
-class Batch:
-    """Mini-batch ``r`` of one input stream (or of one output channel)."""
-
-    r: int
-    recs: list[Record]
-    wm: float = -INF
-    eos: bool = False
-    at: float = 0.0
-    """Wall time up to which the sources had read all their input when they produced this
-    round: ``now - at`` is how far behind its input a task processing it is (its lag)."""
-    via: tuple[str, ...] = ()
-    """For a regenerated batch: where the replay came from, the upstream buffers
-    (task ids) and source logs (``log:<source>``) it was recomputed from."""
-
-    def to_msg(self) -> dict[str, Any]:
-        recs = [[x.key, x.value, x.ts] for x in self.recs]
-        msg = {"t": "batch", "r": self.r, "wm": self.wm, "eos": self.eos, "at": self.at}
-        if self.via:
-            msg["via"] = list(self.via)
-        return {**msg, "recs": recs}
-
-    @staticmethod
-    def from_msg(msg: dict[str, Any]) -> Batch:
-        recs = [Record(v, k, ts) for k, v, ts in msg["recs"]]
-        r, wm, eos, at = int(msg["r"]), float(msg["wm"]), bool(msg["eos"]), float(msg["at"])
-        return Batch(r, recs, wm, eos, at, tuple(str(x) for x in msg.get("via", ())))
-
-
-def stable_hash(rec: Record) -> int:
-    """CRC-32 of the key (or of the value when there is none): the same in every process."""
-    text = rec.key if rec.key is not None else json.dumps(rec.value, sort_keys=True)
-    return zlib.crc32(text.encode())
-
-
-class Partitioner:
-    """Routes each output record to the consumer tasks the groupings say."""
-
-    def __init__(self, cfg: TaskConfig) -> None:
-        self.cfg = cfg
-        self.consumers = [t for t, _ in cfg.consumers()]
-
-    def route(self, rec: Record, out: dict[str, list[Record]]) -> None:
-        for d in self.cfg.downstream:
-            if d.grouping == "forward":
-                out[f"{d.operator}-{self.cfg.index}"].append(rec)
-            elif d.grouping == "global":
-                out[f"{d.operator}-0"].append(rec)
-            elif d.grouping == "broadcast":
-                for t in d.tasks():
-                    out[t].append(rec)
-            else:
-                out[f"{d.operator}-{stable_hash(rec) % d.parallelism}"].append(rec)
 
 
 @dataclass
@@ -159,7 +105,12 @@ class SinkWriter:
         self.pending.clear()
 
     def add(self, value: Any) -> None:
-        self.pending.append(json.dumps(value, separators=(",", ":")) + "\n")
+        self.pending.append(_LINE(value) + "\n")
+
+    def add_many(self, values: list[Any]) -> None:
+        """One line per value, in order."""
+        line = _LINE
+        self.pending.extend([line(v) + "\n" for v in values])
 
     def commit(self, r: int) -> int:
         """Write the lines since the previous checkpoint as round ``r``'s object (none if
@@ -203,20 +154,12 @@ class Processor:
         self.sink = sink
         self.only = only  # a replay regenerates one consumer's channel only
         self.part = Partitioner(cfg)
-        self.out: dict[str, list[Record]] = {}
+        self.combiner = None if sink is not None else load_combiner(cfg.config)
         self.ctx = Context(cfg.task, cfg.index, cfg.parallelism, self._emit, dead_letter)
         self.eos = False
 
-    def _emit(self, rec: Record) -> None:
-        self.counters.tuples_out += 1
-        if self.sink is not None:
-            self.sink.add(rec.value)
-        elif self.only is None:
-            self.part.route(rec, self.out)
-        else:
-            scratch: dict[str, list[Record]] = {t: [] for t in self.part.consumers}
-            self.part.route(rec, scratch)
-            self.out[self.only].extend(scratch[self.only])
+    def _emit(self, rec: Any) -> None:
+        raise RuntimeError("emit outside a round")  # the engine sets ctx.out while stepping
 
     def snapshot(self) -> dict[str, Any]:
         snap = {"op": self.op.snapshot(), "state": self.ctx.state, "wm": self.ctx.watermark}
@@ -232,31 +175,45 @@ class Processor:
 
     def step(self, r: int, inputs: list[Batch]) -> dict[str, Batch]:
         """Process round ``r`` (one batch per upstream, in the upstream order) and return
-        the batch for every consumer, empty ones included: they carry the barrier."""
-        targets = self.part.consumers if self.only is None else [self.only]
-        self.out = {t: [] for t in targets}
-        streams = [b.recs for b in inputs]
-        longest = max((len(s) for s in streams), default=0)
-        for i in range(longest):  # Alg. 1: a predefined round-robin over the input streams
-            for s in streams:
-                if i < len(s):
-                    rec = s[i]
-                    self.counters.tuples_in += 1
-                    self.ctx._current_ts = rec.ts
-                    self.op.process(rec, self.ctx)
-        self.ctx._current_ts = None
-        wm = min((b.wm for b in inputs), default=INF)
-        eos = all(b.eos for b in inputs)
-        if eos:
-            wm = INF
-        if wm > self.ctx.watermark:
-            self.ctx.watermark = wm
-            self.op.on_watermark(wm, self.ctx)
+        the batch for every consumer, empty ones included: they carry the barrier.
+
+        The inputs are merged in Alg. 1's predefined round-robin order
+        (:func:`~backstop_runtime.batches.merged`) and handed to the operator as one
+        batch; its output (watermark emissions included) is combined, then routed."""
+        batch = merged([b.cols for b in inputs])
+        self.counters.tuples_in += len(batch)
+        out = self.ctx.out = Columns()
+        try:
+            self.op.process_batch(batch, self.ctx)
+            self.ctx._current_ts = None
+            wm = min((b.wm for b in inputs), default=INF)
+            eos = all(b.eos for b in inputs)
+            if eos:
+                wm = INF
+            if wm > self.ctx.watermark:
+                self.ctx.watermark = wm
+                self.op.on_watermark(wm, self.ctx)
+        finally:
+            self.ctx.out = None
+            self.ctx._current_ts = None
         self.eos = eos
         at = min((b.at for b in inputs), default=0.0)  # as far behind as the oldest input
         via = tuple(sorted({x for b in inputs for x in b.via}))  # a replay passes through
+        routed = self._send(r, out)
         wm = self.ctx.watermark
-        return {t: Batch(r, recs, wm, eos, at, via) for t, recs in self.out.items()}
+        return {t: Batch(r, cols, wm, eos, at, via) for t, cols in routed.items()}
+
+    def _send(self, r: int, out: Columns) -> dict[str, Columns]:
+        """The round's output per consumer (none for a sink, which writes it)."""
+        if self.sink is not None:
+            self.counters.tuples_out += len(out)
+            self.sink.add_many(out.values)
+            return {}
+        out = combined(self.combiner, out)
+        self.counters.tuples_out += len(out)
+        self.part.begin(r)
+        routed = self.part.route_batch(out)
+        return routed if self.only is None else {self.only: routed[self.only]}
 
 
 class SourceProcessor:
@@ -283,15 +240,20 @@ class SourceProcessor:
         self.store = store
         """Where the operator's other source tasks log their watermarks (a live task)."""
         self.part = Partitioner(cfg)
+        self.combiner = load_combiner(cfg.config)
+
+    def _read(self, max_records: int, until: Any = None) -> Columns:
+        """The source's next records as columns (:meth:`Source.read_columns`)."""
+        return self.source.read_columns(max_records, until)
 
     def _split(
-        self, r: int, recs: list[Record], wm: float, eos: bool, at: float, via: tuple[str, ...] = ()
+        self, r: int, recs: Columns, wm: float, eos: bool, at: float, via: tuple[str, ...] = ()
     ) -> dict[str, Batch]:
-        targets = self.part.consumers if self.only is None else [self.only]
-        out: dict[str, list[Record]] = {t: [] for t in self.part.consumers}
-        for rec in recs:
-            self.part.route(rec, out)
+        recs = combined(self.combiner, recs)
+        self.part.begin(r)
+        out = self.part.route_batch(recs)
         self.counters.tuples_out += len(recs)
+        targets = self.part.consumers if self.only is None else [self.only]
         return {t: Batch(r, out[t], wm, eos, at, via) for t in targets}
 
     def step_live(
@@ -301,7 +263,7 @@ class SourceProcessor:
         ``behind_since``, the last time the source had none (so a backlog shows as lag).
         A ``paced`` source (``config.maxRecordsPerSecond``: a stored log replayed at a set
         rate, as tests and benchmarks do) has no backlog by definition."""
-        recs = self.source.read(max_records)
+        recs = self._read(max_records)
         self.counters.tuples_in += len(recs)
         eos = self.source.at_end()
         idle = not eos and self.source.idle()
@@ -327,14 +289,16 @@ class SourceProcessor:
     def step_replay(self, r: int) -> dict[str, Batch]:
         prev, cur = self.log.entry(r - 1), self.log.entry(r)
         self.source.restore(prev["state"])
-        recs = self.source.read(2**62, until=cur["state"])
+        recs = self._read(2**62, until=cur["state"])
         wm, eos, at = float(cur["wm"]), bool(cur["eos"]), float(cur["at"])
         return self._split(r, recs, wm, eos, at, (f"log:{self.cfg.task}",))
 
 
 __all__ = [
+    "INF",
     "Batch",
     "BatchLog",
+    "Columns",
     "Counters",
     "DeadLetters",
     "Partitioner",
@@ -344,4 +308,5 @@ __all__ = [
     "SinkWriter",
     "SourceProcessor",
     "instantiate",
+    "stable_hash",
 ]

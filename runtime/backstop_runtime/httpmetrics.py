@@ -37,7 +37,12 @@ METRICS = (
     ("lag_seconds", "gauge", "Age of the input of the last mini-batch."),
     ("recovery_seconds", "gauge", "Start to caught up, for this copy (NaN until then)."),
     ("epoch", "gauge", "This copy's epoch (starts of the task so far)."),
+    ("ready", "gauge", "1 while GET /ready answers 200, 0 while it answers 503."),
+    ("fenced", "gauge", "1 once a newer copy of the task fenced this one out."),
 )
+"""The series of ``GET /metrics``, ``backstop_task_<name>{task="<copy>"}``: counters and
+gauges the task keeps (:meth:`backstop_runtime.task.Task._values`), and ``ready`` and
+``fenced``, which :func:`probes` derives from what ``/ready`` answers."""
 
 
 REASONS = {
@@ -70,11 +75,27 @@ def readiness(values: dict[str, Any]) -> tuple[int, str]:
     return 503, "".join(f"no answer from {p}: {why}\n" for p, why in sorted(silent.items()))
 
 
+def probes(values: dict[str, Any]) -> dict[str, int]:
+    """``ready`` and ``fenced`` as numbers, from the same values ``/ready`` reads, so a
+    dashboard shows what the readiness probe sees.
+
+    >>> probes({"unanswered": {}})
+    {'ready': 1, 'fenced': 0}
+    >>> probes({"fenced": "sink-0: epoch 1 superseded by a newer copy"})
+    {'ready': 0, 'fenced': 1}
+    """
+    code, _ = readiness(values)
+    return {"ready": int(code == 200), "fenced": int(bool(values.get("fenced")))}
+
+
 def prometheus(task: str, values: dict[str, Any]) -> str:
+    """The Prometheus text of :data:`METRICS` for the copy ``task``; a value the task has
+    not set (or not yet, e.g. ``recovery_seconds``) is ``NaN``."""
+    current = {**values, **probes(values)}
     lines = []
     for name, kind, doc in METRICS:
         full = f"backstop_task_{name}"
-        value = values.get(name)
+        value = current.get(name)
         lines += [f"# HELP {full} {doc}", f"# TYPE {full} {kind}"]
         lines.append(f'{full}{{task="{task}"}} {"NaN" if value is None else float(value)}')
     return "\n".join(lines) + "\n"

@@ -20,6 +20,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any, NoReturn
 
 from backstop_runtime import suspects, wire
+from backstop_runtime.buffers import ByteQueue, Caps
 from backstop_runtime.config import Fenced
 from backstop_runtime.engine import Batch
 from backstop_runtime.store import Store
@@ -121,6 +122,11 @@ def _refused(producer: str, expected: int, msg: Mapping[str, Any]) -> NoReturn:
     raise PeerGone(msg["msg"])
 
 
+def _sub(consumer: str, epoch: int, start: int, end: int | None) -> bytes:
+    """The ``sub`` frame asking for batches ``start`` to ``end`` (``None``: live)."""
+    return wire.encode({"t": "sub", "consumer": consumer, "epoch": epoch, "from": start, "to": end})
+
+
 async def stream(
     store: Store,
     producer: str,
@@ -130,8 +136,9 @@ async def stream(
     start: int,
     end: int | None = None,
     floor: Callable[[], int] | None = None,
-) -> AsyncGenerator[Batch, None]:
-    """Batches ``start, start+1, …`` (to ``end`` inclusive if given) from ``producer``.
+) -> AsyncGenerator[tuple[Batch, int], None]:
+    """Batches ``start, start+1, …`` (to ``end`` inclusive if given) from ``producer``,
+    each with the size in bytes of the frame it came in (what a read-ahead counts).
 
     Reconnects, re-resolving the producer, whenever the connection breaks; a bounded
     stream ends after ``end`` or after the batch that ends the stream (``eos``).
@@ -149,13 +156,12 @@ async def stream(
             continue
         doc, reader, writer = found
         replay_upto, replay_via = 0, (producer,)
-        sub = {"t": "sub", "consumer": consumer, "epoch": epoch, "from": expected}
-        writer.write(wire.encode({**sub, "to": end}))
+        writer.write(_sub(consumer, epoch, expected, end))
         watch = asyncio.ensure_future(_watch_peer(store, producer, doc))
         # a live subscriber beats too: its producer notices a consumer that vanished
         beat = suspects.beat(writer) if end is None else None
         try:
-            async for msg in _frames(reader, watch, producer):
+            async for msg, size in _frames(reader, watch, producer):
                 kind = msg["t"]
                 if kind == "err":
                     _refused(producer, expected, msg)
@@ -174,11 +180,18 @@ async def stream(
                 if batch.r > expected:
                     raise PeerGone(f"{producer} skipped from {expected} to {batch.r}")
                 expected += 1
-                yield batch
+                yield batch, size
                 if batch.eos:
                     suspects.clear(producer)
                     return
-        except (PeerGone, OSError, asyncio.IncompleteReadError, ValueError) as err:
+        except (
+            PeerGone,
+            OSError,
+            asyncio.IncompleteReadError,
+            ValueError,
+            KeyError,
+            TypeError,
+        ) as err:
             _ended(producer, err)
         finally:
             await _close(writer, watch, beat)
@@ -227,15 +240,16 @@ def _ended(producer: str, err: Exception) -> None:
 
 async def _frames(
     reader: asyncio.StreamReader, watch: asyncio.Future[None], producer: str
-) -> AsyncIterator[Any]:
-    """Frames from ``reader`` until the peer closes or ``watch`` fires; heartbeats are
-    read (they clear a suspicion, :mod:`backstop_runtime.suspects`) and not yielded."""
+) -> AsyncIterator[tuple[Any, int]]:
+    """Frames from ``reader``, each with its size in bytes, until the peer closes or
+    ``watch`` fires; heartbeats are read (they clear a suspicion,
+    :mod:`backstop_runtime.suspects`) and not yielded."""
     while True:
-        msg = await suspects.read(reader, producer, watch)
-        if msg is None:
+        got = await suspects.read(reader, producer, watch, frame=wire.read_sized)
+        if got is None:
             raise PeerGone("the producer moved (a newer copy or another address)")
-        if msg["t"] != "hb":
-            yield msg
+        if got[0]["t"] != "hb":
+            yield got
 
 
 RECEIVED: dict[str, tuple[int, str, float]] = {}
@@ -259,8 +273,9 @@ COPIES_EVERY = 0.5
 
 async def stream_copies(
     store: Store, producer: str, *, consumer: str, epoch: int, start: int
-) -> AsyncGenerator[Batch, None]:
-    """Batches ``start, start+1, …`` of ``producer``, taking the first copy of each.
+) -> AsyncGenerator[tuple[Batch, int], None]:
+    """Batches ``start, start+1, …`` of ``producer``, taking the first copy of each, each
+    with its frame's size (as :func:`stream`).
 
     Reads from the producer and from every active replica of it that the operator's map
     names (``<task>#r<k>``), each through its own :func:`stream`, and yields batch ``r``
@@ -272,8 +287,8 @@ async def stream_copies(
     """
     merge = _Merge(store, producer, consumer, epoch, start)
     try:
-        async for batch in merge.batches():
-            yield batch
+        async for got in merge.batches():
+            yield got
     finally:
         await merge.close()
 
@@ -285,15 +300,17 @@ class _Merge:
         self.store, self.producer, self.consumer, self.epoch = store, producer, consumer, epoch
         self.next = nxt
         """The next batch to yield: each copy subscribes (again) from here on."""
-        self.queue: asyncio.Queue[tuple[str, Batch | Exception]] = asyncio.Queue(16)
+        self.queue: ByteQueue[tuple[tuple[str, Batch | Exception], int]] = ByteQueue(Caps(1))
+        """One batch handed from a copy's reader to :meth:`batches` at a time, with its
+        frame's size: the read-ahead is the consumer's, bounded in bytes, not this."""
         self.readers: dict[str, asyncio.Task[None]] = {}
         self.looked = 0.0
 
-    async def batches(self) -> AsyncIterator[Batch]:
+    async def batches(self) -> AsyncIterator[tuple[Batch, int]]:
         while True:
             self._look()
             try:
-                copy, item = await asyncio.wait_for(self.queue.get(), COPIES_EVERY)
+                (copy, item), size = await asyncio.wait_for(self.queue.get(), COPIES_EVERY)
             except TimeoutError:
                 continue
             if isinstance(item, Exception):
@@ -306,7 +323,7 @@ class _Merge:
                 continue  # another copy's batch came first (identical by construction)
             self.next = item.r + 1
             RECEIVED[self.producer] = (item.r, copy, time.time())
-            yield item
+            yield item, size
             if item.eos:
                 return
 
@@ -334,10 +351,10 @@ class _Merge:
                 start=self.next,
                 floor=lambda: self.next,
             ):
-                await self.queue.put((copy, batch))
+                await self.queue.put(((copy, batch[0]), batch[1]), batch[1])
             await asyncio.Event().wait()  # ended with eos: stay done
         except Exception as err:
-            await self.queue.put((copy, err))
+            await self.queue.put(((copy, err), 0), 0)
 
     async def close(self) -> None:
         for reader in self.readers.values():

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
-import sys
 from typing import Any
 
-from backstop_runtime import httpmetrics
+from backstop_runtime import httpmetrics, logformat
 from backstop_runtime.blobs import StoreError
 from backstop_runtime.config import ConfigError, Fenced, from_env
 
@@ -84,12 +84,21 @@ async def stand_by(task: str, reason: str, stop: asyncio.Event) -> None:
             web.close()
 
 
+def _tune_gc() -> None:
+    """Collect cycles less often, and never look at what start-up made again.
+
+    A task makes and drops many small containers each round (a batch's values, its
+    columns), nearly none in cycles: at the default threshold (700 allocations) the
+    collector runs thousands of times a second over them and over every long-lived
+    object of start-up (modules, the task's state). Those are frozen out of the
+    collections, and the youngest generation is collected every 20,000 allocations.
+    """
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
+
+
 def main() -> int:
-    logging.basicConfig(
-        level=os.environ.get("BACKSTOP_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logformat.configure()
     log = logging.getLogger("backstop_runtime")
     try:
         cfg = from_env()
@@ -102,6 +111,7 @@ def main() -> int:
     except StoreError as err:
         log.error("store error: %s", err)
         return EXIT_STORE
+    _tune_gc()
     try:
         asyncio.run(_run(task))
     except ConfigError as err:

@@ -26,7 +26,6 @@ from backstop_runtime import inputs
 from backstop_runtime.api import Context, Operator, Source
 from backstop_runtime.config import TaskConfig
 from backstop_runtime.engine import (
-    INF,
     Batch,
     BatchLog,
     Counters,
@@ -82,7 +81,7 @@ async def _from_log(
     proc = await asyncio.to_thread(_log_replayer, task, consumer, counters)
     for r in range(lo, hi + 1):
         if task.log.eos_round is not None and r > task.log.eos_round:
-            yield Batch(r, [], INF, True)  # the stream ended before round r
+            yield Batch.ended(r)  # the stream ended before round r
             return
         await task.logged(r)
         batch = (await asyncio.to_thread(proc.step_replay, r))[consumer]
@@ -119,7 +118,7 @@ async def _recompute(
     replayer = Processor(cfg, op, counters, DeadLetters(None, counters, cfg.task), only=consumer)
     replayer.restore(ckpt)
     if replayer.eos:  # the stream ended before round lo
-        yield Batch(lo, [], INF, True)
+        yield Batch.ended(lo)
         return
     streams = [
         inputs.stream(task.store, u, consumer=cfg.task, epoch=task.epoch, start=r0 + 1, end=hi)
@@ -131,9 +130,9 @@ async def _recompute(
             batches = []
             for i, st in enumerate(streams):
                 if ended.get(i):
-                    batches.append(Batch(r, [], INF, True))
+                    batches.append(Batch.ended(r))
                     continue
-                b = await anext(st)
+                b, _ = await anext(st)
                 ended[i] = b.eos
                 batches.append(b)
             out = replayer.step(r, batches)[consumer]

@@ -41,6 +41,10 @@ class Segments(abc.ABC):
     def names(self) -> set[str]:
         """The names of the segments present now."""
 
+    def sizes(self) -> dict[str, int]:
+        """The length in bytes of each segment present now (what a store lists)."""
+        return {n: self.size(n) for n in self.names()}
+
     @abc.abstractmethod
     def size(self, name: str, offset: int = 0) -> int:
         """The length of ``name`` in bytes (through the held copy if there is one);
@@ -111,17 +115,21 @@ class BlobSegments(Segments):
     def __init__(self, blobs: Blobs, list_seconds: float = 0.0) -> None:
         self.blobs = blobs
         self.list_seconds = list_seconds
-        self.listed: tuple[float, set[str]] = (-math.inf, set())
+        self.listed: tuple[float, dict[str, int]] = (-math.inf, {})
+        """When the store was last listed, and the segments and their sizes it listed."""
         self.rest: dict[str, tuple[int, bytes]] = {}
         """Per fetched object: the offset the held bytes start at, and those bytes."""
 
     def names(self) -> set[str]:
-        at, names = self.listed
+        return set(self.sizes())
+
+    def sizes(self) -> dict[str, int]:
+        at, sizes = self.listed
         now = time.monotonic()
         if now - at >= self.list_seconds:
-            names = {k for k in self.blobs.list() if k.endswith(SUFFIX)}
-            self.listed = (now, names)
-        return set(names)
+            sizes = {k: n for k, n in self.blobs.sizes().items() if k.endswith(SUFFIX)}
+            self.listed = (now, sizes)
+        return dict(sizes)
 
     def _fetch(self, name: str, offset: int) -> tuple[int, bytes]:
         """The held bytes of ``name`` from ``offset`` on (fetched if not held yet)."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable
 from typing import Protocol
@@ -26,7 +25,7 @@ from typing import Protocol
 from backstop_runtime import suspects, wire
 from backstop_runtime.channels import OutChannel
 from backstop_runtime.config import base_task
-from backstop_runtime.engine import INF, Batch, ReplayGone
+from backstop_runtime.engine import Batch, ReplayGone
 from backstop_runtime.replay import Producer, regenerate
 
 log = logging.getLogger("backstop_runtime.serving")
@@ -84,8 +83,8 @@ async def serve(
         with contextlib.suppress(ConnectionError):
             writer.write(wire.encode({"t": "err", "msg": str(err), "fenced": False}))
             await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError, ValueError, json.JSONDecodeError):
-        pass
+    except (ConnectionError, asyncio.IncompleteReadError, ValueError, KeyError, TypeError):
+        pass  # it went, or sent what is not a subscription: drop the connection, serve on
     except asyncio.CancelledError:
         pass  # shutting down; a cancelled handler would be logged as an error by asyncio
     finally:
@@ -99,13 +98,27 @@ def channel(task: Publisher, consumer: str) -> OutChannel | None:
     ch = task.channels.get(consumer) or task.followers.get(consumer)
     base = base_task(consumer)
     if ch is None and base != consumer and base in task.channels:
-        ch = task.followers[consumer] = OutChannel(base, task.channels[base].cap, follower=True)
+        ch = task.followers[consumer] = OutChannel(base, task.channels[base].caps, follower=True)
     return ch
 
 
+SEND_CHUNK = 1024 * 1024
+"""Bytes of frames written at once: a channel's whole backlog joined into one write would
+be a second copy of it in memory."""
+
+
 async def _send(writer: asyncio.StreamWriter, frames: list[bytes]) -> None:
-    writer.write(b"".join(frames))
-    await writer.drain()
+    """Write ``frames`` in order, about :data:`SEND_CHUNK` bytes at a time, each written
+    once the transport has taken the previous ones (a frame is never split)."""
+    i = 0
+    while i < len(frames):
+        j, n = i + 1, len(frames[i])
+        while j < len(frames) and n + len(frames[j]) <= SEND_CHUNK:
+            n += len(frames[j])
+            j += 1
+        writer.write(b"".join(frames[i:j]))
+        await writer.drain()
+        i = j
 
 
 def _replay_marker(task: Publisher, upto: int) -> bytes:
@@ -136,7 +149,7 @@ async def _hear(reader: asyncio.StreamReader, consumer: str, stale: Callable[[],
     try:
         while not stale():
             await suspects.read(reader, consumer, never, still=lambda: not stale())
-    except (ConnectionError, asyncio.IncompleteReadError, ValueError, json.JSONDecodeError):
+    except (ConnectionError, asyncio.IncompleteReadError, ValueError):
         pass  # it closed: its kernel answered, so its machine is up
     finally:
         never.cancel()
@@ -202,7 +215,7 @@ async def _send_live(
         if past_end:
             # the consumer restored past the end of our stream: tell it so (the
             # channel's lock is released: a newer subscriber must be able to attach)
-            await _send(writer, [wire.encode(Batch(nxt, [], INF, True).to_msg())])
+            await _send(writer, [wire.encode(Batch.ended(nxt).to_msg())])
             async with ch.cond:
                 await ch.cond.wait_for(lambda: ch.sub_token is not token)
             return

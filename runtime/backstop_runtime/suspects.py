@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from backstop_runtime import wire
@@ -85,11 +85,13 @@ async def read(
     producer: str,
     watch: asyncio.Future[None],
     still: Callable[[], bool] = lambda: True,
+    frame: Callable[[asyncio.StreamReader], Awaitable[Any]] = wire.read,
 ) -> Any:
-    """The next frame from ``producer`` (heartbeats included), or ``None`` when ``watch``
-    fired first; suspects the producer while nothing arrives for :data:`SUSPECT_AFTER`
-    (and ``still()`` holds: a peer that no longer matters is not suspected)."""
-    nxt: asyncio.Future[Any] = asyncio.ensure_future(wire.read(reader))
+    """The next frame from ``producer`` (heartbeats included) as ``frame`` reads it, or
+    ``None`` when ``watch`` fired first; suspects the producer while nothing arrives for
+    :data:`SUSPECT_AFTER` (and ``still()`` holds: a peer that no longer matters is not
+    suspected)."""
+    nxt: asyncio.Future[Any] = asyncio.ensure_future(frame(reader))
     nxt.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved
     began = time.time()
     waiting: set[asyncio.Future[Any]] = {nxt, watch}

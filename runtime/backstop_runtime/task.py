@@ -42,6 +42,7 @@ from backstop_runtime import duties, httpmetrics, inputs, promotion, serving, wi
 from backstop_runtime import session as sessions
 from backstop_runtime import stopping as stopping_
 from backstop_runtime.api import Context, Operator, Sink, Source
+from backstop_runtime.buffers import ByteQueue, Caps
 from backstop_runtime.channels import OutChannel
 from backstop_runtime.config import ConfigError, Fenced, TaskConfig
 from backstop_runtime.engine import (
@@ -95,12 +96,12 @@ class Task:
         self.planned = self.session.replay.get(cfg.task) if recovering else None
         if self.planned is not None and self.session.before is not None:
             self.metrics.restart_seconds = self.started - self.session.before
-        self.cap = int(os.environ.get("BACKSTOP_BUFFER_ROUNDS", "2000"))
+        self.caps = Caps.from_env()
         self.max_records = int(cfg.config.get("maxRecordsPerBatch", 1000))
         self.rate = float(cfg.config.get("maxRecordsPerSecond", 0))
         self.period = max(1, round(cfg.checkpoint_interval / cfg.batch_interval))
         self.catch_up_lag = float(os.environ.get("BACKSTOP_CAUGHT_UP_LAG", "0.5"))
-        self.channels = {c: OutChannel(c, self.cap) for c, _ in cfg.consumers()}
+        self.channels = {c: OutChannel(c, self.caps) for c, _ in cfg.consumers()}
         self.followers: dict[str, OutChannel] = {}  # the consumers' active replicas
         self.log = BatchLog(self.store.blobs if cfg.is_source else None, self.store.batches_key())
         self.logged_cond = asyncio.Condition()
@@ -329,7 +330,8 @@ class Task:
             self.eos = False
             await self._ended()
             await asyncio.Event().wait()
-        queues: list[asyncio.Queue[Batch]] = [asyncio.Queue(self.cap) for _ in self.cfg.upstream]
+        ahead = Caps.from_env(readahead=True)
+        queues: list[ByteQueue[Batch]] = [ByteQueue(ahead) for _ in self.cfg.upstream]
         pumps = [
             asyncio.ensure_future(self._pump(u, q))
             for u, q in zip(self.cfg.upstream, queues, strict=True)
@@ -341,7 +343,7 @@ class Task:
                 batches = []
                 for i, q in enumerate(queues):
                     if ended[i]:
-                        batches.append(Batch(r, [], INF, True))
+                        batches.append(Batch.ended(r))
                         continue
                     b = await self._get(q, pumps[i])
                     ended[i] = b.eos
@@ -367,7 +369,7 @@ class Task:
                 p.cancel()
 
     @staticmethod
-    async def _get(q: asyncio.Queue[Batch], pump: asyncio.Future[None]) -> Batch:
+    async def _get(q: ByteQueue[Batch], pump: asyncio.Future[None]) -> Batch:
         """The next batch, or the pump's error (e.g. :class:`Fenced`) if it died."""
         if not q.empty() or not pump.done():
             getter: asyncio.Future[Batch] = asyncio.ensure_future(q.get())
@@ -378,9 +380,10 @@ class Task:
             getter.cancel()
         raise pump.exception() or RuntimeError("input ended")
 
-    async def _pump(self, upstream: str, q: asyncio.Queue[Batch]) -> None:
-        """Feed ``q`` with ``upstream``'s batches; subscribe again after a promotion, from
-        the batch after the last one fed (as the task itself, with its new epoch)."""
+    async def _pump(self, upstream: str, q: ByteQueue[Batch]) -> None:
+        """Feed ``q`` with ``upstream``'s batches, each counted by its frame's size (the
+        read-ahead is bounded in bytes); subscribe again after a promotion, from the batch
+        after the last one fed (as the task itself, with its new epoch)."""
         nxt = self.round + 1
         while True:
             subscribed = self.subscription
@@ -388,8 +391,8 @@ class Task:
                 self.store, upstream, consumer=self.cfg.copy, epoch=self.epoch, start=nxt
             )
             async with contextlib.aclosing(copies):
-                async for b in copies:
-                    await q.put(b)
+                async for b, size in copies:
+                    await q.put(b, size)
                     nxt = b.r + 1
                     if self.subscription != subscribed and not b.eos:
                         break

@@ -67,10 +67,12 @@ NAMESPACED_RULES: Rules = {
 }
 # The replicas' leader election: one Lease in the release namespace.
 LEASE_RULES: Rules = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
-# What it may do cluster-wide when it watches only some namespaces: read-only.
-CLUSTER_RULES_NAMESPACED_MODE: Rules = {
-    ("", "nodes"): {"get", "list", "watch"},
-    ("", "pods"): {"list", "watch"},  # the capacity ledger: other workloads' requests per node
+# What it may do cluster-wide when it watches only some namespaces: read cluster-scoped
+# Nodes; pods only with rbac.clusterWidePods (the capacity ledger: every workload's requests).
+CLUSTER_RULES_NAMESPACED_MODE: Rules = {("", "nodes"): {"get", "list", "watch"}}
+CLUSTER_RULES_WITH_ALL_PODS: Rules = {
+    **CLUSTER_RULES_NAMESPACED_MODE,
+    ("", "pods"): {"list", "watch"},
 }
 
 
@@ -112,6 +114,12 @@ def render(
         args += ["-f", str(values_file(tmp_path, values))]
     docs = [d for d in yaml.safe_load_all(run_helm(helm, *args).stdout) if d]
     return docs
+
+
+def running(docs: list[Doc]) -> list[Doc]:
+    """The release's objects that stay, without Helm hooks (the CRD upgrade's, which go
+    once they ran)."""
+    return [d for d in docs if "helm.sh/hook" not in (d["metadata"].get("annotations") or {})]
 
 
 def of_kind(docs: list[Doc], kind: str) -> list[Doc]:
@@ -346,8 +354,8 @@ def test_fault09_default_render_is_hardened_and_watches_only_the_release_namespa
     assert env["BACKSTOP_REOPTIMIZE_MODE"] == "job"
     assert env["BACKSTOP_SPARK_IMAGE"] == f"backstop/spark:{chart['appVersion']}" != c["image"]
     assert "BACKSTOP_METRICS_PORT" not in env
-    # RBAC: pod create/delete and ConfigMap patch in the release namespace only (a Role);
-    # cluster-wide nothing but reads (Nodes, and Pods for the capacity ledger)
+    # RBAC: pods, ConfigMaps, events, ... in the release namespace only (a Role);
+    # cluster-wide nothing but reads of Nodes
     # (and the leader election's Lease, also in the release namespace)
     roles = {r["metadata"]["name"]: r for r in of_kind(docs, "Role")}
     # (the webhook's Role and ClusterRole: test_webhook_objects_render_with_a_shared_...)
@@ -436,11 +444,15 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
         assert bindings[(ns, "rel-backstop")]["subjects"] == [
             {"kind": "ServiceAccount", "name": "rel-backstop", "namespace": "backstop-system"}
         ]
-    # cluster-wide: read-only nodes and the pod list for capacity, nothing else (but the
-    # webhook's own configuration, by name: test_webhook_objects_render_with_a_shared_...)
+    # cluster-wide: read-only nodes, nothing else (but the webhook's own configuration, by
+    # name: test_webhook_objects_render_with_a_shared_...); no ClusterRole grants pods
     cluster_role = one(docs, "ClusterRole", "rel-backstop-cluster")
     assert rules_of(cluster_role) == CLUSTER_RULES_NAMESPACED_MODE
-    bound = {b["roleRef"]["name"] for b in of_kind(docs, "ClusterRoleBinding")}
+    for role in of_kind(docs, "ClusterRole"):
+        for rule in role.get("rules") or []:
+            assert not {"pods", "*"} & set(rule["resources"]), role["metadata"]["name"]
+    assert "--capacity-all-namespaces" not in args
+    bound = {b["roleRef"]["name"] for b in of_kind(running(docs), "ClusterRoleBinding")}
     operator_roles = [r for r in of_kind(docs, "ClusterRole") if r["metadata"]["name"] in bound]
     assert len(operator_roles) == 2  # the users' roles are bound by Kubernetes' own
     crb = one(docs, "ClusterRoleBinding", "rel-backstop-cluster")
@@ -458,7 +470,7 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
     )
     # the Job's pod (the Spark driver with a k8s:// master) has its own ServiceAccount: it
     # creates its result ConfigMap, and executor pods
-    sas = {s["metadata"]["name"]: s for s in of_kind(docs, "ServiceAccount")}
+    sas = {s["metadata"]["name"]: s for s in of_kind(running(docs), "ServiceAccount")}
     assert set(sas) == {"rel-backstop", "spark-driver"}
     spark_binding = bindings[("backstop-system", "rel-backstop-reoptimize-job")]
     assert spark_binding["subjects"][0]["name"] == "spark-driver"
@@ -467,6 +479,27 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
     assert spark_role["metadata"]["namespace"] == "backstop-system"
     assert {"create", "delete", "watch"} <= spark_rules[("", "pods")]
     assert ("", "secrets") not in spark_rules
+
+
+@pytest.mark.helm
+def test_pods_of_every_namespace_only_when_asked_for(helm: str, tmp_path: Path) -> None:
+    """rbac.clusterWidePods: a cluster-wide pod list/watch, read-only, and the operator told
+    to count every namespace's pods; with watchAllNamespaces the operator reads them anyway
+    (its ClusterRole), so the value adds nothing there."""
+    docs = render(
+        helm, tmp_path, {"watchNamespaces": ["team-a"], "rbac": {"clusterWidePods": True}}
+    )
+    assert rules_of(one(docs, "ClusterRole", "rel-backstop-cluster")) == CLUSTER_RULES_WITH_ALL_PODS
+    args = container(docs)["args"]
+    assert "--capacity-all-namespaces" in args
+    ctx = operator_command().make_context("operator", list(args[1:]))
+    assert ctx.params["capacity_all_namespaces"] is True
+    assert ctx.params["namespace"] == ["ops", "team-a"]
+    every = render(helm, tmp_path, {"watchAllNamespaces": True, "rbac": {"clusterWidePods": True}})
+    assert "--capacity-all-namespaces" not in container(every)["args"]
+    assert rules_of(one(every, "ClusterRole", "rel-backstop-cluster")) == (
+        CLUSTER_RULES_NAMESPACED_MODE
+    )
 
 
 @pytest.mark.helm
@@ -713,7 +746,7 @@ def test_reoptimization_job_rbac_env_and_mounts_follow_the_mode(helm: str, tmp_p
     assert sorted(r["metadata"]["name"] for r in of_kind(local, "Role")) == sorted(
         ["rel-backstop", lease, webhook]
     )
-    assert len(of_kind(local, "ServiceAccount")) == 1, "no Job ServiceAccount in mode: local"
+    assert len(of_kind(running(local), "ServiceAccount")) == 1, "no Job ServiceAccount (local)"
     c = container(local)
     limit = next(e for e in c["env"] if e["name"] == "BACKSTOP_MEMORY_LIMIT")
     assert limit["valueFrom"]["resourceFieldRef"] == {
@@ -771,6 +804,7 @@ def test_rendered_operator_args_are_accepted_by_the_cli(
         ({"resources": {"requests": {"cpu": "lots", "memory": "1Gi"}}}, "cpu"),
         ({"replicaCount": 3}, "replicaCount"),
         ({"metrics": {"port": 80}}, "port"),
+        ({"rbac": {"create": True, "clusterWidePods": "yes"}}, "clusterWidePods"),
     ],
     ids=[
         "cap>1",
@@ -784,6 +818,7 @@ def test_rendered_operator_args_are_accepted_by_the_cli(
         "cpu-quantity",
         "unknown-key",
         "privileged-port",
+        "cluster-wide-pods-bool",
     ],
 )
 def test_schema_rejects_bad_values(helm: str, tmp_path: Path, values: Doc, needle: str) -> None:
@@ -1006,6 +1041,11 @@ def test_install_then_operator_runs_on_the_chart_service_account_alone(
         assert forbidden(lambda: sa_core.delete_node(nodes[0])), "deleting Nodes"
         assert forbidden(lambda: sa_core.list_namespaced_secret(watched_ns)), "reading Secrets"
         assert forbidden(lambda: sa_core.list_namespaced_secret(release_ns))
+        # pod specs (inline secrets included) only in the watched namespaces: the operator
+        # below plans on these rights, and the log check at the end shows it never tried more
+        assert forbidden(lambda: sa_core.list_pod_for_all_namespaces()), "listing every pod"
+        assert forbidden(lambda: sa_core.list_namespaced_pod("kube-system")), "kube-system pods"
+        assert sa_core.list_namespaced_pod(watched_ns).items == []
         assert forbidden(
             lambda: sa_core.create_namespaced_pod(
                 "kube-system",
@@ -1059,7 +1099,7 @@ def test_install_then_operator_runs_on_the_chart_service_account_alone(
         tls = core.read_namespaced_secret(
             env["BACKSTOP_WEBHOOK_CERT_SECRET"].split("/")[1], release_ns
         )
-        assert set(tls.data) == {"tls.crt", "tls.key"}, "the shared certificate"
+        assert set(tls.data) == {"tls.crt", "tls.key", "ca.crt", "ca.key"}, "CA and certificate"
         [owner] = tls.metadata.owner_references  # what makes helm uninstall remove it
         assert (owner.kind, owner.name) == (
             "ValidatingWebhookConfiguration",
@@ -1187,8 +1227,11 @@ def test_webhook_objects_render_with_a_shared_self_signed_certificate(
     name = env["BACKSTOP_WEBHOOK_CONFIGURATION"]
     vwc = one(docs, "ValidatingWebhookConfiguration", name)
     assert "webhooks" not in vwc, "the operator fills it; Helm upgrades must not reset it"
-    one(docs, "MutatingWebhookConfiguration", name)
+    assert of_kind(docs, "MutatingWebhookConfiguration") == []  # the webhook only validates
     cluster_role = one(docs, "ClusterRole", "rel-backstop-webhook")
+    assert {tuple(r["resources"]) for r in cluster_role["rules"]} == {
+        ("validatingwebhookconfigurations",)
+    }
     by_names = [r for r in cluster_role["rules"] if r.get("resourceNames")]
     assert [r["resourceNames"] for r in by_names] == [[name]]
     assert sorted(by_names[0]["verbs"]) == ["get", "patch"]
@@ -1249,3 +1292,37 @@ def test_node_local_stores_are_admitted_only_when_the_value_says_so(
     on = env_of(container(render(helm, tmp_path, {"store": {"allowNodeLocal": True}})))
     assert on["BACKSTOP_ALLOW_NODE_LOCAL_STORE"] == "true"
     assert Settings.from_env(on).allow_node_local_store is True
+
+
+def test_helm_upgrade_first_applies_the_new_images_crds(helm: str, tmp_path: Path) -> None:
+    """Helm never upgrades ``crds/``: a pre-upgrade Job runs ``backstop crd --apply`` with the
+    chart's image, as a ServiceAccount that may get and update the chart's two CRDs only,
+    and everything of it goes once it succeeded. Its pod is no backend of the chart's
+    Services."""
+    docs = render(helm, tmp_path, {"metrics": {"enabled": True}})
+    job = one(docs, "Job", "rel-backstop-crd-upgrade")
+    hooked = [d for d in docs if "crd-upgrade" in d["metadata"]["name"]]
+    assert {d["kind"] for d in hooked} == {
+        "Job", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}  # fmt: skip
+    for d in hooked:
+        notes = d["metadata"]["annotations"]
+        assert notes["helm.sh/hook"] == "pre-upgrade"
+        assert notes["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    weight = {d["kind"]: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for d in hooked}
+    assert weight["ServiceAccount"] < weight["ClusterRoleBinding"] < weight["Job"]
+    pod = job["spec"]["template"]["spec"]
+    [c] = pod["containers"]
+    assert c["args"] == ["crd", "--apply"] and c["image"] == container(docs)["image"]
+    assert pod["serviceAccountName"] == "rel-backstop-crd-upgrade"
+    assert pod["restartPolicy"] == "Never"
+    [rule] = one(docs, "ClusterRole", "rel-backstop-crd-upgrade")["rules"]
+    crds = sorted(yaml.safe_load(p.read_text())["metadata"]["name"]
+                  for p in (CHART / "crds").glob("*.yaml"))  # fmt: skip
+    assert sorted(rule["resourceNames"]) == crds
+    assert sorted(rule["verbs"]) == ["get", "update"]
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    for svc in of_kind(docs, "Service"):
+        selector = svc["spec"]["selector"]
+        assert not all(labels.get(k) == v for k, v in selector.items()), svc["metadata"]["name"]
+    off = render(helm, tmp_path, {"crds": {"upgrade": False}})
+    assert not [d for d in off if "crd-upgrade" in d["metadata"]["name"]]

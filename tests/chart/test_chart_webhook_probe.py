@@ -1,9 +1,9 @@
 """The operator Deployment's readiness probe, and its admission webhook's namespaces.
 
-The chart renders the ValidatingWebhookConfiguration without webhooks: the operator (Kopf's
-managed mode) writes them, each with a ``namespaceSelector`` of the namespaces it watches,
-which it takes from the ``--namespace`` flags the chart passes. Here the rendered flags go
-through ``backstop operator``'s own parsing and settings into Kopf's webhook builder.
+The chart renders the ValidatingWebhookConfiguration without webhooks: the operator's webhook
+server writes its entry, with a ``namespaceSelector`` of the namespaces it watches, which it
+takes from the ``--namespace`` flags the chart passes. Here the rendered flags go through
+``backstop operator``'s own parsing and settings into what the server writes.
 
 ``backstop operator --liveness URL`` serves ``/healthz`` there (Kopf's liveness endpoint
 while leading, :func:`backstop.k8s.leader.run_elected`'s own server while standing by);
@@ -19,15 +19,13 @@ from unittest import mock
 from urllib.parse import urlparse
 
 import kopf
-import kopf._core.engines.admission as kopf_admission
 import pytest
-from kopf._cogs.structs.references import Resource
 from kubernetes import client
 
 from backstop.cli import operator as operator_cli
 from backstop.cli._operator_options import OperatorOptions
 from backstop.controller import admission
-from backstop.domain.constants import GROUP, PLURAL, VERSION
+from backstop.controller.webhookserver import RotatingWebhookServer
 from tests.chart.test_chart import Doc, container, env_of, helm, operator_command, render
 
 __all__ = ["helm"]  # the fixture, shared with test_chart.py
@@ -60,8 +58,8 @@ def test_the_readiness_probe_asks_the_operators_health_endpoint(
 
 
 def written_webhooks(monkeypatch: pytest.MonkeyPatch, c: Doc) -> list[dict[str, Any]]:
-    """The webhooks Kopf would write for the operator container ``c`` (its args and env;
-    an API server of 1.29)."""
+    """The webhooks the operator container ``c`` (its args and env; an API server of 1.29)
+    writes when its server announces a client config."""
     for name, value in env_of(c).items():
         monkeypatch.setenv(name, value)
     params = operator_command().make_context("operator", list(c["args"][1:])).params
@@ -75,17 +73,15 @@ def written_webhooks(monkeypatch: pytest.MonkeyPatch, c: Doc) -> list[dict[str, 
     )  # fmt: skip
     monkeypatch.setattr(client, "VersionApi", version)  # webhookscope reads it here
     monkeypatch.setattr(admission, "api_client", lambda: client.ApiClient())
-    monkeypatch.setattr(admission, "build_server", lambda w: None)
     monkeypatch.setattr(kopf, "get_default_registry", lambda: registry)
-    monkeypatch.setattr(kopf_admission, "build_webhooks", admission.KOPF_BUILD_WEBHOOKS)
-    operator_cli._kopf_settings(options)
-    built: list[dict[str, Any]] = kopf_admission.build_webhooks(
-        registry._webhooks.get_all_handlers(),
-        resources=[Resource(GROUP, VERSION, PLURAL, namespaced=True)],
-        name_suffix=admission.CONFIGURATION,
-        client_config={"service": {"namespace": "ops", "name": "rel-backstop-webhook"}},
-    )
-    return built
+    written: list[list[dict[str, Any]]] = []
+    monkeypatch.setattr(admission, "write_webhooks", lambda api, name, w, **_: written.append(w))
+    settings, _ = operator_cli._kopf_settings(options)
+    server = settings.admission.server
+    assert isinstance(server, RotatingWebhookServer) and server.publish is not None
+    server.publish({"service": {"namespace": "ops", "name": "rel-backstop-webhook"}}, True)
+    (webhooks,) = written
+    return webhooks
 
 
 def test_the_webhook_is_called_for_the_watched_namespaces_only(

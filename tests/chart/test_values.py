@@ -51,6 +51,7 @@ PASSED_THROUGH: dict[str, str] = {
     "reoptimization.resources": "JSON in BACKSTOP_SPARK_RESOURCES (the Job container's)",
     "reoptimization.sparkConf": "JSON in BACKSTOP_SPARK_CONF (the Job's --conf settings)",
     "metrics.dashboard.labels": "labels of the dashboard ConfigMap (Grafana's sidecar), as given",
+    "metrics.taskDashboard.labels": "labels of the task dashboard's ConfigMap, as given",
 }
 """Values the templates hand on whole: Kubernetes (or the operator) reads their keys."""
 

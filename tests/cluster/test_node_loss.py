@@ -13,6 +13,8 @@ import time
 from typing import Any
 
 import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import cpu_cores, expand, parse_spec
@@ -355,15 +357,33 @@ def test_cordoned_node_is_drained_a_few_tasks_at_a_time_before_anything_fails(
     assert drains and max(moved_per_event) <= 3, moved_per_event
 
 
+def _min_available(env: Env, name: str) -> int | None:
+    """The topology's PodDisruptionBudget's ``minAvailable`` (policy/v1beta1 here, 1.20)."""
+    custom = client.CustomObjectsApi(env.core.api_client)
+    for version in ("v1", "v1beta1"):
+        try:
+            pdb = custom.get_namespaced_custom_object(
+                "policy", version, env.namespace, "poddisruptionbudgets", name
+            )
+        except ApiException:
+            continue
+        return int(pdb["spec"]["minAvailable"])
+    return None
+
+
 def test_a_drain_that_cannot_keep_the_bound_says_so(env: Env, pool: Pool) -> None:
     """Three nodes of 3 CPU for 8 tasks of 1 CPU: under the 0.8 cap no node has room for
     another task, so nothing can move off a cordoned one; the operator says why in a
-    Warning Event instead of letting the drain wait in silence, and moves nothing."""
+    Warning Event instead of letting the drain wait in silence, and moves nothing. Past
+    ``drainTimeoutSeconds`` the budget lets the cordoned node's pods be evicted
+    (``DrainReleased``); uncordoned, the whole budget is back."""
     for _ in range(3):
         pool.add("3")
     pool.wait_ready()
     name = "stuck"
-    env.create(fan_topology(name, pool.name))
+    doc = fan_topology(name, pool.name)
+    doc["spec"]["recovery"]["drainTimeoutSeconds"] = 5
+    env.create(doc)
     env.wait_condition(name, "Ready", "True")
     before = nodes_of(env, name)
     victim = max(set(before.values()), key=lambda n: sum(1 for v in before.values() if v == n))
@@ -387,5 +407,13 @@ def test_a_drain_that_cannot_keep_the_bound_says_so(env: Env, pool: Pool) -> Non
         assert all(t in event.message for t in on_victim), event.message
         assert f"PodDisruptionBudget {name}" in event.message
         assert nodes_of(env, name) == before, "a task moved although the bound forbids it"
+        assert _min_available(env, name) == len(before)
+        lowered = len(before) - len(on_victim)
+        wait_for(lambda: _min_available(env, name) == lowered, 60, "the budget lowered")
+        assert any(
+            e.reason == "DrainReleased" and e.involved_object.name == name
+            for e in env.core.list_namespaced_event(env.namespace).items
+        )
     finally:
         pool.sim.core.patch_node(victim, {"spec": {"unschedulable": False}})
+    wait_for(lambda: _min_available(env, name) == len(before), 60, "the whole budget back")

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 from kubernetes import client
 
+from backstop.domain.pinning import pinned, pinned_by_hostname
 from backstop.k8s.nodes import node_is_ready
 from backstop_testkit.sim.nodesim import NOT_READY_TAINT, NodeShape, Simulator
 
@@ -74,6 +75,42 @@ def test_nodes_turn_ready_and_run_scheduled_pods(
         20,
         "the pod deletion to finish",
     )
+
+
+def test_a_pod_pinned_by_node_name_runs_on_a_node_whose_hostname_label_differs(
+    simulator: Simulator, node_prefix: str, namespace: str
+) -> None:
+    """The task pods' pin (:func:`backstop.domain.pinning.pinned`) names the Node, not its
+    hostname label: the scheduler binds the pod and the simulator runs it there."""
+    core = simulator.core
+    name = f"{node_prefix}-0"
+    simulator.create(name, NodeShape(cpu="2"), hostname=f"{name}-host")
+    wait_for(lambda: ready(core, name), 20, f"{name} Ready")
+    assert core.read_node(name).metadata.labels["kubernetes.io/hostname"] == f"{name}-host"
+    wait_for(
+        lambda: not any(t.key == NOT_READY_TAINT for t in core.read_node(name).spec.taints or []),
+        20,
+        "the not-ready taint to go",
+    )
+    for pod, pin in (("by-name", pinned(name)), ("by-label", pinned_by_hostname(name))):
+        core.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": pod},
+                "spec": {
+                    "affinity": pin,
+                    "containers": [{"name": "c", "image": "x"}],
+                },
+            },
+        )
+    wait_for(
+        lambda: core.read_namespaced_pod("by-name", namespace).status.phase == "Running",
+        30,
+        "the pod pinned by name to run",
+    )
+    assert core.read_namespaced_pod("by-name", namespace).spec.node_name == name
+    # the label pin names no node here: the scheduler leaves that pod unbound
+    assert core.read_namespaced_pod("by-label", namespace).spec.node_name is None
 
 
 def test_killed_node_turns_not_ready_and_replacement_turns_ready(

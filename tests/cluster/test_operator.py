@@ -80,12 +80,8 @@ def _verify_against_evaluator(env: Env, obj: dict[str, Any]) -> None:
         assert pod.spec.node_name == assignment[task], "the scheduler follows the affinity"
         assert pod.status.phase == "Running"
         term = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
-        expr = term.node_selector_terms[0].match_expressions[0]
-        assert (expr.key, expr.operator, expr.values) == (
-            "kubernetes.io/hostname",
-            "In",
-            [assignment[task]],
-        )
+        expr = term.node_selector_terms[0].match_fields[0]
+        assert (expr.key, expr.operator, expr.values) == ("metadata.name", "In", [assignment[task]])
         e = _env_of(pod)
         assert e["BACKSTOP_TASK_ID"] == task
         assert e["BACKSTOP_UPSTREAM_BACKUP"] == ("true" if task in backups else "false")

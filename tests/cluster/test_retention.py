@@ -123,3 +123,36 @@ def test_fault10_delete_while_the_operator_is_down_removes_the_topology_and_its_
         "every pod of the topology deleted by the garbage collector",
     )
     env.created.clear()
+
+
+@pytest.mark.cluster
+def test_a_topology_with_an_older_operators_finalizer_is_released_at_start(env: Env) -> None:
+    """A topology that an older operator (whose Kopf daemons asked a finalizer) left with
+    Kopf's finalizer loses it when this operator starts, and then deletes without one."""
+    assert env.proc is not None
+    stop_operator(env.proc)
+    doc = topology_manifest(EXAMPLE, "older")
+    doc["metadata"]["finalizers"] = [f"{GROUP}/finalizer"]
+    env.create(doc)
+    env.restart_operator()  # a new operator process finds the topology in its listing
+    wait_for(
+        lambda: env.get("older")["metadata"].get("finalizers") in (None, []),
+        60,
+        "Kopf's finalizer removed by the operator",
+    )
+    env.wait_condition("older", "Ready", "True", timeout=90)
+    stop_operator(env.proc)
+    env.proc = None
+    env.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, env.namespace, "streamtopologies", "older"
+    )
+
+    def deleted() -> bool:
+        try:
+            env.get("older")
+        except ApiException as err:
+            return bool(err.status == 404)
+        return False
+
+    wait_for(deleted, 15, "the topology gone without an operator")
+    env.created.clear()

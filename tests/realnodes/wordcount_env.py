@@ -27,6 +27,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
+from backstop.k8s.kubeio import plan_age
 from backstop_runtime.blobs import open_blobs
 from backstop_runtime.input import put_files
 from backstop_testkit.support.kubetools import (
@@ -217,12 +218,13 @@ def host_directories(pods: list[Any]) -> list[str]:
 
 
 def recovery_plans(env: Env, name: str) -> list[dict[str, Any]]:
-    """The specs of the run's RecoveryPlans (one per recovery step), by step; read them
-    before the topology is deleted (they are its dependents)."""
+    """The specs of the run's RecoveryPlans (one per recovery step), oldest first (by
+    session, then step: every session numbers its steps from 1); read them before the
+    topology is deleted (they are its dependents)."""
     items = env.custom.list_namespaced_custom_object(
         GROUP, VERSION, env.namespace, "recoveryplans", label_selector=f"{GROUP}/topology={name}"
     )["items"]
-    return sorted((p["spec"] for p in items), key=lambda s: int(s.get("step", 0)))
+    return [p["spec"] for p in sorted(items, key=plan_age)]
 
 
 def store_secret(core: client.CoreV1Api, namespace: str, s3: dict[str, str]) -> None:

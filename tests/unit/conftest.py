@@ -1,10 +1,12 @@
 """Fixtures of the unit tests: a real S3 object store (SeaweedFS) for the tests that keep
 data in a bucket.
 
-``object_store_env`` starts SeaweedFS once per test session with ``hack/object-store.sh up``
-in a temporary directory on free ports and stops it by its pid at the end (``down``), through
-:mod:`backstop_testkit.support.objectstore`.
-Without a ``weed`` binary the tests that use it fail with the script's message.
+``object_store_server`` starts SeaweedFS once per test session with ``hack/object-store.sh
+up`` in a temporary directory on free ports and stops it by its pid at the end (``down``),
+through :mod:`backstop_testkit.support.objectstore`; a test may stop it and start it again
+(an outage: the data stays), and ``object_store_env`` gives its settings. Every test keeps
+its data under a prefix of its own. Without a ``weed`` binary the tests that use it fail
+with the script's message.
 """
 
 from __future__ import annotations
@@ -15,18 +17,35 @@ from pathlib import Path
 
 import pytest
 
-from backstop_testkit.support.objectstore import ObjectStoreError, running_object_store
+from backstop_testkit.support.objectstore import ObjectStore, ObjectStoreError, alive
 
 
 @pytest.fixture(scope="session")
-def object_store_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A running SeaweedFS: the variables ``hack/object-store.sh env`` prints for it
-    (``BACKSTOP_S3_ENDPOINT``, ``BACKSTOP_S3_BUCKET``, the credentials)."""
+def object_store_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ObjectStore, dict[str, str]]]:
+    """A running SeaweedFS and the variables ``hack/object-store.sh env`` prints for it
+    (``BACKSTOP_S3_ENDPOINT``, ``BACKSTOP_S3_BUCKET``, the credentials); at the end, a check
+    that it left no process or socket."""
+    store = ObjectStore(tmp_path_factory.mktemp("objectstore"), "data")
     try:
-        with running_object_store(tmp_path_factory.mktemp("objectstore"), "data") as env:
-            yield env
-    except ObjectStoreError as err:
-        pytest.fail(str(err), pytrace=False)
+        try:
+            env = store.up()
+        except ObjectStoreError as err:
+            pytest.fail(str(err), pytrace=False)
+        yield store, env
+    finally:
+        store.down()
+    if store.pid is None or alive(store.pid):
+        pytest.fail("weed still runs after down", pytrace=False)
+    if not store.sockets or any(Path(s).exists() for s in store.sockets):
+        pytest.fail("sockets left in /tmp", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def object_store_env(object_store_server: tuple[ObjectStore, dict[str, str]]) -> dict[str, str]:
+    """The session's SeaweedFS: the variables ``hack/object-store.sh env`` prints for it."""
+    return object_store_server[1]
 
 
 @pytest.fixture(params=["dir", "s3"])

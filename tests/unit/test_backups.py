@@ -107,11 +107,11 @@ def assert_valid(g: TaskGraph, bound: float, plan: BackupPlan) -> None:
 
 def applicable(g: TaskGraph) -> list[str]:
     shape = topology_shape(g)
-    names = [n for n in BACKUP_ALGORITHMS if n not in ("line", "tree")]
+    names = [n for n in BACKUP_ALGORITHMS if n not in ("line", "tree", "tree-topdown")]
     if shape == "lines":
-        names += ["line", "tree"]
+        names += ["line", "tree", "tree-topdown"]
     elif shape == "tree":
-        names.append("tree")
+        names += ["tree", "tree-topdown"]
     if len(g) > EXHAUSTIVE_MAX_TASKS:
         names.remove("exhaustive")
     return names

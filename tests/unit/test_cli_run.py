@@ -91,3 +91,21 @@ def test_a_bad_manifest_is_one_line_naming_the_field(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stdout + done.stderr
     assert "reads from unknown operator 'nowhere'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_without_the_runtime_extra_the_run_says_what_to_install(tmp_path: Path) -> None:
+    """A Python without the task runtime's msgpack: one line, exit 2, no task started."""
+    path = manifest(tmp_path, spec_doc(tmp_path / "i", tmp_path / "o"))
+    hide = "import sys; sys.modules['msgpack'] = None; from backstop.cli import app; app()"
+    done = subprocess.run(
+        [sys.executable, "-c", hide, "run", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "pip install 'backstop[runtime]'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / ".backstop-local").exists()

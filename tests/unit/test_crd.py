@@ -57,4 +57,7 @@ def test_spec_schema_carries_the_models_validation() -> None:
     assert op["properties"]["priority"]["maximum"] == 10
     assert op["properties"]["resources"]["properties"]["cpu"]["x-kubernetes-int-or-string"]
     grouping = op["properties"]["inputs"]["items"]["properties"]["grouping"]
-    assert set(grouping["enum"]) == {"forward", "shuffle", "broadcast", "global"}
+    assert set(grouping["enum"]) == {
+        "forward", "key", "fields", "shuffle", "rebalance", "broadcast", "global"
+    }  # fmt: skip
+    assert grouping["default"] == "key"  # an input that names none hashes by key, as before

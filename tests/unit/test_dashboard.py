@@ -1,11 +1,15 @@
-"""The Grafana dashboard (charts/backstop/dashboards/backstop.json) against Grafana's
-dashboard model and against what the operator exports.
+"""The Grafana dashboards (charts/backstop/dashboards/: backstop.json for the operator,
+backstop-tasks.json for the task pods) against Grafana's dashboard model and against what
+the operator and the task runtime export.
 
 The schema (tests/support/grafana-dashboard.schema.json) is a minimal, hand-written
 JSON schema of Grafana's classic dashboard model (its ``$comment`` names the source).
 Every PromQL expression, in panels and in template variables, may name only series the
-operator's registry (:class:`backstop.controller.metrics.OperatorMetrics`) exports, and
-every per-topology series has a panel.
+operator's registry (:class:`backstop.controller.metrics.OperatorMetrics`) exports, or, in
+the task dashboard, only series a task's ``/metrics`` serves (read back from the runtime's
+own :func:`backstop_runtime.httpmetrics.prometheus`); every series has a panel. The labels
+the task dashboard selects on are checked against the chart's task PodMonitor in
+tests/chart/test_chart_taskdash.py.
 """
 
 from __future__ import annotations
@@ -20,22 +24,35 @@ import jsonschema
 import pytest
 
 from backstop.controller.metrics import OperatorMetrics
+from backstop_runtime.httpmetrics import prometheus
+from backstop_testkit.support.exposition import parse
 
 ROOT = Path(__file__).resolve().parents[2]
-DASHBOARD = ROOT / "charts" / "backstop" / "dashboards" / "backstop.json"
+DASHBOARDS = ROOT / "charts" / "backstop" / "dashboards"
+DASHBOARD = DASHBOARDS / "backstop.json"
+TASK_DASHBOARD = DASHBOARDS / "backstop-tasks.json"
 SCHEMA = ROOT / "tests" / "support" / "grafana-dashboard.schema.json"
 
 PROMQL_WORDS = {
     # aggregations, their modifiers, and the functions the dashboard uses
     "sum", "min", "max", "avg", "count", "by", "without", "on", "ignoring",
-    "rate", "increase", "histogram_quantile",
+    "rate", "increase", "histogram_quantile", "deriv",
 }  # fmt: skip
 """Identifiers of PromQL itself; any other bare identifier must be an exported series."""
 
 
-def _dashboard() -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(DASHBOARD.read_text())
+def _dashboard(path: Path = DASHBOARD) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(path.read_text())
     return doc
+
+
+def task_series() -> dict[str, set[str]]:
+    """What a task's ``/metrics`` serves, ``{name: its labels}``, read back from the
+    runtime's own exposition of a task that has set no value yet."""
+    out: dict[str, set[str]] = {}
+    for s in parse(prometheus("count-0", {})):
+        out.setdefault(s.name, set()).update(s.labels)
+    return out
 
 
 def _validator() -> jsonschema.Draft7Validator:
@@ -81,8 +98,9 @@ def series_named(expr: str) -> set[str]:
     return set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", text)) - PROMQL_WORDS
 
 
-def test_dashboard_is_a_grafana_dashboard() -> None:
-    doc = _dashboard()
+@pytest.mark.parametrize("path", [DASHBOARD, TASK_DASHBOARD], ids=lambda p: p.name)
+def test_dashboard_is_a_grafana_dashboard(path: Path) -> None:
+    doc = _dashboard(path)
     errors = sorted(_validator().iter_errors(doc), key=str)
     assert errors == [], "\n".join(e.message for e in errors)
     ids = [p["id"] for p in _panels(doc)]
@@ -112,8 +130,9 @@ def test_dashboard_is_a_grafana_dashboard() -> None:
     ids=["no-schemaVersion", "too-wide", "no-panel-type", "row-without-collapsed",
          "bad-variable-type", "target-without-refId"],
 )  # fmt: skip
-def test_the_schema_rejects_what_grafana_rejects(break_it: Any) -> None:
-    doc = copy.deepcopy(_dashboard())
+@pytest.mark.parametrize("path", [DASHBOARD, TASK_DASHBOARD], ids=lambda p: p.name)
+def test_the_schema_rejects_what_grafana_rejects(break_it: Any, path: Path) -> None:
+    doc = copy.deepcopy(_dashboard(path))
     break_it(doc)
     assert list(_validator().iter_errors(doc)), "accepted a broken dashboard"
 
@@ -131,3 +150,30 @@ def test_every_expression_names_only_exported_series_and_every_series_is_shown()
     families = {f.name for f in OperatorMetrics().registry.collect()}
     shown = {f for f in families if any(u == f or u.startswith(f + "_") for u in used)}
     assert shown == families, f"no panel for {sorted(families - shown)}"
+
+
+def test_the_dashboards_are_two_and_the_task_one_is_in_the_same_model() -> None:
+    ops, tasks = _dashboard(), _dashboard(TASK_DASHBOARD)
+    assert ops["uid"] != tasks["uid"] and ops["title"] != tasks["title"]
+    assert tasks["schemaVersion"] == ops["schemaVersion"]
+    variables = [v["name"] for v in tasks["templating"]["list"]]
+    assert variables == ["datasource", "namespace", "topology", "task"]
+
+
+def test_the_task_dashboard_names_only_what_a_task_serves_and_shows_all_of_it() -> None:
+    served = set(task_series())
+    assert {"backstop_task_tuples_in_total", "backstop_task_lag_seconds"} <= served
+    exprs = expressions(_dashboard(TASK_DASHBOARD))
+    assert exprs
+    used: set[str] = set()
+    for expr in exprs:
+        named = series_named(expr)
+        assert named, f"no series in {expr!r}"
+        assert named <= served, f"{sorted(named - served)} not served by a task: {expr!r}"
+        used |= named
+    assert used == served, f"no panel for {sorted(served - used)}"
+
+
+def test_the_series_check_catches_what_no_task_serves() -> None:
+    invented = 'rate(backstop_task_records_in_total{task=~"$task"}[5m])'
+    assert not series_named(invented) <= set(task_series())

@@ -12,7 +12,7 @@ from typing import Any
 import kopf
 import pytest
 
-from backstop.controller import context, handlers, kopf_config
+from backstop.controller import context, kopf_config
 from backstop.domain.events import EventFilter
 
 
@@ -57,17 +57,6 @@ def test_fault10_after_the_window_the_event_comes_again_with_the_count(held: int
         assert again == f"spec.image: required ({held} more times in 10s)"
     else:
         assert again == "spec.image: required"
-
-
-def test_fault10_no_handler_asks_kopf_for_a_finalizer() -> None:
-    """Kopf adds its finalizer when a handler requires one (its daemons always do); none
-    does here, so deleting a topology never waits for the operator."""
-    assert handlers.reconcile is not None  # importing the handlers registers them (and the daemons)
-    registry = kopf.get_default_registry()
-    handlers_ = [*registry._spawning.get_all_handlers(), *registry._changing.get_all_handlers()]
-    assert handlers_, "the operator's handlers are registered"
-    asking = [h.id for h in handlers_ if getattr(h, "requires_finalizer", False)]
-    assert asking == []
 
 
 def test_an_unknown_reason_is_posted_not_raised(monkeypatch: Any, caplog: Any) -> None:

@@ -230,7 +230,8 @@ def test_the_pod_feed_relists_and_applies_events_into_the_ledger() -> None:
 
     ledger = CapacityLedger()
     feed = podfeed.PodFeed(client.ApiClient(), ledger)
-    assert feed.source.page == podfeed.PAGE and feed.source.bookmarks
+    (source,) = feed.sources.values()
+    assert source.page == podfeed.PAGE and source.bookmarks
     feed.relist(iter([pod("ns", f"p{i}", f"n{i % 3}", "100m", "1Mi") for i in range(7)]))
     assert ledger.synced.is_set()
     alloc = {f"n{i}": Resources(1.0, GI, 110) for i in range(3)}

@@ -30,11 +30,10 @@ def test_task_pod_is_pinned_owned_labelled_and_told_its_role() -> None:
     pod = build_task_pod(OWNER, SPEC, role("n1", backup=True))
     assert pod["metadata"]["name"] == "topo--src-0"
     term = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert term["nodeSelectorTerms"][0]["matchExpressions"][0] == {
-        "key": "kubernetes.io/hostname",
-        "operator": "In",
-        "values": ["n1"],
-    }
+    # the Node's name, never its hostname label (which may differ from the name)
+    assert term["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+    ]
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     env = {
         e["name"]: e.get("value", e.get("valueFrom")) for e in pod["spec"]["containers"][0]["env"]

@@ -80,3 +80,30 @@ def test_heartbeats_go_on_while_a_pod_round_is_stuck() -> None:
         core.release.set()
         runner.join(5)
     assert not runner.is_alive()
+
+
+class OrderCore(FakeCore):
+    """Records the order of a heartbeat's calls."""
+
+    def __init__(self, calls: list[str]) -> None:
+        super().__init__()
+        self.calls = calls
+
+    def patch_node_status(self, *_: Any, **__: Any) -> None:
+        self.calls.append("status")
+
+
+class OrderCoord:
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def patch_namespaced_lease(self, *_: Any, **__: Any) -> None:
+        self.calls.append("lease")
+
+
+def test_a_node_has_its_lease_before_its_status_says_ready() -> None:
+    calls: list[str] = []
+    sim = Simulator(client.ApiClient())
+    sim.core, sim.coord = OrderCore(calls), OrderCoord(calls)
+    sim.tick_nodes()
+    assert calls == ["lease", "status"]

@@ -314,7 +314,7 @@ def test_the_runtime_takes_what_the_operator_pushes() -> None:
 
 
 class Flag:
-    """Stands for Kopf's ``DaemonStopped``: false until set."""
+    """Stands for a worker's ``Stopped`` flag: false until set."""
 
     def __init__(self) -> None:
         self.set = False

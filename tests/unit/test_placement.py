@@ -37,7 +37,7 @@ from planners.placement import (
 )
 
 HEURISTICS = ["nfdh", "ffdh", "bfdh", "rtap-nf", "rtap-ff", "rtap-bf"]
-HEURISTICS += ["rtap-nf-literal", "rtap-ff-literal", "rtap-bf-literal"]
+HEURISTICS += ["rtap-nf-literal", "rtap-ff-literal", "rtap-bf-literal", "rtap-bf-backtrack"]
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -56,7 +56,7 @@ def evaluator_findings(graph: TaskGraph, pool: NodePool, plan: Placement) -> lis
 def test_2sp_keeps_the_bound_when_every_task_keeps_backups(
     algorithm: str, graph: TaskGraph, slack: float
 ) -> None:
-    """Line 221, "these greedy algorithms ensure recovery latency": true of the level reading.
+    """Section 4.2, "these greedy algorithms ensure recovery latency": true of the level reading.
 
     With every task a backup, ``H(p)`` never exceeds the sum of the heights
     stacked on ``p``, which the fit keeps within the bound.
@@ -168,7 +168,7 @@ def test_nfdh_is_the_worst_and_bfdh_the_best_2sp_baseline(
 
 def test_more_groups_more_bins(table4_at_r1: dict[str, dict[str, int]]) -> None:
     """Section 5.3.3 / Fig. 7: "the packing results are worse when items are partitioned
-    into more groups" — the line-387 rule never makes fewer groups, nor RTAP-BF fewer bins."""
+    into more groups" — the §5.3.3 rule never makes fewer groups, nor RTAP-BF fewer bins."""
     for name, used in table4_at_r1.items():
         assert used["groups-literal"] >= used["groups"], (name, used)
         if used["groups-literal"] > used["groups"]:

@@ -11,6 +11,7 @@ import pytest
 
 from backstop.controller import tick
 from backstop.controller.memo import TopologyMemo
+from backstop.domain.pinning import pinned_node
 from backstop.domain.spec import StreamTopologySpec, expand
 from backstop.domain.status import PlanStatus, TopologyStatus
 from backstop.k8s import manifests
@@ -54,8 +55,7 @@ def make_tick(memory: TopologyMemo, generation: int = 1, uid: str = "uid-1") -> 
 
 
 def node_of(pod: dict[str, Any]) -> str:
-    term = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    return str(term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0])
+    return str(pinned_node(pod["spec"]))
 
 
 @pytest.fixture

@@ -22,10 +22,12 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.controller import handlers, metrics, supervisor
 from backstop.controller.tick import Tick
+from backstop.domain.constants import LABEL_OPERATOR
 from backstop.domain.incidents import node_info
 from backstop.domain.spec import expand, parse_spec
 from backstop.domain.status import TopologyStatus, parse_status, with_changes
-from backstop.k8s.kubeio import Kube, PodRefused, pod_refusal
+from backstop.k8s.apierrors import PodRefused, pod_refusal
+from backstop.k8s.kubeio import Kube
 from backstop.k8s.ledger import CapacityLedger
 from backstop.k8s.manifests import Owner
 
@@ -96,7 +98,9 @@ def merged(old: Any, patch: Any) -> Any:
 
 
 class Cluster:
-    """The mocked API server: pod creations answered by ``answer``; the status kept."""
+    """The mocked API server: pod creations answered by ``answer``, server-side dry runs by
+    ``dry_answer`` (a refusal between the dry run and the creation, or of a spec planned
+    before, is refused at creation only); the status kept."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.kube = Kube(client.ApiClient())
@@ -106,6 +110,7 @@ class Cluster:
         self.status: dict[str, Any] = {}
         self.events: list[tuple[str, str, bool]] = []
         self.answer: ApiException | None = None
+        self.dry_answer: ApiException | None = None
         self.kube.custom.patch_namespaced_custom_object_status.side_effect = self._patch
         self.kube.core.create_namespaced_pod.side_effect = self._create
         self.ledger = CapacityLedger()
@@ -118,8 +123,9 @@ class Cluster:
         return {}
 
     def _create(self, namespace: str, manifest: dict[str, Any], **kwargs: Any) -> Any:
-        if self.answer is not None:
-            raise self.answer
+        answer = self.dry_answer if kwargs.get("dry_run") else self.answer
+        if answer is not None:
+            raise answer
         return mock.MagicMock()
 
     def _event(self, body: Any, reason: str, message: str, *, warning: bool) -> None:
@@ -210,7 +216,7 @@ def test_a_template_the_namespace_refuses_in_the_dry_run_is_no_invalid_spec(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cluster = Cluster(monkeypatch)
-    cluster.answer = api_error(403, "Forbidden", PSA)
+    cluster.answer = cluster.dry_answer = api_error(403, "Forbidden", PSA)
     spec = {**SPEC, "podTemplate": {"metadata": {"labels": {"team": "a"}}}}
     with pytest.raises(kopf.TemporaryError):
         cluster.reconcile(spec)
@@ -276,3 +282,44 @@ def test_the_supervisor_creates_no_pod_before_the_next_attempt(
     supervisor.converge(tick(with_changes(status, pods_refused=due)), [], force_nodes=set())
     assert created == [0, 4]  # due: the plan's four pods
     assert [w.get("podsRefused", "kept") for w in written] == [None]  # and the record goes
+
+
+def test_a_new_spec_has_one_pod_of_every_operator_tried_before_any_pod_is_created(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ServiceAccount the namespace lacks (no pod template anywhere) is refused by the dry
+    run: the condition and the Event come before any real pod creation was tried."""
+    cluster = Cluster(monkeypatch)
+    missing = 'pods "t--src-0" is forbidden: error looking up service account team/runner'
+    cluster.answer = cluster.dry_answer = api_error(403, "Forbidden", missing)
+    with pytest.raises(kopf.TemporaryError):
+        cluster.reconcile({**SPEC, "serviceAccountName": "runner"})
+    calls = cluster.kube.core.create_namespaced_pod.call_args_list
+    assert calls and all(c.kwargs.get("dry_run") == "All" for c in calls)
+    assert cluster.status["podsRefused"]["message"] == missing
+    assert [r for r, _, _ in cluster.events] == ["PodsRefused"]
+
+    cluster.answer = cluster.dry_answer = None  # the ServiceAccount exists: one dry run each
+    cluster.kube.core.create_namespaced_pod.reset_mock()
+    cluster.reconcile({**SPEC, "serviceAccountName": "runner"})
+    calls = cluster.kube.core.create_namespaced_pod.call_args_list
+    tried = [c.args[1]["metadata"]["labels"] for c in calls if c.kwargs.get("dry_run")]
+    real = [c for c in calls if not c.kwargs.get("dry_run")]
+    assert sorted(t[LABEL_OPERATOR] for t in tried) == ["sink", "src"]
+    assert len(real) == 4  # two tasks of each operator
+
+    cluster.kube.core.create_namespaced_pod.reset_mock()  # the same spec again: no dry run
+    cluster.reconcile({**SPEC, "serviceAccountName": "runner"})
+    assert not [
+        c for c in cluster.kube.core.create_namespaced_pod.call_args_list if c.kwargs.get("dry_run")
+    ]
+
+
+def test_an_api_hiccup_in_the_dry_run_is_retried_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = Cluster(monkeypatch)
+    cluster.dry_answer = api_error(500, "InternalError", "etcdserver: request timed out")
+    with pytest.raises(kopf.TemporaryError) as err:
+        cluster.reconcile()
+    assert err.value.delay == 2
+    assert "problem" not in cluster.status and "podsRefused" not in cluster.status
+    assert not cluster.events

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from backstop.domain.constants import ANN_HASH
 from backstop.domain.incidents import NodeInfo, for_topology, node_info, topology_tolerations
+from backstop.domain.pinning import hashed_pod_spec
 from backstop.domain.podmerge import build_pod_spec, merge, taints_tolerated, tolerates
 from backstop.domain.spec import StreamTopologySpec, expand, parse_spec, parse_topology
 from backstop.k8s import manifests
@@ -335,6 +336,17 @@ def test_the_runtimes_settings_may_be_set_and_limits_from_resources_win() -> Non
     assert task["resources"]["limits"] == {"cpu": "500m", "memory": "1Gi"}
 
 
+@pytest.mark.parametrize(
+    "name", ["BACKSTOP_BUFFER_BYTES", "BACKSTOP_READAHEAD_BYTES", "BACKSTOP_BUFFER_ROUNDS"]
+)
+def test_a_template_may_bound_the_runtimes_buffers(name: str) -> None:
+    env = [{"name": name, "value": "8388608"}]
+    spec = parse_spec(
+        spec_doc(podTemplate={"spec": {"containers": [{"name": "task", "env": env}]}})
+    )
+    assert env_of(pod_of(spec, "src")["spec"]["containers"][0])[name] == "8388608"
+
+
 # ------------------------------------------------------------------ merge properties
 scalars = st.one_of(st.integers(), st.text(max_size=3), st.booleans())
 names = st.sampled_from(["a", "b", "c", "d"])
@@ -499,7 +511,8 @@ def test_without_a_template_the_pod_is_what_the_full_merge_makes(extra: dict[str
     base = manifests._base_pod_spec(Owner("t", "ns", "u"), spec, spec.operators[0], role, env)
     merged = build_pod_spec(base, {}, manifests.owned_pod_spec(base))
     assert pod["spec"] == merged
-    assert pod["metadata"]["annotations"][ANN_HASH] == manifests._hash(merged)
+    hashed = hashed_pod_spec(merged, "n1")
+    assert pod["metadata"]["annotations"][ANN_HASH] == manifests._hash(hashed)
 
 
 def test_a_topology_with_env_values_parses_again_from_its_own_dump() -> None:

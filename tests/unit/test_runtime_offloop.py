@@ -137,8 +137,11 @@ async def drive(task: Task, until: Callable[[], bool]) -> list[tuple[float, floa
 def in_process(
     topo: LocalTopology, task_id: str, port: int
 ) -> tuple[Task, list[tuple[float, float, str]]]:
-    """``task_id`` as this process runs it, its store (and a sink's output) slow."""
-    task = Task(from_env({**topo.env[task_id], "BACKSTOP_METRICS_PORT": str(port)}))
+    """``task_id`` as this process runs it, its store (and a sink's output) slow; its
+    metrics rows, one per minute, come after the run, so that the writer thread's queue
+    holds the writes measured and the status reports."""
+    env = {**topo.env[task_id], "BACKSTOP_METRICS_PORT": str(port)}
+    task = Task(from_env({**env, "BACKSTOP_METRICS_INTERVAL": "60"}))
     writes: list[tuple[float, float, str]] = []
     task.store.blobs = SlowBlobs(task.store.blobs, writes)
     if task.cfg.is_source:
@@ -149,17 +152,23 @@ def in_process(
 
 
 @pytest.mark.parametrize(
-    ("task_id", "kind", "batch"),
-    [("sink-0", "/ckpt/", 20), ("source-0", "/batches/", 40)],
+    ("task_id", "kind", "batch", "per_file"),
+    [("sink-0", "/ckpt/", 20, 400), ("source-0", "/batches/", 40, 200)],
     ids=["sink-checkpoints", "source-batch-log"],
 )
 def test_the_loop_serves_while_slow_writes_are_in_flight(
-    task_id: str, kind: str, batch: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    task_id: str,
+    kind: str,
+    batch: int,
+    per_file: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``batch``: records per mini-batch, as many rounds as give a few writes of ``kind``
-    (a sink checkpoints every tenth round, a source logs every round)."""
+    """``batch`` and ``per_file`` (records per mini-batch, and per input file): as many
+    rounds as give a few writes of ``kind`` (a sink checkpoints every tenth round, a source
+    logs every round, each write in the queue of the task's writer thread)."""
     inp = tmp_path / "input"
-    write_input(inp, files=3, per_file=400)
+    write_input(inp, files=3, per_file=per_file)
     out = tmp_path / "out"
     topo = LocalTopology(
         "wordcount", wordcount_spec(inp, out, rate=300.0, batch=batch), tmp_path / "store"

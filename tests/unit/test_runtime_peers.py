@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from backstop_runtime import httpmetrics, inputs, wire
+from backstop_runtime.api import Record
 from backstop_runtime.config import TaskConfig, from_env
 from backstop_runtime.engine import Batch
 from backstop_runtime.peermap import PushedPeers
@@ -195,9 +196,8 @@ async def _producer(mark: str) -> asyncio.Server:
             sub = await wire.read(reader)
             r = int(sub["from"])
             while True:
-                batch = Batch(r, [], 0.0, False, time.time())
-                msg = {**batch.to_msg(), "recs": [[None, mark, 0.0]]}
-                writer.write(wire.encode(msg))
+                batch = Batch(r, [Record(mark, None, 0.0)], 0.0, False, time.time())
+                writer.write(wire.encode(batch.to_msg()))
                 await writer.drain()
                 r += 1
                 await asyncio.sleep(0.02)
@@ -229,7 +229,7 @@ def test_a_consumer_follows_a_pushed_move_within_a_fraction_of_a_second(
         async with _endpoint(peers, TOKEN) as port:
             batches = inputs.stream(consumer, "src-0", consumer="sink-0", epoch=1, start=1)
             pushed_at = None
-            async for batch in batches:
+            async for batch, _ in batches:
                 seen.append(batch.recs[0].value)
                 if len(seen) == 5:  # settled on the old copy: now the operator pushes
                     code, _ = await asyncio.to_thread(

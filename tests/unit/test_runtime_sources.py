@@ -220,3 +220,18 @@ def test_restored_offsets_skip_what_was_read(tmp_path: Path) -> None:
     snap = tasks.tasks[0].snapshot()
     size = os.path.getsize(tmp_path / "part-00.jsonl")
     assert snap["offsets"] == {"part-00.jsonl": size}
+
+
+@pytest.mark.parametrize("splits", ["files", "ranges"])
+def test_a_file_at_its_end_leaves_its_share_to_the_others(tmp_path: Path, splits: str) -> None:
+    """A round is short only when the task has no backlog: a short round paces the source
+    (it waits a batch interval), so a file that ends must not halve the rounds of a task
+    whose other file has plenty left."""
+    write(tmp_path, "a.jsonl", range(10))
+    write(tmp_path, "b.jsonl", range(500))
+    src = JsonlSource({"path": str(tmp_path), "bounded": True, "splits": splits})
+    src.open(Context("source-0", 0, 1, lambda r: None, lambda *_: None))
+    sizes = [len(src.read(100)) for _ in range(5)]
+    assert sizes == [100, 100, 100, 100, 100]
+    assert len(src.read(1000)) == 10  # all that is left
+    assert src.at_end()

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from backstop_runtime.sources import owner
+from backstop_testkit.support.exposition import parse
 from backstop_testkit.support.runtime_data import (
     counts_of,
     expected_counts,
@@ -141,12 +142,19 @@ def test_metrics_endpoint_counts_what_the_sink_wrote(data: Path, tmp_path: Path)
         status = json.loads(urllib.request.urlopen(f"{url}/status", timeout=10).read())
     finally:
         topo.stop_all()
-    values = dict(
-        line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("backstop_task_")
-    )
+    samples = parse(text)
+    assert {s.labels["task"] for s in samples} == {"sink-0"}
+    values = {s.name: s.value for s in samples}
     lines = output_lines(tmp_path / "out")
-    assert float(values['backstop_task_tuples_in_total{task="sink-0"}']) == len(lines)
+    assert values["backstop_task_tuples_in_total"] == len(lines)
     assert status["eos"] is True and status["epoch"] == 1
+    # what a dashboard of the task reads: checkpoints taken and timed, rounds, the lag (a
+    # source's stream that ended before another's does not hold it back), the probes
+    assert values["backstop_task_checkpoints_total"] >= 1
+    assert values["backstop_task_checkpoint_seconds_total"] > 0
+    assert values["backstop_task_round"] == status["round"] > 0
+    assert 0 <= values["backstop_task_lag_seconds"] < 60
+    assert (values["backstop_task_ready"], values["backstop_task_fenced"]) == (1, 0)
 
 
 def restored(topo: LocalTopology, task: str, r: int) -> bool:

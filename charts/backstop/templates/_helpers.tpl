@@ -98,7 +98,8 @@ on core/v1 events (kopf.info/warn; no log line is posted); the pods index needs 
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "create", "patch"]
-# The recovery session ConfigMap that task pods mount.
+# The recovery session ConfigMap that task pods mount, and the spec ConfigMap of the last
+# good plan (what recovery follows while a later edit is rejected).
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "create", "patch", "update"]

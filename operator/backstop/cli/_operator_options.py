@@ -23,6 +23,17 @@ NamespaceOpt = Annotated[
 AllNamespacesOpt = Annotated[
     bool, typer.Option("--all-namespaces", "-A", help="Watch every namespace.")
 ]
+CapacityAllNamespacesOpt = Annotated[
+    bool,
+    typer.Option(
+        envvar="BACKSTOP_CAPACITY_ALL_NAMESPACES",
+        help=(
+            "Count the pods of every namespace in each node's free capacity (a cluster-wide"
+            " pod list/watch); otherwise only the watched namespaces' pods are read and"
+            " counted. Implied by --all-namespaces."
+        ),
+    ),
+]
 LivenessOpt = Annotated[str, typer.Option(help="Liveness endpoint URL ('' to disable).")]
 LogFormatOpt = Annotated[str, typer.Option(help="Log format: json (structured) or plain.")]
 LogLevelOpt = Annotated[str, typer.Option(help=f"One of {', '.join(LOG_LEVELS)}.")]
@@ -182,6 +193,7 @@ class OperatorOptions:
     webhook_cert_dir: str | None
     webhook_cert_secret: str | None
     webhook_configuration: str
+    capacity_all_namespaces: bool = False
 
     def problem(self) -> str | None:
         """What is wrong with these options, in one line, or ``None``.
@@ -229,6 +241,19 @@ class OperatorOptions:
     def namespaces(self) -> list[str]:
         """The namespaces Kopf serves (none: every namespace)."""
         return [] if self.all_namespaces else list(self.namespace)
+
+    @property
+    def pod_namespaces(self) -> tuple[str, ...]:
+        """The namespaces whose pods the capacity ledger reads (none: every namespace).
+
+        Examples
+        --------
+        >>> OperatorOptions(**{**_EXAMPLE, "namespace": ["a", "b"]}).pod_namespaces
+        ('a', 'b')
+        >>> OperatorOptions(**{**_EXAMPLE, "capacity_all_namespaces": True}).pod_namespaces
+        ()
+        """
+        return () if self.capacity_all_namespaces else tuple(self.namespaces)
 
     @property
     def lease_namespace(self) -> str:

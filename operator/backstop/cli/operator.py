@@ -13,6 +13,7 @@ import typer
 
 from backstop.cli._operator_options import (
     AllNamespacesOpt,
+    CapacityAllNamespacesOpt,
     ClusterScanningOpt,
     GracePeriodOpt,
     KubeconfigOpt,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 def operator(
     namespace: NamespaceOpt = None,
     all_namespaces: AllNamespacesOpt = False,
+    capacity_all_namespaces: CapacityAllNamespacesOpt = False,
     liveness: LivenessOpt = "http://0.0.0.0:8080/healthz",
     log_format: LogFormatOpt = "json",
     log_level: LogLevelOpt = "info",
@@ -105,6 +107,7 @@ def operator(
         webhook_cert_dir=webhook_cert_dir,
         webhook_cert_secret=webhook_cert_secret,
         webhook_configuration=webhook_configuration,
+        capacity_all_namespaces=capacity_all_namespaces,
     )
     start(options)
 
@@ -143,7 +146,7 @@ def start(options: OperatorOptions) -> None:
     def run() -> None:
         metrics.leader.set(1)
         kopf.run(
-            memo=kopf.Memo(metrics=metrics),
+            memo=kopf.Memo(metrics=metrics, pod_namespaces=options.pod_namespaces),
             settings=settings,
             standalone=True,
             clusterwide=options.all_namespaces,
@@ -296,10 +299,23 @@ def crd(
     write: Annotated[
         Path | None, typer.Option(help="Write the files into this directory instead.")
     ] = None,
+    apply: Annotated[
+        bool,
+        typer.Option(
+            "--apply",
+            help="Create or upgrade them in the cluster (Helm never upgrades CRDs).",
+        ),
+    ] = False,
+    kubeconfig: Annotated[
+        str | None, typer.Option(envvar="KUBECONFIG", help="Path to a kubeconfig (--apply).")
+    ] = None,
 ) -> None:
     """Print the CustomResourceDefinitions (generated from the pydantic models)."""
     from backstop.k8s.crd import CRDS, render
 
+    if apply:
+        _apply_crds(kubeconfig)
+        return
     if write is not None:
         write.mkdir(parents=True, exist_ok=True)
         for filename, build in CRDS.items():
@@ -307,6 +323,26 @@ def crd(
             typer.echo(f"wrote {write / filename}")
         return
     typer.echo("---\n".join(render(build()) for build in CRDS.values()), nl=False)
+
+
+def _apply_crds(kubeconfig: str | None) -> None:
+    """``crd --apply``: one line per CRD; exit 1 with the reason when it cannot."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from backstop.k8s.cluster import ClusterUnavailable, api_client
+    from backstop.k8s.crdapply import CrdUpgradeRefused, apply_crds
+
+    try:
+        for name, what in apply_crds(api_client(kubeconfig)):
+            typer.echo(f"customresourcedefinition {name} {what}")
+    except CrdUpgradeRefused as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    except (ApiException, ClusterUnavailable, HTTPError, OSError) as err:
+        reason = getattr(err, "reason", None) or err
+        typer.echo(f"error: cannot apply the CRDs: {reason}", err=True)
+        raise typer.Exit(1) from None
 
 
 def register(app: typer.Typer) -> None:

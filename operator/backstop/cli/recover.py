@@ -165,7 +165,9 @@ TimeLimitOpt = Annotated[
     typer.Option(
         "--time-limit",
         help="Budget of the exact solver in nominal seconds: a deterministic work limit, "
-        "so the same input and budget give the same plan on any machine.",
+        "so the same input and budget give the same plan on any machine. If dp or exact "
+        "has not proven its plan optimal within it, the plan is printed with a note on "
+        "stderr and the exit status is 4.",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]

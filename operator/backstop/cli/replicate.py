@@ -56,8 +56,8 @@ SelectionOpt = Annotated[
     str | None,
     typer.Option(
         "--selection",
-        help="knapsack (exact), sort-fill (the seed's), best (the highest availability "
-        "under --host-failure-prob); default: best with a probability, else knapsack.",
+        help="One of: " + ", ".join(SELECTIONS) + " (default: best with "
+        "--host-failure-prob, else knapsack).",
     ),
 ]
 LevelOpt = Annotated[

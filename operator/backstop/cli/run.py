@@ -4,12 +4,14 @@ The way to develop and test operators before deploying them, as Storm's ``LocalC
 and Flink's local MiniCluster are: every task of the manifest runs as a ``python -m
 backstop_runtime`` process configured exactly as its pod would be
 (:mod:`backstop.k8s.localenv`), its state in a directory store (``--store``), its output
-where the sink's ``config.path`` says. Progress is printed once a second (each task's
-round, the sinks' end of stream); with a bounded input (``config.bounded: true`` on the
-sources) the command ends when every sink has seen the end of the stream, and exits 0.
-A task that exits with an error ends the run: its log's last lines are printed and the
-exit status is 1. Ctrl-C stops every task (as SIGTERM stops a pod: each takes its final
-checkpoint) and exits 130; a second run on the same store resumes from there.
+where the sink's ``config.path`` says. The tasks' status files are read every
+:data:`POLL` seconds, and a progress line is printed at most once a second, when
+something moved (each task's round, the sinks' end of stream), and at the end; with a
+bounded input (``config.bounded: true`` on the sources) the command ends when every
+sink has seen the end of the stream, and exits 0. A task that exits with an error ends
+the run: its log's last lines are printed and the exit status is 1. Ctrl-C stops every
+task (as SIGTERM stops a pod: each takes its final checkpoint) and exits 130; a second
+run on the same store resumes from there.
 """
 
 from __future__ import annotations
@@ -25,12 +27,31 @@ from typing import Annotated, Any
 
 import typer
 
-from backstop.cli._output import guarded, load_manifest
+from backstop.cli._output import fail, guarded, load_manifest
 
 __all__ = ["register", "run_command"]
 
 TAIL = 2000
 """Characters of a failed task's log printed."""
+POLL = 0.25
+"""Seconds between two reads of the tasks' status files: the end of a bounded run is
+seen at most this late (reading a few small files is cheap beside the tasks' work)."""
+
+RUNTIME_NEEDS = ("msgpack",)
+"""What every task process imports beyond the operator's core (the ``runtime`` extra)."""
+
+
+def missing_runtime() -> list[str]:
+    """The modules of :data:`RUNTIME_NEEDS` this Python cannot import."""
+    import importlib
+
+    missing = []
+    for module in RUNTIME_NEEDS:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    return missing
 
 
 class LocalRun:
@@ -98,14 +119,15 @@ def watch(run: LocalRun, sinks: list[str], timeout: float, quiet: bool) -> int:
     """Print progress until every sink saw the end of the stream (0), a task failed (1) or
     ``timeout`` seconds passed (2; 0: no limit)."""
     began = time.monotonic()
-    last = ""
+    last, printed = "", -1.0
     while True:
         statuses = {t: run.status(t) for t in run.envs}
-        now = progress(statuses)
-        if not quiet and now != last:  # a line only when something moved
-            typer.echo(f"[{time.monotonic() - began:.0f}s] {now}")
-            last = now
-        if all(statuses[t].get("eos") for t in sinks):
+        now, at = progress(statuses), time.monotonic()
+        done = all(statuses[t].get("eos") for t in sinks)
+        if not quiet and now != last and (at - printed >= 1.0 or done):  # something moved
+            typer.echo(f"[{at - began:.0f}s] {now}")
+            last, printed = now, at
+        if done:
             typer.echo(f"done: every sink saw the end of the stream ({', '.join(sinks)})")
             return 0
         if failed := run.failed():
@@ -116,7 +138,7 @@ def watch(run: LocalRun, sinks: list[str], timeout: float, quiet: bool) -> int:
         if timeout and time.monotonic() - began > timeout:
             typer.echo(f"error: the stream did not end within {timeout:g}s", err=True)
             return 2
-        time.sleep(1.0)
+        time.sleep(POLL)
 
 
 @guarded
@@ -136,6 +158,8 @@ def run_command(
     from backstop.k8s.localenv import local_task_envs
 
     topo = load_manifest(manifest)
+    if missing := missing_runtime():
+        fail(f"the task runtime needs {', '.join(missing)} here: pip install 'backstop[runtime]'")
     name = topo.metadata.name
     where = (store or Path(".backstop-local") / name).resolve()
     envs = local_task_envs(name, topo.spec, where, where, dict(os.environ))

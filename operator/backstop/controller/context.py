@@ -42,10 +42,10 @@ def kube() -> Kube:
 def gone(
     index: kopf.Index[tuple[str | None, str], str], namespace: str | None, name: str, uid: str
 ) -> bool:
-    """Whether the object a daemon serves was deleted (it left the ``topologies`` index).
+    """Whether the object a worker serves was deleted (it left the ``topologies`` index).
 
-    Daemons run without a finalizer (so a topology deleted while the operator is down
-    is not stuck), so Kopf does not stop them on deletion: each loop asks this and returns.
+    Besides the stop flag (:class:`backstop.controller.workers.Stopped`), set when the
+    deletion's event comes, each worker's loop asks this and returns.
     """
     return uid not in (index.get((namespace, name)) or ())
 

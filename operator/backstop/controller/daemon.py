@@ -1,9 +1,10 @@
-"""The supervise daemon: one loop per topology, about once a second, applying the
-recovery state machine's decisions (:func:`backstop.controller.supervisor.supervise_once`).
+"""The supervisor: one loop per topology, about once a second, applying the recovery
+state machine's decisions (:func:`backstop.controller.supervisor.supervise_once`).
 
-:mod:`backstop.controller.handlers` registers it; it is apart from the reconcile of spec
-changes (:mod:`backstop.controller.reconcile`) because the two run on different
-triggers: the reconcile on events of the object, this loop on time and on the node and
+:mod:`backstop.controller.handlers` lists it among each topology's workers
+(:mod:`backstop.controller.workers`: a thread of its own per topology). It is apart from
+the reconcile of spec changes (:mod:`backstop.controller.reconcile`) because the two run
+on different triggers: the reconcile on events of the object, this loop on time and on the node and
 pod indexes. Both take the topology's lock in its Kopf memo
 (:mod:`backstop.controller.memo`), so they never interleave.
 """
@@ -11,9 +12,8 @@ pod indexes. Both take the topology's lock in its Kopf memo
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import kopf
@@ -24,78 +24,18 @@ from backstop.controller import settings as config
 from backstop.controller.context import gone, kube, node_snapshot, post_event
 from backstop.controller.supervisor import supervise_once
 from backstop.controller.tick import Tick
+from backstop.controller.workers import Stopped
 from backstop.domain.constants import EventReason
 from backstop.domain.dataplane import with_confirmed
 from backstop.domain.incidents import for_topology
 from backstop.domain.recovery import next_look
 from backstop.domain.spec import StreamTopologySpec, expand
-from backstop.domain.status import TopologyStatus, parse_status
+from backstop.domain.status import PlanStatus, TopologyStatus, parse_status
 from backstop.domain.status.recoveryplans import last_good_generation
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.manifests import Owner
+from backstop.k8s.specstore import spec_configmap_name, stored_spec
 from planners import InvalidTopology, PlannerError, TaskGraph
-
-HANDLER_WORKERS = 16
-"""Executor threads for handlers and indexes, besides one per running supervise daemon."""
-
-
-class ExecutorSizer:
-    """Counts running sync daemons and sizes Kopf's executor to them plus the handlers."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._daemons = 0
-        self._settings: kopf.OperatorSettings | None = None
-
-    def attach(self, settings: kopf.OperatorSettings) -> None:
-        """Size the executor of this operator run (called by the startup handler)."""
-        with self._lock:
-            self._settings = settings
-        self.add(0)
-
-    def add(self, delta: int) -> None:
-        """Count ``delta`` more running daemons and resize the executor.
-
-        A ``ThreadPoolExecutor`` starts a thread only when work is submitted, so a
-        larger limit alone starts none: the daemons queued behind the reconciles (a
-        fleet's, spawned at once) would wait for some other submission. Each started
-        daemon therefore starts the thread it added (:func:`_start_thread`): the pod and
-        node indexes are ``async`` and submit nothing, so without it 16 of a fleet's 100
-        daemons would run and 84 wait forever.
-        """
-        with self._lock:
-            self._daemons += delta
-            if self._settings is None:
-                return
-            self._settings.execution.max_workers = HANDLER_WORKERS + self._daemons
-            pool = self._settings.execution.executor
-        if delta > 0:
-            _start_thread(pool)
-
-
-def _start_thread(pool: object) -> None:
-    """Start one more worker thread of a ``ThreadPoolExecutor`` (within its limit).
-
-    Its idle semaphore counts work items finished, not threads idle now, so after the
-    reconciles' threads went on to daemons (which never return) it still says "idle"
-    and a submission would start nothing: its stale counts are taken first. CPython's
-    executor has no public way to do this; with another executor nothing happens.
-    """
-    idle = getattr(pool, "_idle_semaphore", None)
-    adjust = getattr(pool, "_adjust_thread_count", None)
-    lock = getattr(pool, "_shutdown_lock", None)
-    if idle is None or adjust is None or lock is None:
-        return
-    with lock:
-        if getattr(pool, "_shutdown", False):
-            return
-        while idle.acquire(timeout=0):
-            pass
-        adjust()
-
-
-executor = ExecutorSizer()
-"""The one sizer of this process's Kopf executor."""
 
 
 def _model(
@@ -128,10 +68,15 @@ def _fresh_status(
 
 
 def _target(
-    mem: topology_memo.TopologyMemo, generation: int, spec: Mapping[str, Any], st: TopologyStatus
+    mem: topology_memo.TopologyMemo,
+    generation: int,
+    spec: Mapping[str, Any],
+    st: TopologyStatus,
+    last_good: Callable[[PlanStatus], Mapping[str, Any] | None],
 ) -> tuple[StreamTopologySpec, TaskGraph, int, bool] | None:
     """The spec the pods follow: the current one, or while an edit is rejected (invalid,
-    or a problem recorded for it) the last good plan's (``status.plan.spec``).
+    or a problem recorded for it) the last good plan's, which ``last_good`` reads (once
+    per generation: the model is kept).
 
     Returns (model, graph, generation, fallback), or ``None`` when there is neither.
     """
@@ -139,26 +84,35 @@ def _target(
     keep = {generation} | ({followed} if followed is not None else set())
     parsed = _model(mem, generation, spec, keep)
     rejected = st.problem is not None and st.problem.generation == generation
-    if (parsed is None or rejected) and followed is not None and st.plan and st.plan.spec:
-        good = _model(mem, followed, st.plan.spec, keep)
+    if (parsed is None or rejected) and followed is not None and st.plan is not None:
+        good_spec = {} if followed in mem.parsed else last_good(st.plan)
+        good = _model(mem, followed, good_spec, keep) if good_spec is not None else None
         if good is not None:
             return good[0], good[1], followed, True
     return None if parsed is None else (parsed[0], parsed[1], generation, False)
 
 
-def supervise(**kwargs: Any) -> None:
-    """Supervise one topology (:func:`_supervise`) in a thread of Kopf's executor.
+def _plan_spec(k: Kube, namespace: str, name: str) -> Callable[[PlanStatus], Any]:
+    """How the supervisor reads the spec a recorded plan was computed from: the status's
+    own copy (written by older operators), else the spec ConfigMap's, if it is that
+    plan's (:mod:`backstop.k8s.specstore`)."""
 
-    A sync daemon holds its thread for the topology's lifetime, so the executor
-    grows by one while it runs: handlers and indexes always keep
-    :data:`HANDLER_WORKERS` threads (with a fixed pool, 16 topologies would
-    starve every reconcile and index update).
-    """
-    executor.add(+1)
+    def read(plan: PlanStatus) -> Mapping[str, Any] | None:
+        if plan.spec is not None:
+            return plan.spec
+        if plan.spec_hash is None:
+            return None
+        return stored_spec(k.configmap_data(namespace, spec_configmap_name(name)), plan.spec_hash)
+
+    return read
+
+
+def supervise(**kwargs: Any) -> None:
+    """Supervise one topology (:func:`_supervise`) in its worker thread, for the
+    topology's lifetime; then release what the process holds for it."""
     try:
         _supervise(**kwargs)
     finally:
-        executor.add(-1)
         # the topology is gone (or the operator stops): its capacity holds go with it,
         # and its metric series
         kwargs["memo"].ledger.release(f"{kwargs['namespace']}/{kwargs['name']}")
@@ -172,7 +126,7 @@ def _supervise(
     spec: kopf.Spec,
     status: kopf.Status,
     body: kopf.Body,
-    stopped: kopf.DaemonStopped,
+    stopped: Stopped,
     logger: logging.Logger | logging.LoggerAdapter[Any],
     **kwargs: Any,
 ) -> None:
@@ -238,7 +192,7 @@ def _tick(
     generation = int(meta.get("generation", 1))
     current, rv = _fresh_status(mem, meta, status)
     typed = parse_status(current).status
-    target = _target(mem, generation, spec, typed)
+    target = _target(mem, generation, spec, typed, _plan_spec(k, namespace, name))
     if target is None:
         return None
     model, graph, followed, fallback = target

@@ -1,16 +1,17 @@
-"""The data-plane daemon: confirms a node loss that task pods noticed, within a second.
+"""The data-plane confirmations: confirm a node loss that task pods noticed, within a second.
 
-One async daemon per topology (:mod:`backstop.controller.handlers` registers it) on Kopf's
-event loop, beside the peers daemon. Every :data:`POLL` seconds it asks each running task
-pod of the topology for its suspicions (``GET /suspects``, :mod:`backstop.k8s.suspectpoll`),
-groups the suspected tasks by their pod's node, and probes every task pod of the topology
-on such a node (``GET /ready``; the poll was the first of
-:data:`~backstop.k8s.suspectpoll.TRIES` tries). A node none
-of whose pods answers is lost now (:func:`backstop.domain.dataplane.confirm`): it is
-recorded in the topology's memo, and the supervise daemon, woken at once, sees it NotReady
-and lost (:func:`backstop.domain.dataplane.with_confirmed`) and starts the same recovery
-session the node-monitor's NotReady and grace period start, with the trigger
-``DataPlane``. A node with a pod that answers is a false suspicion: logged, not acted on.
+One ``async`` worker per topology (:mod:`backstop.controller.handlers` lists it, and
+:mod:`backstop.controller.workers` runs it) on Kopf's event loop, beside the peer
+pushes. Every :data:`POLL` seconds it asks each running task pod of the topology for its
+suspicions (``GET /suspects``, :mod:`backstop.k8s.suspectpoll`), groups the suspected
+tasks by their pod's node, and probes every task pod of the topology on such a node
+(``GET /ready``; the poll was the first of :data:`~backstop.k8s.suspectpoll.TRIES`
+tries). A node none of whose pods answers is lost now
+(:func:`backstop.domain.dataplane.confirm`): it is recorded in the topology's memo, and
+the supervisor, woken at once, sees it NotReady and lost
+(:func:`backstop.domain.dataplane.with_confirmed`) and starts the same recovery session
+the node-monitor's NotReady and grace period start, with the trigger ``DataPlane``. A
+node with a pod that answers is a false suspicion: logged, not acted on.
 The node-monitor's path stays as it is, the fallback for what the data plane does not see.
 """
 
@@ -27,6 +28,7 @@ import kopf
 
 from backstop.controller import memo as topology_memo
 from backstop.controller.context import gone, node_snapshot, post_event
+from backstop.controller.workers import Stopped
 from backstop.domain.dataplane import (
     HOLD,
     PollBackoff,
@@ -41,7 +43,7 @@ from backstop.domain.incidents import NodeInfo
 from backstop.k8s import suspectpoll
 
 POLL = float(os.environ.get("BACKSTOP_SUSPECT_POLL_SECONDS", "0.25"))
-"""Seconds between polls of a topology's suspicions (0: the daemon does nothing, and only
+"""Seconds between polls of a topology's suspicions (0: the worker does nothing, and only
 the node-monitor's path notices a lost node)."""
 QUIET = 60.0
 """Seconds between two log lines about the same node's false suspicion."""
@@ -154,7 +156,7 @@ async def run(
     namespace: str | None,
     meta: kopf.Meta,
     body: kopf.Body,
-    stopped: kopf.DaemonStopped,
+    stopped: Stopped,
     logger: logging.Logger | logging.LoggerAdapter[Any],
     memo: kopf.Memo,
     **kwargs: Any,

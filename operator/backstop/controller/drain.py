@@ -14,6 +14,7 @@ from backstop.domain.planning import per_node_worst
 from backstop.domain.podfaults import DRAIN_HOLD_SECONDS
 from backstop.domain.recovery import ordered, plan_with_worst, usable_nodes
 from backstop.domain.status import DrainStatus, PlanStatus, with_changes
+from backstop.k8s.topologyobjects import build_pdb
 from planners.recovery import fill_leftover, schedule_recovery
 
 DRAIN_BATCH = 3
@@ -80,10 +81,64 @@ def blocked(t: Tick, cordoned: set[str], left: list[str], now: float | None = No
         f"cordoned {', '.join(sorted(cordoned))}: {len(left)} tasks ({names}) cannot move "
         "off without breaking the recovery bound (no other node has room for them), so "
         f"evictions wait on the PodDisruptionBudget {t.owner.name}. Add capacity (or "
-        "uncordon), or delete that budget to let the evictions through: the evicted tasks "
-        "then stop until they run again, and the bound is broken meanwhile",
+        "uncordon), or let the evictions through (spec.recovery.drainTimeoutSeconds, or "
+        "delete that budget): the evicted tasks then stop until they run again, and the "
+        "bound is broken meanwhile",
         True,
     )
+
+
+def release_due(
+    since: tuple[str, float] | None, nodes: str, now: float, timeout: float | None
+) -> tuple[tuple[str, float], bool]:
+    """When the drain of ``nodes`` has been blocked since (kept from tick to tick), and
+    whether ``timeout`` (``spec.recovery.drainTimeoutSeconds``) has passed.
+
+    >>> since, due = release_due(None, "n1", 100.0, 60.0)
+    >>> since, due
+    (('n1', 100.0), False)
+    >>> release_due(since, "n1", 170.0, 60.0)[1], release_due(since, "n1", 170.0, None)[1]
+    (True, False)
+    >>> release_due(since, "n1,n2", 170.0, 60.0)  # other nodes: blocked from now on
+    (('n1,n2', 170.0), False)
+    """
+    if since is None or since[0] != nodes:
+        since = (nodes, now)
+    return since, timeout is not None and now - since[1] >= timeout
+
+
+def release(t: Tick, cordoned: set[str], left: list[str], now: float | None = None) -> None:
+    """Let the evictions of a drain blocked for ``drainTimeoutSeconds`` through: the
+    budget then counts every pod but those of the ``left`` tasks (on the cordoned nodes).
+    Said once with a Warning Event; :func:`unrelease` puts the whole budget back."""
+    now = time.time() if now is None else now
+    nodes = ",".join(sorted(cordoned))
+    since, due = release_due(
+        t.memory.drain_blocked_since, nodes, now, t.model.recovery.drain_timeout_seconds
+    )
+    t.memory.drain_blocked_since = since
+    if not due or t.memory.drain_released:
+        return
+    plan = t.status.plan_or_empty
+    pods = planned_pods(t, plan)
+    mine = [n for n, m in pods.items() if m["metadata"]["labels"].get(LABEL_TASK) in set(left)]
+    t.kube.put_pdb(build_pdb(t.owner, len(pods) - len(mine)))
+    t.memory.drain_released = True
+    t.emit(
+        "DrainReleased",
+        f"cordoned {nodes}: blocked for {now - since[1]:.0f}s (drainTimeoutSeconds): the "
+        f"PodDisruptionBudget {t.owner.name} lets the {len(mine)} pods of "
+        f"{len(left)} tasks there be evicted; they stop until they run again",
+        True,
+    )
+
+
+def unrelease(t: Tick) -> None:
+    """The drain is over (or unblocked): the budget counts every pod again."""
+    t.memory.drain_blocked_since = None
+    if t.memory.drain_released:
+        t.kube.put_pdb(build_pdb(t.owner, len(planned_pods(t, t.status.plan_or_empty))))
+        t.memory.drain_released = False
 
 
 def drain_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> bool:
@@ -101,14 +156,19 @@ def drain_tick(t: Tick, indexed: list[Mapping[str, Any]]) -> bool:
         return False
     assignment = dict(plan.assignment or {})
     cordoned = {n for n in set(assignment.values()) if n in t.nodes and t.nodes[n].cordoned}
+    if not cordoned:
+        unrelease(t)
     if not cordoned or not pods_match(planned_pods(t, plan), indexed):
         return False  # nothing to drain, or the previous batch is still moving
     if not _settled(indexed, assignment, cordoned):
         return False  # ... or still starting
     moved = drain_moves(t, plan, assignment, cordoned)
     if not moved:
-        blocked(t, cordoned, [task for task, n in assignment.items() if n in cordoned])
+        left = [task for task, n in assignment.items() if n in cordoned]
+        blocked(t, cordoned, left)
+        release(t, cordoned, left)
         return False
+    t.memory.drain_blocked_since = None
     assignment.update(moved)
     new_plan = plan_with_worst(t.graph, plan, assignment, t.model.planning_bound)
     left = [task for task, n in assignment.items() if n in cordoned]

@@ -7,17 +7,17 @@ handler is a registration that hands Kopf's arguments to the module doing the wo
 * the reconcile of spec changes (and of an applied re-optimization):
   :mod:`backstop.controller.reconcile`;
 * the in-memory indexes of pods, topologies and nodes: :mod:`backstop.controller.indexes`;
-* the supervise daemon, one per topology: :mod:`backstop.controller.daemon`;
-* the peers daemon, one per topology, telling the task pods where their producers are:
-  :mod:`backstop.controller.peers`;
-* the data-plane daemon, one per topology, confirming a node loss its task pods noticed:
-  :mod:`backstop.controller.dataplane`;
-* the re-optimization daemon, one per topology: :mod:`backstop.controller.handlers_reopt`.
+* the workers of each topology (:data:`PER_TOPOLOGY`), started and stopped by a watching
+  handler through :mod:`backstop.controller.workers`: the supervisor
+  (:mod:`backstop.controller.daemon`), the peer pushes telling the task pods where their
+  producers are (:mod:`backstop.controller.peers`), the data-plane confirmations of node
+  losses the task pods noticed (:mod:`backstop.controller.dataplane`) and the periodic
+  re-optimization (:mod:`backstop.controller.handlers_reopt`).
 
-The admission webhook's handler is registered on demand by
-:func:`backstop.controller.admission.register` (only when a webhook port is given, and
-also into a standby replica's own registry). The registration order is the order Kopf
-runs handlers of one event in: the supervise daemon first, the re-optimization daemon last.
+No handler here needs a finalizer (no ``kopf.daemon``, ``kopf.timer`` or ``kopf.on.delete``),
+so a topology deleted while the operator is down goes at once. The admission webhook's
+handler is registered on demand by :func:`backstop.controller.admission.register` (only
+when a webhook port is given, and also into a standby replica's own registry).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from backstop.controller import (
     metrics,
     peers,
     startup,
+    workers,
 )
 from backstop.controller import reconcile as reconciling
 from backstop.controller.context import kube, post_event
@@ -49,36 +50,51 @@ from backstop.domain.constants import (
 )
 from backstop.domain.incidents import NodeInfo
 
+PER_TOPOLOGY = (
+    workers.Worker("supervise", daemon.supervise, initial_delay=1.0, cancellation_timeout=5.0),
+    workers.Worker("push_peers", peers.run, initial_delay=0.5, cancellation_timeout=3.0),
+    workers.Worker("confirm_losses", dataplane.run, initial_delay=0.5, cancellation_timeout=3.0),
+    workers.Worker(
+        "reoptimizer", handlers_reopt.reoptimizer, initial_delay=2.0, cancellation_timeout=10.0
+    ),
+)
+"""The loops each topology runs while it exists: the supervisor (sync, in a thread of its
+own), the peer pushes beside the pod index that wakes them, the data-plane confirmations
+and the re-optimizer (``async``, on Kopf's event loop: their requests hold no thread)."""
 
-@kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=1.0, cancellation_timeout=5.0)
-def supervise(**kwargs: Any) -> None:
-    """Supervise one topology in a thread of Kopf's executor (:func:`daemon.supervise`)."""
-    daemon.supervise(**kwargs)
+INDEXES = ("pods_by_topology", "topologies", "node_index")
+"""The indexes handed to the workers (registered below)."""
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=0.5, cancellation_timeout=3.0)
-async def push_peers(**kwargs: Any) -> None:
-    """Push the topology's peer map to its task pods (:func:`peers.run`), ``async`` on
-    Kopf's event loop beside the pod index that wakes it."""
-    await peers.run(**kwargs)
-
-
-@kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=0.5, cancellation_timeout=3.0)
-async def confirm_losses(**kwargs: Any) -> None:
-    """Confirm node losses the topology's tasks suspect (:func:`dataplane.run`), ``async``
-    on Kopf's event loop: its requests hold no thread."""
-    await dataplane.run(**kwargs)
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def topology_workers(
+    body: kopf.Body,
+    memo: kopf.Memo,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    **kwargs: Any,
+) -> None:
+    """Start a topology's workers when it is seen, refresh their body on every event, stop
+    them when it is deleted (:class:`workers.Workers`, started by :func:`configure`)."""
+    manager: workers.Workers | None = memo.get("workers")
+    if manager is not None:
+        manager.saw(kwargs.get("type"), body, memo, logger, {n: kwargs[n] for n in INDEXES})
 
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """Configure Kopf and start the process's shared state (:func:`startup.start`)."""
+    """Configure Kopf and start the process's shared state (:func:`startup.start`), with
+    the manager of the topologies' workers."""
     startup.start(settings, memo)
+    memo.workers = workers.Workers(PER_TOPOLOGY)
+    kopf_config.quiet_success("topology_workers")
 
 
 @kopf.on.cleanup()
-def stop_feed(memo: kopf.Memo, **_: Any) -> None:
-    """Stop the ledger's pod watch and the scheduled collections (:func:`startup.stop`)."""
+async def stop_feed(memo: kopf.Memo, **_: Any) -> None:
+    """Stop every topology's workers, then the ledger's pod watch and the scheduled
+    collections (:func:`startup.stop`)."""
+    if memo.get("workers") is not None:
+        await memo.workers.stop_all()
     startup.stop(memo)
 
 
@@ -129,9 +145,12 @@ async def pods_by_topology(
 ) -> dict[tuple[str | None, str], Any]:
     """In-memory index of task pods per topology (:func:`indexes.pod_entry`).
 
+    Kopf watches pods in the namespaces the operator serves (one watch each), cluster-wide
+    only under ``--all-namespaces``: the index reads no pod of another namespace.
+
     ``async`` (it does not block): Kopf runs it on its event loop, not in the executor
-    whose threads the reconciles and the supervise daemons hold, so a fleet's pod
-    events are indexed at once instead of queueing behind up to 16 reconciles.
+    whose threads the reconciles hold, so a fleet's pod events are indexed at once
+    instead of queueing behind up to 16 reconciles.
     """
     return indexes.pod_entry(namespace, labels, body, kwargs.get("memo"))
 
@@ -140,7 +159,7 @@ async def pods_by_topology(
 async def topologies(
     namespace: str | None, name: str, uid: str, **_: Any
 ) -> dict[tuple[str | None, str], str]:
-    """The uid of every StreamTopology: a daemon whose object leaves it returns."""
+    """The uid of every StreamTopology: a worker whose object leaves it returns."""
     return {(namespace, name): uid}
 
 
@@ -161,12 +180,3 @@ def apply_reoptimized(new: Any, **kwargs: Any) -> None:
     """
     if new:
         reconcile(**kwargs)
-
-
-@kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=2.0, cancellation_timeout=10.0)
-async def reoptimizer(**kwargs: Any) -> None:
-    """Run the periodic re-optimization of one topology (:func:`handlers_reopt.reoptimizer`)."""
-    await handlers_reopt.reoptimizer(**kwargs)
-
-
-kopf_config.daemons_without_finalizer(kopf.get_default_registry())

@@ -1,9 +1,9 @@
 """Periodic re-optimization: run the Spark job, record, maybe apply.
 
-:mod:`backstop.controller.handlers` registers :func:`reoptimizer` as a Kopf daemon. One
-daemon per topology: Kopf never overlaps a daemon with itself, which gives
-"one run at a time per topology" (a CronJob's ``concurrencyPolicy: Forbid``) for
-free, and an approval (:mod:`backstop.controller.approve`) is decided between runs,
+:mod:`backstop.controller.handlers` lists :func:`reoptimizer` among each topology's
+workers (:mod:`backstop.controller.workers`): one loop per topology, never two at once,
+which gives "one run at a time per topology" (a CronJob's ``concurrencyPolicy: Forbid``)
+for free, and an approval (:mod:`backstop.controller.approve`) is decided between runs,
 never during one. Where the job runs, a child process of the operator (``mode:
 local``) or a Kubernetes Job (``mode: job``), is :mod:`backstop.controller.reoptrun`'s.
 
@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.controller import approve, context, reoptrun
 from backstop.controller import settings as config
+from backstop.controller.workers import Stopped
 from backstop.domain import metricspath
 from backstop.domain.approval import plan_fingerprint, recommendation_id
 from backstop.domain.constants import ANN_APPROVE, GROUP, VERSION
@@ -119,15 +120,15 @@ async def reoptimizer(
     name: str,
     namespace: str | None,
     logger: logging.Logger | logging.LoggerAdapter[Any],
-    stopped: kopf.DaemonStopped,
+    stopped: Stopped,
     **kwargs: Any,
 ) -> None:
     """Check every few seconds for an approval to apply, then whether a run is due (one
-    daemon per topology, so runs and approvals never overlap).
+    worker per topology, so runs and approvals never overlap).
 
-    A daemon rather than a timer: Kopf logs, and so posts an Event for, every
-    timer invocation; the daemon is quiet until it has something to say.
-    ``body``, ``spec`` and ``status`` are live views Kopf keeps up to date.
+    A loop rather than a timer: Kopf logs, and so posts an Event for, every timer
+    invocation; the loop is quiet until it has something to say. ``body``, ``spec`` and
+    ``status`` are live views that each event of the topology refreshes.
     """
     while not stopped and not context.gone(kwargs["topologies"], namespace, name, meta["uid"]):
         try:

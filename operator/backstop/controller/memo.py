@@ -1,7 +1,7 @@
 """Per-topology state the controller keeps between handler calls, in Kopf's ``memo``.
 
 Kopf gives every object its own ``memo`` (keyed by the object's uid, shared by its
-handlers and daemons, dropped when the object is forgotten), so state kept here never
+handlers and workers, dropped when the object is forgotten), so state kept here never
 leaks from one topology to another or from a deleted object to a re-created one of the
 same name. :func:`of` returns the topology's :class:`TopologyMemo`, creating it on first
 use.
@@ -65,6 +65,10 @@ class TopologyMemo:
     """The blocked drain last told in an Event (its nodes and tasks) and when, so the
     Event is repeated only when that changes or every few minutes
     (:func:`backstop.controller.drain.drain_tick`)."""
+    drain_blocked_since: tuple[str, float] | None = None
+    """The cordoned nodes of a blocked drain and since when it is blocked."""
+    drain_released: bool = False
+    """The budget lets a blocked drain's pods through (``drainTimeoutSeconds`` passed)."""
     dataplane_lost: dict[str, float] = field(default_factory=dict)
     """Nodes the data-plane daemon confirmed lost, and when (epoch seconds): the supervisor
     counts them lost at once (:mod:`backstop.controller.dataplane`)."""

@@ -1,14 +1,15 @@
-"""The peers daemon: tells a topology's task pods where their producers are.
+"""The peer pushes: tell a topology's task pods where their producers are.
 
-One async daemon per topology (:mod:`backstop.controller.handlers` registers it) on Kopf's
-event loop. It wakes when the pod index sees a pod of its topology change
-(:class:`PeerWake`) and at least every :data:`RETRY` seconds, builds the topology's peer
-map from the indexed pods (:func:`backstop.domain.peers.peer_map`), and pushes each pod
-that does not hold its part of the newest map (:mod:`backstop.k8s.peerpush`): a pod that
-just got its IP, one whose producers moved, one whose container restarted. A push that
-fails (the task's endpoint is not up yet, or the pod is gone) is tried again on a later
-round, after a backoff that grows with each failure. What was pushed is kept in the
-topology's memo (:class:`~backstop.domain.peers.PeerState`).
+One ``async`` worker per topology (:mod:`backstop.controller.handlers` lists it, and
+:mod:`backstop.controller.workers` runs it) on Kopf's event loop. It wakes when the pod
+index sees a pod of its topology change (:class:`PeerWake`) and at least every
+:data:`RETRY` seconds, builds the topology's peer map from the indexed pods
+(:func:`backstop.domain.peers.peer_map`), and pushes each pod that does not hold its
+part of the newest map (:mod:`backstop.k8s.peerpush`): a pod that just got its IP, one
+whose producers moved, one whose container restarted. A push that fails (the task's
+endpoint is not up yet, or the pod is gone) is tried again on a later round, after a
+backoff that grows with each failure. What was pushed is kept in the topology's memo
+(:class:`~backstop.domain.peers.PeerState`).
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.controller import memo as topology_memo
 from backstop.controller.context import gone, kube
+from backstop.controller.workers import Stopped
 from backstop.domain.peers import PeerState, Target, operator_inputs, peer_map, targets
 from backstop.k8s import peerpush
 from backstop.k8s.manifests import Owner
 
 RETRY = 1.0
-"""Seconds between rounds while nothing wakes the daemon (failed pushes are retried)."""
+"""Seconds between rounds while nothing wakes the worker (failed pushes are retried)."""
 
 SETTLE = 0.05
 """Seconds a round waits after its wake-up (at least as long as the last round took): a
@@ -42,11 +44,11 @@ Key = tuple[str | None, str]
 
 
 class PeerWake:
-    """Wakes the peers daemon of a topology when one of its pods changes.
+    """Wakes the peer pushes of a topology when one of its pods changes.
 
     The pod index handler reports every pod event here, on Kopf's event loop, after Kopf
     stored the pod (see :func:`backstop.controller.indexes.pod_entry`); one per operator
-    process, in the root memo. A daemon that was busy when its event came finds it set.
+    process, in the root memo. A worker that was busy when its event came finds it set.
 
     Examples
     --------
@@ -79,7 +81,7 @@ class PeerWake:
         return True
 
     def forget(self, key: Key) -> None:
-        """Drop the topology's event (its daemon ended)."""
+        """Drop the topology's event (its worker ended)."""
         self._events.pop(key, None)
 
 
@@ -145,7 +147,7 @@ async def run(
     namespace: str | None,
     meta: kopf.Meta,
     spec: kopf.Spec,
-    stopped: kopf.DaemonStopped,
+    stopped: Stopped,
     logger: logging.Logger | logging.LoggerAdapter[Any],
     memo: kopf.Memo,
     **kwargs: Any,

@@ -39,7 +39,7 @@ from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve
 from backstop.controller.context import node_snapshot
 from backstop.controller.fencing import publish_epochs
 from backstop.controller.lifecycle import pending_of, rollout_with_plan
-from backstop.domain.admission import unknown_fields
+from backstop.controller.specchecks import check_templates, spec_warnings
 from backstop.domain.constants import EventReason
 from backstop.domain.fencing import fenced_tasks
 from backstop.domain.incidents import for_topology
@@ -69,10 +69,12 @@ from backstop.domain.status import (
     with_changes,
     worst_vs_bound,
 )
-from backstop.k8s.kubeio import ClusterView, Kube, PodRefused
+from backstop.k8s.apierrors import PodRefused
+from backstop.k8s.kubeio import ClusterView, Kube
 from backstop.k8s.ledger import Booking, Overcommitted, Reading, manifest_holds
-from backstop.k8s.manifests import Owner, build_pdb, desired_pods, template_samples
+from backstop.k8s.manifests import Owner, build_pdb, desired_pods
 from backstop.k8s.peerpush import peers_token
+from backstop.k8s.specstore import build_spec_configmap
 from planners import Infeasible, InvalidTopology, PlannerError, TaskGraph
 from planners.placement import Node
 
@@ -185,7 +187,7 @@ def _run(ctx: Reconcile, req: Request) -> None:
     """The three steps of :func:`reconcile` on its context."""
     if not validate(ctx, req.spec):
         return
-    _warn_unknown_fields(ctx, req.meta)
+    _warn_spec(ctx, req.meta)
     if ctx.status.recovering() and ctx.recorded.generation == ctx.generation:
         ctx.logger.info("a recovery session is running; the supervisor drives the pods")
         return
@@ -225,32 +227,22 @@ def validate(ctx: Reconcile, spec: Mapping[str, Any]) -> bool:
     try:
         ctx.model = config.parse_spec(dict(spec), name=ctx.owner.name)
         ctx.graph = expand(ctx.model)
-        _check_templates(ctx.kube, ctx.owner, ctx.model)
+        new_spec = ctx.recorded.spec_hash != spec_hash(dict(spec))
+        check_templates(ctx.kube, ctx.owner, ctx.model, every=new_spec)
     except InvalidTopology as err:
         record(ctx, problem=ctx.problem("InvalidSpec", str(err)))
         return False
+    except PodRefused:
+        raise  # the namespace refuses the pods: recorded by the caller (refused)
+    except ApiException as err:
+        raise kopf.TemporaryError(f"API error in the pods' dry run: {err.reason}", delay=2) from err
     return True
 
 
-def _check_templates(k: Kube, owner: Owner, model: StreamTopologySpec) -> None:
-    """Pod templates the API server would refuse are an invalid spec, not pods retried
-    forever: each templated operator's first pod is created in a dry run."""
-    for i, pod in template_samples(owner, model).items():
-        why = k.pod_rejection(owner.namespace, pod)
-        if why is not None:
-            op = model.operators[i].pod_template
-            where = f"spec.operators[{i}].podTemplate" if op else "spec.podTemplate"
-            if op and model.pod_template:
-                where += " (merged with spec.podTemplate)"
-            raise InvalidTopology(f"{where}: the API server refuses the task pod: {why}")
-
-
-def _warn_unknown_fields(ctx: Reconcile, meta: kopf.Meta) -> None:
-    """A Warning Event naming the fields of the last ``kubectl apply`` the API server pruned."""
-    dropped = unknown_fields(meta.get("annotations") or {})
-    if dropped:
-        message = "the API server dropped fields the schema does not know: " + ", ".join(dropped)
-        ctx.emit("UnknownFields", message, True)
+def _warn_spec(ctx: Reconcile, meta: kopf.Meta) -> None:
+    """Warning Events about a valid spec (:func:`~backstop.controller.specchecks.spec_warnings`)."""
+    for reason, message in spec_warnings(meta, ctx.model):
+        ctx.emit(reason, message, True)
 
 
 # ---- observe -----------------------------------------------------------------------------
@@ -303,13 +295,19 @@ def converge(ctx: Reconcile) -> None:
 
 def _resume(ctx: Reconcile) -> tuple[PlanStatus, RolloutStatus | None]:
     """Resume the recorded plan: hold its pods on the ledger and record what changed
-    (its generation, when only ``spec.reoptimization`` changed; the rollout)."""
+    (its generation, when only ``spec.reoptimization`` changed; the rollout; a status of
+    an older operator loses its copy of the spec, stored in the spec ConfigMap first)."""
     rec, generation = ctx.recorded, ctx.generation
     p = ctx.placing
     p.ledger.hold(owner_key(ctx.owner), manifest_holds(ctx.desired(rec), ctx.owner.namespace))
     rollout = _rollout(ctx, rec)
-    if rec.generation != generation:  # only spec.reoptimization changed
-        plan = rec.model_copy(update={"generation": generation})
+    hashed = rec.spec_hash
+    if rec.spec is not None:  # the status's own copy (older operators): moved out
+        hashed = hashed or spec_hash(rec.spec)
+        keep_spec(ctx, rec.spec, hashed)
+    # a new generation here changed only what planning ignores (spec_hash)
+    if rec.generation != generation or rec.spec is not None:
+        plan = rec.model_copy(update={"generation": generation, "spec": None, "spec_hash": hashed})
         record(ctx, plan=plan, rollout=rollout)
         return plan, rollout
     if rollout != ctx.status.rollout:
@@ -434,6 +432,7 @@ def plan_anew(ctx: Reconcile) -> tuple[PlanStatus, int, RolloutStatus | None] | 
     # write-ahead: the plan is recorded before any pod is touched
     rollout = _rollout(ctx, plan_status)
     try:
+        keep_spec(ctx, ctx.body["spec"], plan_status.spec_hash or "")
         record(ctx, plan=plan_status, problem=None, rollout=rollout)
     except kopf.TemporaryError:
         p.ledger.release(owner_key(owner))
@@ -449,9 +448,8 @@ def _plan_status(ctx: Reconcile, plan: TopologyPlan, nodes: list[Node]) -> PlanS
     plan_status = build_plan_status(
         ctx.generation, graph, plan, replicas=replicas, availability=availability
     )
+    # names the last good spec (its content is in the spec ConfigMap, :func:`keep_spec`)
     plan_status["specHash"] = spec_hash(dict(ctx.body["spec"]))
-    # the last good spec: while a later edit is rejected, its pods stay supervised
-    plan_status["spec"] = dict(ctx.body["spec"])
     # what the operator-wide defaults resolved to (Settings.resolve), for users to read
     plan_status.update(gracePeriodSeconds=model.recovery.grace_period_seconds,
                        utilizationCap=model.recovery.utilization_cap)  # fmt: skip
@@ -476,6 +474,23 @@ def _planning_failed(ctx: Reconcile, err: PlannerError, *, has_nodes: bool) -> N
         raise kopf.TemporaryError(f"infeasible on the current nodes: {err}", delay=15) from None
     if not infeasible and not has_nodes:
         raise kopf.TemporaryError(f"no usable nodes: {err}", delay=15) from None
+
+
+def keep_spec(ctx: Reconcile, spec: Mapping[str, Any], hashed: str) -> None:
+    """Store the spec a plan is recorded for in the topology's spec ConfigMap, before
+    the plan (:mod:`backstop.k8s.specstore`): the supervisor follows it while a later
+    edit is rejected, and the status names it by its hash only.
+
+    An API hiccup is retried; a refusal (a quota on ConfigMaps, a forbidden write) only
+    costs that fallback, so the plan is recorded and run all the same, with a warning.
+    """
+    try:
+        ctx.kube.put_configmap(build_spec_configmap(ctx.owner, spec, hashed))
+    except ApiException as err:
+        if err.status in (403, 413, 422):
+            ctx.logger.warning("the spec ConfigMap is refused (%s): %s", err.status, err.reason)
+            return
+        raise kopf.TemporaryError(f"cannot store the spec: {err.reason}", delay=2) from err
 
 
 def record(ctx: Reconcile, **changes: Any) -> None:

@@ -2,8 +2,8 @@
 
 The process's shared state lives in Kopf's root memo: the one capacity ledger
 (:mod:`backstop.k8s.ledger`) the planners of every topology share, its pod feed, the
-node watch and pod-change counters that wake the supervise daemons
-(:mod:`backstop.controller.memo`), the wake-ups of the peers daemons
+node watch and pod-change counters that wake the supervisors
+(:mod:`backstop.controller.memo`), the wake-ups of the peer pushes
 (:mod:`backstop.controller.peers`), the metrics (:mod:`backstop.controller.metrics`)
 and the scheduled full garbage collections (:mod:`backstop.controller.gckeeper`).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import kopf
 
-from backstop.controller import daemon, gckeeper, kopf_config, metrics, peers
+from backstop.controller import gckeeper, kopf_config, metrics, peers
 from backstop.controller import memo as topology_memo
 from backstop.controller import settings as config
 from backstop.controller.context import kube
@@ -24,10 +24,11 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     """Keep Kopf's bookkeeping under our own domain; post no log lines as Events.
 
     Also starts the process's one capacity ledger, shared through ``memo`` by the
-    planners of every topology, and the process's metrics unless the CLI put them there.
+    planners of every topology, fed with the pods of ``memo.pod_namespaces`` (every
+    namespace when that is empty or absent), and the process's metrics unless the CLI
+    put them there.
     """
     kopf_config.apply_kopf_settings(settings)
-    daemon.executor.attach(settings)
     try:  # read the environment once, now: a bad value stops the operator at startup
         config.settings()
     except ValueError as err:
@@ -38,7 +39,10 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     memo.peer_wake = peers.PeerWake()  # a pod's change wakes its topology's peer pushes
     if memo.get("metrics") is None:  # `backstop operator` passes the one it serves
         memo.metrics = metrics.OperatorMetrics()
-    memo.pod_feed = PodFeed(kube().api, memo.ledger).start()
+    # the namespaces whose pods the ledger reads (`backstop operator` passes them; none:
+    # every namespace, as under `kopf run -A`)
+    pod_namespaces = tuple(memo.get("pod_namespaces") or ())
+    memo.pod_feed = PodFeed(kube().api, memo.ledger, pod_namespaces).start()
     memo.gc_keeper = gckeeper.start()  # full collections on a schedule (10k pods' objects)
 
 

@@ -1,6 +1,7 @@
 """The per-topology supervision round: apply recovery Decisions, re-derive, converge.
 
-One Kopf daemon per StreamTopology calls :func:`supervise_once` about once a second.
+One worker per StreamTopology (:mod:`backstop.controller.workers`) calls
+:func:`supervise_once` about once a second.
 The recovery state machine is pure (:func:`backstop.domain.recovery.decide`); this
 module only applies what it decides, always in the same order:
 

@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from backstop.domain.constants import ANN_LAST_APPLIED, HOSTNAME
+from backstop.domain.groupings import grouping_warnings
 from backstop.domain.limits import OFFLINE, check_spec_bytes
 from backstop.domain.names import field_path, format_validation_error
 from backstop.domain.spec import StreamTopologySpec, parse_spec
@@ -153,6 +154,31 @@ def admission_problem(
     if too_large is not None or allow_node_local_store:
         return too_large
     return node_local_problem(model)
+
+
+def admission_warnings(spec: Any, *, old_spec: Any = None) -> list[str]:
+    """The Warnings an admitted create/update gets (``kubectl`` prints them): one per input
+    whose grouping is named ``shuffle`` (:func:`~backstop.domain.groupings.grouping_warnings`).
+
+    None for an update that leaves the spec alone (the operator's own patches) or a spec the
+    model refuses (the refusal says why).
+
+    >>> spec = {"image": "x", "recoveryLatencyBound": 2, "operators": [
+    ...     {"name": "a", "reprocessingLatency": 1},
+    ...     {"name": "b", "reprocessingLatency": 1, "inputs": [{"operator": "a",
+    ...      "grouping": "shuffle"}]}]}
+    >>> admission_warnings(spec)  # doctest: +ELLIPSIS
+    ['spec.operators[1].inputs[0].grouping: shuffle hashes by the record key ...']
+    >>> admission_warnings(spec, old_spec=spec)
+    []
+    """
+    if old_spec is not None and old_spec == spec:
+        return []
+    try:
+        model = StreamTopologySpec.model_validate(spec, context=OFFLINE)
+    except ValidationError:
+        return []
+    return grouping_warnings([i.grouping for i in op.inputs] for op in model.operators)
 
 
 def _spread(spec: StreamTopologySpec) -> str | None:

@@ -39,13 +39,15 @@ MAX_PARALLELISM = 1000
 #: Bytes of a spec as stored (compact JSON, every default written: :func:`backstop.domain.
 #: limits.stored_bytes`), checked by the admission webhook (an object already stored is
 #: supervised whatever its size, so a recovery never stops for it). One StreamTopology holds
-#: its spec about five times: the spec itself, its ``managedFields`` entry (about as large),
-#: ``kubectl apply``'s last-applied annotation (at most as large), Kopf's
-#: last-handled-configuration annotation and ``status.plan.spec`` (the last good plan's).
-#: The API server caps the annotations at 256 KiB together: two copies take 160 KiB and
-#: leave 96 KiB for the rest. etcd takes at most 1.5 MiB (1,536 KiB) per write: five copies
-#: take 400 KiB, beside a compact status of 10,000 tasks mid-recovery (285 KiB) and a kept
-#: recommendation of 10,000 tasks on 43-character node names (800 KiB), 1,485 KiB in all.
+#: its spec at most three times: the spec itself, its ``managedFields`` entry (about as
+#: large) and, after a client-side ``kubectl apply``, its last-applied annotation (at most as
+#: large; ``kubectl apply --server-side`` writes none). Kopf's diff base keeps a digest of the
+#: spec (``backstop.controller.diffbase``) and the status its hash; the last good plan's spec
+#: is in the topology's spec ConfigMap (``backstop.k8s.specstore``, 1 MiB of its own). The API
+#: server caps the annotations at 256 KiB together: the last-applied copy takes 80 KiB and
+#: leaves 176 KiB for the rest. etcd takes at most 1.5 MiB (1,536 KiB) per write: three
+#: copies take 240 KiB, beside a compact status of 10,000 tasks mid-recovery (285 KiB) and a
+#: kept recommendation of 10,000 tasks on 43-character node names (800 KiB), 1,325 KiB in all.
 #: The session ConfigMap's replay groups grow with the operators squared at worst (every
 #: operator replaying from its own set of sources): at this ceiling they take about 510 KiB
 #: of its 1 MiB.
@@ -77,9 +79,13 @@ ANN_APPLIED = "reoptimization.backstop.dev/applied-at"
 #: ``apply: suggest`` recommendation: the operator applies it if it still fits.
 ANN_APPROVE = "backstop.dev/approve-recommendation"
 HOSTNAME = "kubernetes.io/hostname"
+#: The Node field a task pod's affinity pins by (``matchFields``): the node's own name.
+NODE_NAME_FIELD = "metadata.name"
 #: What ``kubectl apply`` (client-side) sent, before the API server pruned unknown fields.
 ANN_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 SESSION_CONFIGMAP_SUFFIX = "-recovery"
+#: The ConfigMap holding the spec of the recorded plan (``backstop.k8s.specstore``).
+SPEC_CONFIGMAP_SUFFIX = "-spec"
 #: The Secret holding a topology's peer token (``PUT /peers``: backstop.domain.peers).
 PEERS_SECRET_SUFFIX = "-peers"
 PEERS_TOKEN_KEY = "token"
@@ -102,6 +108,7 @@ EventReason = Literal[
     "NodeSuspected",
     "NodeDraining",
     "DrainBlocked",
+    "DrainReleased",
     "RecoveryPlanIssued",
     "TaskRecovered",
     "ReplicaPromoted",
@@ -114,6 +121,7 @@ EventReason = Literal[
     "Consolidated",
     "Reoptimized",
     "UnknownFields",
+    "DeprecatedGrouping",
     "Suspending",
     "Suspended",
     "Resumed",

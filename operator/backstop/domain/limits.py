@@ -87,7 +87,7 @@ def task_edges(grouping: str, upstream: int, parallelism: int) -> int:
     """How many task-to-task edges an input of ``upstream`` tasks into an operator of
     ``parallelism`` tasks makes (:func:`backstop.domain.spec.expand`'s rules).
 
-    >>> task_edges("shuffle", 2, 3), task_edges("global", 2, 3), task_edges("forward", 3, 3)
+    >>> task_edges("key", 2, 3), task_edges("global", 2, 3), task_edges("forward", 3, 3)
     (6, 2, 3)
     """
     if grouping == "forward":
@@ -139,8 +139,8 @@ def stored_bytes(model: BaseModel) -> int:
     every default written (the CRD's defaults are the model's), no ``null``.
 
     >>> from backstop.domain.spec import Input
-    >>> stored_bytes(Input(operator="a"))  # {"operator":"a","grouping":"shuffle"}
-    37
+    >>> stored_bytes(Input(operator="a"))  # {"operator":"a","grouping":"key"}
+    33
     """
     return len(model.model_dump_json(by_alias=True, exclude_none=True).encode())
 
@@ -164,6 +164,10 @@ def _largest_part(spec: BaseModel) -> str:
 def check_spec_bytes(spec: S) -> S:
     """The check of a spec's stored size at admission: one line naming its largest part, or
     the spec.
+
+    The ceiling (:data:`~backstop.domain.constants.MAX_SPEC_BYTES`) accounts for the copies
+    of the spec one StreamTopology holds (the spec, its ``managedFields`` entry, kubectl's
+    last-applied annotation) and for the spec ConfigMap, which holds one more on its own.
 
     Raises
     ------

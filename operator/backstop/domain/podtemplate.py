@@ -35,8 +35,11 @@ TASK_CONTAINER = "task"
 OWNED_ENV_PREFIX = "BACKSTOP_"
 RUNTIME_SETTINGS = (
     "BACKSTOP_LOG_LEVEL",
+    "BACKSTOP_LOG_FORMAT",
     "BACKSTOP_BATCH_INTERVAL",
+    "BACKSTOP_BUFFER_BYTES",
     "BACKSTOP_BUFFER_ROUNDS",
+    "BACKSTOP_READAHEAD_BYTES",
     "BACKSTOP_CAUGHT_UP_LAG",
     "BACKSTOP_SUSPECT_AFTER",
     "BACKSTOP_METRICS_INTERVAL",
@@ -293,8 +296,9 @@ class PodTemplate(_Strict):
     `streams.backstop.dev/`; the volumes `recovery` and `store` and mounts at
     `/etc/backstop/recovery` and `/var/lib/backstop`; in the `task` container: `image`
     (use `spec.image`/`operators[].image`), `command`, `args`, every `BACKSTOP_*` env
-    variable but the runtime's settings (`BACKSTOP_LOG_LEVEL`, `_BATCH_INTERVAL`,
-    `_BUFFER_ROUNDS`, `_CAUGHT_UP_LAG`, `_METRICS_INTERVAL`, `_PEER_TIMEOUT`),
+    variable but the runtime's settings (`BACKSTOP_LOG_LEVEL`, `_LOG_FORMAT`, `_BATCH_INTERVAL`,
+    `_BUFFER_BYTES`, `_BUFFER_ROUNDS`, `_READAHEAD_BYTES`, `_CAUGHT_UP_LAG`,
+    `_METRICS_INTERVAL`, `_PEER_TIMEOUT`),
     `resources.requests.cpu`/`memory` (use `operators[].resources`), and its
     `data`/`metrics` ports. Limits the template sets must cover the requests;
     `resources.cpuLimit`/`memoryLimit` win over them. The other PodSpec fields are kept as

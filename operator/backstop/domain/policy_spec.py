@@ -72,6 +72,12 @@ class RecoveryPolicy(_Model):
     )
     window_seconds: Seconds = Field(60.0, description="Losses within it join one session.")
     algorithm: str = registered("auto", RECOVERY_ALGORITHMS, "Recovery scheduling algorithm.")
+    drain_timeout_seconds: Seconds | None = Field(
+        None,
+        description="How long a drain may stay blocked (no task on the cordoned nodes can move "
+        "without breaking the bound) before the PodDisruptionBudget lets those tasks' pods be "
+        "evicted: they stop until they run again. Unset: the drain waits for capacity.",
+    )
     replan_on_violation: bool = Field(
         True,
         description="Whenever the bound is broken (after a recovery, say), restore it as soon "

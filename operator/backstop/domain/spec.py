@@ -43,6 +43,8 @@ from backstop.domain.constants import (
     SECONDS_MAX,
     TOPOLOGY_NAME_MAX,
 )
+from backstop.domain.groupings import KEY_GROUPINGS as KEY_GROUPINGS
+from backstop.domain.groupings import Grouping as Grouping
 from backstop.domain.lifecycle_spec import LifecycleFields
 from backstop.domain.limits import (
     OFFLINE,
@@ -79,15 +81,6 @@ class _Model(BaseModel):
     )
 
 
-class Grouping(StrEnum):
-    """How an operator's input is partitioned across its tasks."""
-
-    forward = "forward"
-    shuffle = "shuffle"
-    broadcast = "broadcast"
-    global_ = "global"
-
-
 class Input(_Model):
     """One upstream operator of an operator."""
 
@@ -97,9 +90,11 @@ class Input(_Model):
         description="Name of the upstream operator.",
     )
     grouping: Grouping = Field(
-        Grouping.shuffle,
-        description="forward: task i -> task i (equal parallelism); shuffle/broadcast: "
-        "every upstream task -> every task; global: every upstream task -> task 0.",
+        Grouping.key,
+        description="forward: task i -> task i (equal parallelism); key (alias fields): "
+        "by the hash of the record's key; rebalance: evenly, not by key (round-robin, the "
+        "same on a replay); broadcast: to every task; global: to task 0. shuffle: the key "
+        "hash, with a Warning: name it key (a later API version reads shuffle as rebalance).",
     )
 
 
@@ -375,8 +370,9 @@ def _upstream(spec: StreamTopologySpec) -> dict[str, list[str]]:
 def expand(spec: StreamTopologySpec) -> TaskGraph:
     """Expand operators into the task DAG the planners work on.
 
-    ``forward`` joins task i to task i (equal parallelism); ``shuffle`` and
-    ``broadcast`` join every upstream task to every downstream task; ``global``
+    ``forward`` joins task i to task i (equal parallelism); ``key`` (and its other names),
+    ``rebalance`` and ``broadcast`` join every upstream task to every downstream task;
+    ``global``
     joins every upstream task to task 0. Output operators are those marked
     ``output: true``, or, when none is marked, those without consumers.
 
@@ -418,7 +414,7 @@ def expand(spec: StreamTopologySpec) -> TaskGraph:
             if op.name in out_ops:
                 outputs.append(t)
     ids = {op.name: [task_id(op.name, i) for i in range(op.parallelism)] for op in spec.operators}
-    for op in spec.operators:  # each id formatted once: a shuffle has parallelism² edges
+    for op in spec.operators:  # each id formatted once: a key grouping has p x q edges
         dst = ids[op.name]
         for inp in op.inputs:
             src = ids[inp.operator]

@@ -16,7 +16,7 @@ CONNECTION_POOL = 256
 """Connections per API client kept for reuse (urllib3 discards, with a warning, beyond).
 
 Why this many: every thread of the operator may hold a connection at once (Kopf's
-16 handler workers, one thread per supervise/converge daemon: two per topology,
+16 handler workers, each topology's supervise thread and the converge work it hands on,
 and :data:`backstop.k8s.kubeio.API_CONCURRENCY` bulk pod calls), so a fleet of 100
 topologies has over 200. A smaller pool makes urllib3 log "Connection pool is full,
 discarding connection" and reopen TLS connections. The size only bounds idle

@@ -9,7 +9,6 @@ API errors that may pass (conflicts, throttling, a restarting API server) become
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -21,21 +20,50 @@ from kubernetes.client.exceptions import ApiException
 from backstop.domain.constants import ANN_NODE, GROUP, LABEL_TOPOLOGY, VERSION
 from backstop.domain.planning import PodDiff
 from backstop.domain.podmerge import taints_tolerated
+from backstop.k8s.apierrors import api_message, pod_refusal
 from backstop.k8s.nodes import node_is_ready, nodes_from_manifests
+from backstop.k8s.podfeed import readable_pods
 from backstop.k8s.podrecord import slim_pod
 from planners.placement import Node
 
 DONE_PHASES = ("Succeeded", "Failed")
 API_CONCURRENCY = 8
+"""Pod creations/deletions in flight at once (bounded by the client's connection pool)."""
 RECOVERYPLAN_HISTORY = 20
 """RecoveryPlans kept per topology (the newest); older ones are deleted as new ones come."""
 
 
-def plans_to_prune(plans: Sequence[Mapping[str, Any]], keep: int) -> list[str]:
-    """Names of all but the ``keep`` newest RecoveryPlans of one topology.
+def plan_age(plan: Mapping[str, Any]) -> tuple[str, int, int, str]:
+    """The sort key that orders one topology's RecoveryPlans oldest first.
 
-    Newest by creation time, then session number (``s<epoch>``, ``r<epoch>``, ...), then
-    step: the creation timestamps have one-second granularity.
+    By creation time, then session number (``s<epoch>``, ``r<epoch>``, ...), then step:
+    the creation timestamps have one-second granularity, and every session numbers its
+    steps from 1, so the step alone does not order two sessions.
+
+    Examples
+    --------
+    >>> def plan(name, ts, session, step):
+    ...     return {"metadata": {"name": name, "creationTimestamp": ts},
+    ...             "spec": {"session": session, "step": step}}
+    >>> plans = [plan("t-s9-1", "T1", "s9", 1), plan("t-s5-2", "T0", "s5", 2),
+    ...          plan("t-s5-1", "T0", "s5", 1), plan("t-s7-1", "T0", "s7", 1)]
+    >>> [p["metadata"]["name"] for p in sorted(plans, key=plan_age)]
+    ['t-s5-1', 't-s5-2', 't-s7-1', 't-s9-1']
+    """
+    spec = plan.get("spec") or {}
+    session = str(spec.get("session") or "")
+    number = int(session[1:]) if session[1:].isdigit() else 0
+    meta = plan["metadata"]
+    return (
+        str(meta.get("creationTimestamp") or ""),
+        number,
+        int(spec.get("step") or 0),
+        str(meta["name"]),
+    )
+
+
+def plans_to_prune(plans: Sequence[Mapping[str, Any]], keep: int) -> list[str]:
+    """Names of all but the ``keep`` newest RecoveryPlans of one topology (:func:`plan_age`).
 
     Examples
     --------
@@ -47,73 +75,14 @@ def plans_to_prune(plans: Sequence[Mapping[str, Any]], keep: int) -> list[str]:
     >>> plans_to_prune(plans, keep=2), plans_to_prune(plans, keep=3)
     (['t-s5-1'], [])
     """
-
-    def age(p: Mapping[str, Any]) -> tuple[str, int, int, str]:
-        spec = p.get("spec") or {}
-        session = str(spec.get("session") or "")
-        number = int(session[1:]) if session[1:].isdigit() else 0
-        meta = p["metadata"]
-        return (
-            str(meta.get("creationTimestamp") or ""),
-            number,
-            int(spec.get("step") or 0),
-            str(meta["name"]),
-        )
-
-    ordered = sorted(plans, key=age)
+    ordered = sorted(plans, key=plan_age)
     return [str(p["metadata"]["name"]) for p in ordered[: max(0, len(ordered) - keep)]]
 
 
-"""Pod creations/deletions in flight at once (bounded by the client's connection pool)."""
 T = TypeVar("T")
 FaultHook = Callable[[Literal["mid-pod-batch"]], None]
 """Called between the two halves of a pod batch when fault injection is armed
 (:mod:`backstop.controller.faults`; this layer may not import the controller)."""
-
-
-class PodRefused(ApiException):  # type: ignore[misc]  # the client's classes are untyped
-    """The API server refuses to create a task pod for a reason of the namespace, not of
-    the pod: 403 Forbidden (Pod Security admission, a ResourceQuota, a missing
-    ServiceAccount) or a 404 naming the ServiceAccount. Retrying at once cannot help;
-    someone has to change the namespace. ``message`` is the API server's own."""
-
-    def __init__(self, err: ApiException, message: str) -> None:
-        super().__init__(status=err.status, reason=err.reason)
-        self.body = err.body
-        self.headers = err.headers
-        self.message = message
-
-
-def api_message(err: ApiException) -> str:
-    """The ``message`` of the API server's ``Status`` answer (else its body or reason).
-
-    >>> api_message(ApiException(status=403, reason="Forbidden"))
-    'Forbidden'
-    """
-    try:
-        body = json.loads(err.body or "{}")
-    except ValueError:
-        return str(err.body or err.reason)
-    found = body.get("message") if isinstance(body, dict) else None
-    return str(found or err.reason)
-
-
-def pod_refusal(err: ApiException) -> PodRefused | None:
-    """``err`` of a pod creation as a :class:`PodRefused`, when it is one (else ``None``).
-
-    A 404 counts only when it names a ServiceAccount (``details.kind``): a 404 for the
-    namespace means the topology is being deleted with it.
-    """
-    if err.status == 403:
-        return PodRefused(err, api_message(err))
-    if err.status == 404:
-        try:
-            details = json.loads(err.body or "{}").get("details") or {}
-        except (ValueError, AttributeError):
-            return None
-        if details.get("kind") in ("serviceaccounts", "serviceaccount"):
-            return PodRefused(err, api_message(err))
-    return None
 
 
 @dataclass
@@ -214,7 +183,8 @@ class Kube:
     ) -> ClusterView:
         """Nodes with the CPU left for this topology (other pods' requests subtracted).
 
-        Lists every node and pod of the cluster: for the CLI's one-off questions
+        Lists every node and pod of the cluster (the pods of ``namespace`` alone when
+        the caller may not list pods cluster-wide): for the CLI's one-off questions
         (``backstop place``). The controller builds the same view from its watch
         caches instead (:func:`backstop.controller.capacity.cluster_view`).
         A node with NoSchedule/NoExecute taints is left out unless every operator's pods
@@ -231,7 +201,7 @@ class Kube:
             d["kind"] = "Node"
         others: list[dict[str, Any]] = []
         own: list[Mapping[str, Any]] = []
-        for pod in self.core.list_pod_for_all_namespaces().items:
+        for pod in readable_pods(self.core, namespace):
             labels = pod.metadata.labels or {}
             if pod.metadata.namespace == namespace and labels.get(LABEL_TOPOLOGY) == topology:
                 own.append(slim_pod(self.api.sanitize_for_serialization(pod)))
@@ -441,6 +411,16 @@ class Kube:
             if err.status != 404:
                 raise
             self.core.create_namespaced_config_map(ns, dict(manifest))
+
+    def configmap_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A ConfigMap's ``data``, or ``None`` when there is no such ConfigMap."""
+        try:
+            cm = self.core.read_namespaced_config_map(name, namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return dict(cm.data or {})
 
     def put_pdb(self, manifest: Mapping[str, Any]) -> str:
         """Create or update a PodDisruptionBudget; returns the ``policy`` version used.

@@ -172,9 +172,17 @@ class CapacityLedger:
                 observe(pod)
 
     @contextmanager
-    def relisting(self) -> Iterator[Callable[[Mapping[str, Any]], None]]:
+    def relisting(
+        self, namespace: str | None = None, *, complete: bool = True
+    ) -> Iterator[Callable[[Mapping[str, Any]], None]]:
         """A complete listing read page by page: ``observe`` each pod; on exit the
-        ledger's pods are replaced at once (readers see the old set until then)."""
+        ledger's pods are replaced at once (readers see the old set until then).
+
+        ``namespace``: the listing covers that namespace only, and only its pods are
+        replaced (the feed of several namespaces lists each on its own); ``None``: every
+        namespace. ``complete``: with this listing every namespace the feed follows has
+        been listed once, so planners may book (:attr:`synced`).
+        """
         fresh: dict[PodKey, _Entry] = {}
 
         def observe(pod: Mapping[str, Any]) -> None:
@@ -184,11 +192,15 @@ class CapacityLedger:
 
         yield observe
         with self._lock:
+            if namespace is not None:
+                kept = {k: e for k, e in self._pods.items() if k[0] != namespace}
+                fresh = {**kept, **fresh}
             self._pods = fresh
             for key in [k for k, h in self._holds.items() if _shown(fresh.get(k), h)]:
                 del self._holds[key]
             self._recount()
-            self.synced.set()
+            if complete:
+                self.synced.set()
 
     def pod_count(self) -> int:
         """Pods that hold resources now (bound or pinned, not finished)."""

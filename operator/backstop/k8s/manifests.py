@@ -20,7 +20,6 @@ from backstop.domain.constants import (
     ANN_HASH,
     ANN_NODE,
     DATA_PORT,
-    HOSTNAME,
     LABEL_OPERATOR,
     LABEL_ROLE,
     LABEL_TASK,
@@ -31,6 +30,7 @@ from backstop.domain.constants import (
     SESSION_MOUNT,
     STORE_MOUNT,
 )
+from backstop.domain.pinning import hashed_pod_spec, pinned
 from backstop.domain.podmerge import build_pod_spec, merge_templates
 from backstop.domain.promotion import replica_numbers
 from backstop.domain.spec import OperatorSpec, StreamTopologySpec
@@ -148,8 +148,9 @@ def task_resources(op: OperatorSpec) -> dict[str, Any]:
 def runtime_env(spec: StreamTopologySpec, op: OperatorSpec) -> list[dict[str, Any]]:
     """What the task runtime needs beyond its identity: its config, consumers, store.
 
-    ``BACKSTOP_DOWNSTREAM`` lists the consumer operators with their groupings, so a task
-    can partition its output and keep a buffer for consumers that are down.
+    ``BACKSTOP_DOWNSTREAM`` lists the consumer operators with their groupings (by their
+    names on the wire: :attr:`~backstop.domain.groupings.Grouping.wire`), so a task can
+    partition its output and keep a buffer for consumers that are down.
     ``BACKSTOP_CHECKPOINT_INTERVAL`` is ``2·t_v``: the model's reprocessing latency is
     about half a checkpoint interval. The pod IP (downward API) is what a task publishes
     in the shared store's peer registry (see the README's runtime contract). The store's
@@ -157,7 +158,7 @@ def runtime_env(spec: StreamTopologySpec, op: OperatorSpec) -> list[dict[str, An
     credentials as ``secretKeyRef``).
     """
     downstream = [
-        {"operator": o.name, "parallelism": o.parallelism, "grouping": i.grouping.value}
+        {"operator": o.name, "parallelism": o.parallelism, "grouping": i.grouping.wire}
         for o in spec.operators
         for i in o.inputs
         if i.operator == op.name
@@ -222,11 +223,12 @@ def build_task_pod(
 ) -> dict[str, Any]:
     """The pod of one task (or of its ``replica``-th active replica).
 
-    The pod is pinned with a *required* node affinity on ``kubernetes.io/hostname``
+    The pod is pinned with a *required* node affinity on the node's name (:func:`pinned`)
     so the real scheduler binds it where the plan says, and its environment tells
     the task its id, its upstream tasks and whether it keeps an upstream backup.
     The ``spec-hash`` annotation lets the operator tell a pod whose node or role
-    changed (delete and recreate) from one that is already right (leave alone).
+    changed (delete and recreate) from one that is already right (leave alone); it
+    covers the pinned node, not the form of the pin (:func:`hashed_pod_spec`).
     ``spec.podTemplate`` and the operator's ``podTemplate`` are merged in
     (:func:`backstop.domain.podmerge.build_pod_spec`); the operator's own fields
     (:func:`owned_pod_spec`) and labels win.
@@ -259,7 +261,8 @@ def build_task_pod(
     meta = template.get("metadata") or {}
     # the template's metadata is hashed only when there is one, so a pod without template
     # metadata keeps the hash it had (no restart)
-    hashed = {"spec": pod_spec, "metadata": meta} if meta else pod_spec
+    hashed_spec = hashed_pod_spec(pod_spec, role.node)
+    hashed = {"spec": hashed_spec, "metadata": meta} if meta else hashed_spec
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -324,7 +327,7 @@ def _base_pod_spec(
         "automountServiceAccountToken": spec.automount_service_account_token,
         **({"serviceAccountName": spec.service_account_name} if spec.service_account_name else {}),
         "securityContext": POD_SECURITY,
-        "affinity": _once(shared, ("affinity", role.node), lambda: _pinned(role.node)),
+        "affinity": _once(shared, ("affinity", role.node), lambda: pinned(role.node)),
         "containers": [
             {
                 "name": "task",
@@ -343,16 +346,6 @@ def _base_pod_spec(
             }
         ],
         "volumes": _once(shared, "volumes", lambda: _volumes(owner, spec)),
-    }
-
-
-def _pinned(node: str) -> dict[str, Any]:
-    """The required node affinity that lets the scheduler bind a task pod only to ``node``."""
-    term = {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [node]}]}
-    return {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
-        }
     }
 
 
@@ -408,9 +401,12 @@ def _volumes(owner: Owner, spec: StreamTopologySpec) -> list[dict[str, Any]]:
     return volumes
 
 
-def template_samples(owner: Owner, spec: StreamTopologySpec) -> dict[int, dict[str, Any]]:
+def template_samples(
+    owner: Owner, spec: StreamTopologySpec, *, every: bool = False
+) -> dict[int, dict[str, Any]]:
     """``{operator index: the pod of its first task}`` of every operator with a pod template
-    (its own or the topology's), for the API server's dry run (:meth:`Kube.pod_rejection`).
+    (its own or the topology's), or of every operator with ``every``, for the API server's
+    dry run (:meth:`Kube.pod_rejection`).
 
     The models check what the operator reads of a template; the rest of a PodSpec is the API
     server's to check, and a pod it refuses would be retried forever. Placement does not
@@ -418,7 +414,7 @@ def template_samples(owner: Owner, spec: StreamTopologySpec) -> dict[int, dict[s
     """
     out = {}
     for i, op in enumerate(spec.operators):
-        if spec.pod_template is None and op.pod_template is None:
+        if not every and spec.pod_template is None and op.pod_template is None:
             continue
         role = TaskRole(f"{op.name}-0", op.name, 0, (), False, "dry-run")
         out[i] = build_task_pod(owner, spec, role)

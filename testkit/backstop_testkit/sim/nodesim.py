@@ -82,12 +82,18 @@ def build_node(
     zone: str | None = None,
     rack: str | None = None,
     ready_at: float | None = None,
+    hostname: str | None = None,
 ) -> dict[str, Any]:
-    """The Node manifest of a simulated node (no status: the API server drops it on create)."""
+    """The Node manifest of a simulated node (no status: the API server drops it on create).
+
+    Its ``kubernetes.io/hostname`` label is ``hostname`` (default: the node's name), so a
+    test can make a node whose label differs from its name, as a kubelet started with
+    ``--hostname-override`` or a cloud node named by its DNS name has.
+    """
     labels = {
         SIM_LABEL: "true",
         NODE_KIND_LABEL: NODE_KIND_SIMULATED,
-        "kubernetes.io/hostname": name,
+        "kubernetes.io/hostname": hostname or name,
         "kubernetes.io/os": "linux",
     }
     if zone:
@@ -259,10 +265,12 @@ class Simulator:
         zone: str | None = None,
         rack: str | None = None,
         ready_after: float = 0.0,
+        hostname: str | None = None,
     ) -> None:
-        """Create a simulated node; it turns Ready at the next tick after ``ready_after`` s."""
+        """Create a simulated node; it turns Ready at the next tick after ``ready_after`` s
+        (``hostname``: its ``kubernetes.io/hostname`` label, default its name)."""
         ready_at = time.time() + ready_after
-        body = build_node(name, shape, zone=zone, rack=rack, ready_at=ready_at)
+        body = build_node(name, shape, zone=zone, rack=rack, ready_at=ready_at, hostname=hostname)
         body["metadata"]["annotations"]["sim.backstop.dev/shape"] = (
             f"{shape.cpu},{shape.memory},{shape.pods}"
         )
@@ -345,11 +353,13 @@ class Simulator:
             if c.type == "Ready" and c.status == "True" and c.last_transition_time:
                 last_transition = now_rfc3339(c.last_transition_time)
         try:
+            # the Lease first: a node seen Ready always has its Lease (a reader of a
+            # fresh Ready node found none between the two calls)
+            self._renew_lease(name, now)
             if not ready and not node.status.allocatable:
                 self.core.patch_node_status(name, build_node_status(self._shape_of(node), now))
             else:
                 self.core.patch_node_status(name, build_heartbeat(now, last_transition))
-            self._renew_lease(name, now)
             taints = node.spec.taints or []
             kept = [t for t in taints if t.key != NOT_READY_TAINT]
             if len(kept) != len(taints):

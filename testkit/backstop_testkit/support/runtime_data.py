@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,32 +22,46 @@ VOCAB = ["Alpha", "beta", "GAMMA", "délta", "x1y", "foo_bar", "it's", "naïve",
 
 def write_input(folder: Path, files: int, per_file: int, seed: int = 7) -> None:
     """JSONL segments ``{"id", "ts", "text"}`` with event time increasing within a file."""
+    write_segments(folder, [per_file] * files, seed)
+
+
+def write_segments(folder: Path, sizes: Sequence[int], seed: int = 7) -> float:
+    """One JSONL segment ``part-NN.jsonl`` of ``sizes[NN]`` records ``{"id", "ts", "text"}``
+    each, event time increasing within a file; the largest event time written."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
-    for f in range(files):
+    newest = 0.0
+    for f, size in enumerate(sizes):
         ts = rng.random()
         with (folder / f"part-{f:02d}.jsonl").open("w") as out:
-            for i in range(per_file):
+            for i in range(size):
                 ts += rng.random() * 0.1
                 text = " ".join(rng.choice(VOCAB) for _ in range(rng.randint(0, 7)))
                 out.write(json.dumps({"id": f"{f}-{i}", "ts": ts, "text": text}) + "\n")
+        if size:  # ts starts at a draw even for a file left empty
+            newest = max(newest, ts)
+    return newest
 
 
 def expected_counts(folder: Path, window: int = 10) -> Counter[tuple[int, str]]:
     """(window start, word) → count, splitting on every character that is not a letter."""
     counts: Counter[tuple[int, str]] = Counter()
     for path in sorted(folder.glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            doc = json.loads(line)
-            start = int(doc["ts"] // window) * window
-            word = ""
-            for ch in doc["text"].lower() + " ":
-                if ch.isalpha():
-                    word += ch
-                elif word:
-                    counts[(start, word)] += 1
-                    word = ""
+        with path.open() as lines:  # line by line: an input may be larger than memory
+            for line in lines:
+                _count_words(json.loads(line), window, counts)
     return counts
+
+
+def _count_words(doc: dict[str, Any], window: int, counts: Counter[tuple[int, str]]) -> None:
+    start = int(doc["ts"] // window) * window
+    word = ""
+    for ch in doc["text"].lower() + " ":
+        if ch.isalpha():
+            word += ch
+        elif word:
+            counts[(start, word)] += 1
+            word = ""
 
 
 def output_lines(location: str | Path, env: Mapping[str, str] | None = None) -> list[str]:
@@ -97,3 +111,30 @@ def wordcount_spec(
         if op["name"] == "sink":
             op["config"]["path"] = str(out)
     return StreamTopologySpec.model_validate(spec)
+
+
+def local_manifest(example: Path, inp: Path, out: Path, name: str = "wordcount") -> dict[str, Any]:
+    """``example`` (a StreamTopology manifest) run on local directories: every source (an
+    operator without inputs) reads the bounded input ``inp`` in byte ranges, every sink (an
+    operator nobody reads) writes under ``out/<its name>``; no object store, since the
+    local run (``backstop run``) keeps its state in a directory."""
+    doc: dict[str, Any] = yaml.safe_load(example.read_text())
+    doc["metadata"] = {"name": name}
+    spec = doc["spec"]
+    spec.pop("store", None)
+    ops = spec["operators"]
+    read = {i["operator"] for op in ops for i in op.get("inputs", [])}
+    for op in ops:
+        config = op.setdefault("config", {})
+        if not op.get("inputs"):
+            config.update(path=str(inp), bounded=True, splits="ranges")
+        if op["name"] not in read:
+            config["path"] = str(out / op["name"])
+    return doc
+
+
+def sink_paths(doc: dict[str, Any]) -> list[Path]:
+    """Where the sinks of a :func:`local_manifest` write."""
+    ops = doc["spec"]["operators"]
+    read = {i["operator"] for op in ops for i in op.get("inputs", [])}
+    return [Path(op["config"]["path"]) for op in ops if op["name"] not in read]

@@ -61,17 +61,23 @@ def mark_applied(status: TopologyStatus, running: Mapping[str, str]) -> Topology
 def last_good_generation(status: TopologyStatus, generation: int) -> int | None:
     """The generation whose recorded plan the pods follow while ``generation`` is rejected.
 
-    That is the recorded plan's, when it is older than ``generation`` and carries the
-    spec it was computed from (``status.plan.spec``); ``None`` otherwise.
+    That is the recorded plan's, when it is older than ``generation`` and names the spec
+    it was computed from (``status.plan.specHash``, whose content the spec ConfigMap
+    holds, or the copy ``status.plan.spec`` of older operators); ``None`` otherwise.
 
     Examples
     --------
     >>> from backstop.domain.status import parse_status
-    >>> s = parse_status({"plan": {"generation": 3, "assignment": {}, "spec": {}}}).status
+    >>> s = parse_status({"plan": {"generation": 3, "assignment": {}, "specHash": "h"}}).status
     >>> last_good_generation(s, 4), last_good_generation(s, 3)
     (3, None)
+    >>> old = parse_status({"plan": {"generation": 3, "assignment": {}, "spec": {}}}).status
+    >>> last_good_generation(old, 4)
+    3
     """
     plan = status.plan
-    if plan is None or plan.assignment is None or plan.spec is None or plan.generation is None:
+    if plan is None or plan.assignment is None or plan.generation is None:
+        return None
+    if plan.spec is None and plan.spec_hash is None:
         return None
     return None if plan.generation == generation else plan.generation

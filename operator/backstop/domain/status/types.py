@@ -78,6 +78,10 @@ class PlanStatus(_Status):
     replicated: list[str] | None = None
     availability: float | None = None
     spec_hash: str | None = None
+    """:func:`backstop.domain.spec.spec_hash` of the spec this plan was computed from: a
+    resume of an equal spec keeps the plan, and the spec ConfigMap
+    (:mod:`backstop.k8s.specstore`) holds that spec's content under it, which the
+    supervisor follows while a later edit is invalid or infeasible."""
     promoted: dict[str, int] = Field(default_factory=dict)
     """Tasks whose primary runs in a promoted replica's pod: ``{task: k}`` for the pod
     ``<pod>--r<k>`` (:mod:`backstop.domain.promotion`)."""
@@ -90,8 +94,9 @@ class PlanStatus(_Status):
     utilization_cap: float | None = None
     """The ``spec.recovery.utilizationCap`` in force, resolved the same way."""
     spec: dict[str, Any] | None = None
-    """The spec this plan was computed from: while a later edit is invalid or infeasible,
-    the supervisor keeps recovering the pods of this last good plan."""
+    """Deprecated, read and no longer written: the copy of the plan's spec that older
+    operators kept here. The supervisor still follows it; the next resume moves it to the
+    spec ConfigMap and drops it, so the status does not grow with the spec."""
 
     def recorded_for(self, generation: int) -> bool:
         """Whether this is the recorded plan of ``generation`` (one the pods may follow)."""
