@@ -109,6 +109,11 @@ class LocalTopology:
         keys = self.blobs.list(f"{self.root_key}/{prefix}")
         return [data for k in keys if (data := self.blobs.get(k)) is not None]
 
+    def checkpoint_rounds(self, task: str) -> list[int]:
+        """The rounds of the checkpoints ``task`` keeps (a sink keeps its newest only)."""
+        keys = self.blobs.list(f"{self.root_key}/tasks/{task}/ckpt/")
+        return sorted(int(k.rpartition("/")[2].removesuffix(".json")) for k in keys)
+
     def crashed(self) -> dict[str, int]:
         return {t: p.returncode for t, p in self.procs.items() if p.poll() is not None}
 
