@@ -62,6 +62,14 @@ from backstop_runtime.store import Store
 
 log = logging.getLogger("backstop_runtime.task")
 
+MAX_RECORDS_PER_BATCH = 4000
+"""A source round's records at most (``config.maxRecordsPerBatch``). A round is cut every
+``BACKSTOP_BATCH_INTERVAL`` too, so this bounds only a round read from a backlog (a bounded
+input, a restart's catch-up): there a round's fixed costs (its frames, log entry and
+barrier) are spread over this many records, and a round stays a small unit of replay (tens
+of milliseconds of work per task). ``docs/benchmarks/wordcount-flink.md`` measures 1,000
+beside it."""
+
 
 class Task:
     """The task this process runs (see the module docstring for its life cycle)."""
@@ -97,7 +105,7 @@ class Task:
         if self.planned is not None and self.session.before is not None:
             self.metrics.restart_seconds = self.started - self.session.before
         self.caps = Caps.from_env()
-        self.max_records = int(cfg.config.get("maxRecordsPerBatch", 1000))
+        self.max_records = int(cfg.config.get("maxRecordsPerBatch", MAX_RECORDS_PER_BATCH))
         self.rate = float(cfg.config.get("maxRecordsPerSecond", 0))
         self.period = max(1, round(cfg.checkpoint_interval / cfg.batch_interval))
         self.catch_up_lag = float(os.environ.get("BACKSTOP_CAUGHT_UP_LAG", "0.5"))

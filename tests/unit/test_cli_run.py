@@ -9,14 +9,17 @@ be loaded ends the run with exit 1 and its log; a bad manifest is one line and e
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from backstop.k8s.localenv import status_path
 from backstop_testkit.support.runtime_data import (
     counts_of,
     expected_counts,
@@ -109,3 +112,36 @@ def test_without_the_runtime_extra_the_run_says_what_to_install(tmp_path: Path) 
     assert "pip install 'backstop[runtime]'" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / ".backstop-local").exists()
+
+
+def test_the_tasks_are_watched_by_the_runtime_supervisor_alone(tmp_path: Path) -> None:
+    """Once the manifest is checked, the command becomes the runtime's supervisor: the spec
+    models it loaded (pydantic) are not held in memory beside the tasks for the whole run.
+    Ctrl-C stops every task with its final checkpoint and exits 130."""
+    inp, out, store = tmp_path / "input", tmp_path / "out", tmp_path / "s"
+    write_input(inp, files=1, per_file=50)
+    spec = wordcount_spec(inp, out, rate=200.0, batch=10, bounded=False)  # an endless stream
+    doc: dict[str, Any] = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    cmd = [sys.executable, "-m", "backstop", "run", str(manifest(tmp_path, doc))]
+    run = subprocess.Popen(
+        [*cmd, "--store", str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
+    )
+    try:
+        sink = status_path(store, "wc", "sink-0")
+        deadline = time.monotonic() + 60
+        while not sink.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sink.exists(), "the tasks did not start"
+        argv = Path(f"/proc/{run.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"backstop_runtime.localrun" in argv, argv
+        assert "pydantic" not in Path(f"/proc/{run.pid}/maps").read_text()
+        run.send_signal(signal.SIGINT)
+        stdout, stderr = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 130, stdout + stderr
+    for task in ("source-0", "tokenize-0", "count-0", "sink-0"):
+        log = (store / "logs" / f"{task}.log").read_text()
+        assert "stopping: backstop-checkpoint" in log, log[-1000:]
