@@ -12,7 +12,7 @@ printed at most once a second, when something moved (each task's round, the sink
 of stream), and at the end. With a bounded input the run ends when every sink has seen
 the end of the stream (exit 0). A task that exits with an error ends the run: its log's
 last lines are printed and the exit status is 1; ``timeout`` seconds without the end is
-exit 2. Ctrl-C stops every task (as SIGTERM stops a pod: each takes its final
+exit 2. Ctrl-C or SIGTERM stops every task (as SIGTERM stops a pod: each takes its final
 checkpoint) and exits 130; a second run on the same store resumes from there.
 """
 
@@ -55,6 +55,9 @@ class LocalRun:
                     env={**os.environ, **env},
                     stdout=log,
                     stderr=subprocess.STDOUT,
+                    # out of the terminal's process group: Ctrl-C reaches this process
+                    # alone, which stops the tasks with SIGTERM (their final checkpoint)
+                    start_new_session=True,
                 )
 
     def status(self, task: str) -> dict[str, Any]:
@@ -139,13 +142,19 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, KeyError, TypeError) as err:
         print(f"error: cannot read the local run's plan {args[0]}: {err!r}", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, _interrupted)  # as Ctrl-C: a service manager's stop
     run.start()
     try:
         return watch(run, sinks, timeout, quiet)
     except KeyboardInterrupt:
         return 130
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the tasks are being stopped
         run.stop()
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

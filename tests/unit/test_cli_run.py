@@ -8,6 +8,7 @@ be loaded ends the run with exit 1 and its log; a bad manifest is one line and e
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -114,17 +115,24 @@ def test_without_the_runtime_extra_the_run_says_what_to_install(tmp_path: Path) 
     assert not (tmp_path / ".backstop-local").exists()
 
 
-def test_the_tasks_are_watched_by_the_runtime_supervisor_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_the_tasks_are_watched_by_the_runtime_supervisor_alone(
+    stop: signal.Signals, tmp_path: Path
+) -> None:
     """Once the manifest is checked, the command becomes the runtime's supervisor: the spec
     models it loaded (pydantic) are not held in memory beside the tasks for the whole run.
-    Ctrl-C stops every task with its final checkpoint and exits 130."""
+    Ctrl-C, or SIGTERM, stops every task with its final checkpoint and exits 130."""
     inp, out, store = tmp_path / "input", tmp_path / "out", tmp_path / "s"
     write_input(inp, files=1, per_file=50)
     spec = wordcount_spec(inp, out, rate=200.0, batch=10, bounded=False)  # an endless stream
     doc: dict[str, Any] = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     cmd = [sys.executable, "-m", "backstop", "run", str(manifest(tmp_path, doc))]
     run = subprocess.Popen(
-        [*cmd, "--store", str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
+        [*cmd, "--store", str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
     )
     try:
         sink = status_path(store, "wc", "sink-0")
@@ -135,12 +143,15 @@ def test_the_tasks_are_watched_by_the_runtime_supervisor_alone(tmp_path: Path) -
         argv = Path(f"/proc/{run.pid}/cmdline").read_bytes().split(b"\0")
         assert b"backstop_runtime.localrun" in argv, argv
         assert "pydantic" not in Path(f"/proc/{run.pid}/maps").read_text()
-        run.send_signal(signal.SIGINT)
+        if stop == signal.SIGINT:
+            os.killpg(run.pid, stop)  # Ctrl-C: to the terminal's whole foreground group
+        else:
+            run.send_signal(stop)
         stdout, stderr = run.communicate(timeout=60)
     finally:
         if run.poll() is None:
-            run.kill()
-            run.communicate()
+            run.terminate()  # the supervisor stops its tasks
+            run.communicate(timeout=60)
     assert run.returncode == 130, stdout + stderr
     for task in ("source-0", "tokenize-0", "count-0", "sink-0"):
         log = (store / "logs" / f"{task}.log").read_text()
