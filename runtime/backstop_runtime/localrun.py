@@ -3,9 +3,9 @@
 ``backstop run`` validates the manifest and works out every task's environment, writes
 them to a *plan* (JSON, see :func:`main`), and then replaces itself (``exec``) with
 ``python -m backstop_runtime.localrun PLAN``. Why a second program: the command's
-validation imports the operator's spec models (pydantic and the planners' graph), about
-30 MiB that a process watching status files would otherwise keep for the whole run, on
-top of the tasks' own memory. This one imports the standard library only.
+validation imports the operator's spec models (pydantic and the planners' graph), which a
+process watching status files would otherwise keep in memory for the whole run, on top of
+the tasks' own. This one imports the standard library only.
 
 The tasks' status files are read every :data:`POLL` seconds, and a progress line is
 printed at most once a second, when something moved (each task's round, the sinks' end

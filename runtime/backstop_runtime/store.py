@@ -65,7 +65,12 @@ def newest_at_or_before(rounds: list[int], bound: int) -> int:
     return max((r for r in rounds if r <= bound), default=0)
 
 
-def _rounds(keys: list[str], suffix: str = "") -> list[int]:
+def key_rounds(keys: list[str], suffix: str = "") -> list[int]:
+    """The rounds that keys named ``<round><suffix>`` hold, ascending; other keys skipped.
+
+    >>> key_rounds(["t/ckpt/000000000040.json", "t/ckpt/000000000008.json", "t/x"], ".json")
+    [8, 40]
+    """
     names = (k.rpartition("/")[2].removesuffix(suffix) for k in keys)
     return sorted(int(n) for n in names if n.isdigit())
 
@@ -144,7 +149,7 @@ class Store:
 
     def claims(self) -> list[int]:
         """The store epochs claimed so far, in order."""
-        return _rounds(self.blobs.list(f"{self.key}/epochs/"))
+        return key_rounds(self.blobs.list(f"{self.key}/epochs/"))
 
     def latest_epoch(self) -> int:
         return max(self.claims(), default=0)
@@ -230,7 +235,7 @@ class Store:
 
     def checkpoint_rounds(self, task: str | None = None) -> list[int]:
         """Checkpointed rounds of this task (or of ``task``)."""
-        return _rounds(self.blobs.list(f"{self._task(task)}/ckpt/"), ".json")
+        return key_rounds(self.blobs.list(f"{self._task(task)}/ckpt/"), ".json")
 
     # ---- replay floors: what may still be asked for ------------------------------------
 

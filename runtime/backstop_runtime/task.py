@@ -66,9 +66,7 @@ MAX_RECORDS_PER_BATCH = 4000
 """A source round's records at most (``config.maxRecordsPerBatch``). A round is cut every
 ``BACKSTOP_BATCH_INTERVAL`` too, so this bounds only a round read from a backlog (a bounded
 input, a restart's catch-up): there a round's fixed costs (its frames, log entry and
-barrier) are spread over this many records, and a round stays a small unit of replay (tens
-of milliseconds of work per task). ``docs/benchmarks/wordcount-flink.md`` measures 1,000
-beside it."""
+barrier) are spread over this many records, and a round stays a small unit of replay."""
 
 
 class Task:

@@ -22,6 +22,7 @@ from backstop.domain.spec import StreamTopologySpec, expand
 from backstop.k8s.localenv import NAMESPACE, UID, local_task_envs
 from backstop.k8s.manifests import Owner
 from backstop_runtime.blobs import open_blobs
+from backstop_runtime.store import key_rounds
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -111,8 +112,7 @@ class LocalTopology:
 
     def checkpoint_rounds(self, task: str) -> list[int]:
         """The rounds of the checkpoints ``task`` keeps (a sink keeps its newest only)."""
-        keys = self.blobs.list(f"{self.root_key}/tasks/{task}/ckpt/")
-        return sorted(int(k.rpartition("/")[2].removesuffix(".json")) for k in keys)
+        return key_rounds(self.blobs.list(f"{self.root_key}/tasks/{task}/ckpt/"), ".json")
 
     def crashed(self) -> dict[str, int]:
         return {t: p.returncode for t, p in self.procs.items() if p.poll() is not None}
