@@ -150,8 +150,10 @@ class Operator:
 
     def process_batch(self, batch: Columns, ctx: Context) -> None:
         """Handle a round's input, merged in the runtime's fixed order; call
-        ``ctx.emit_many`` (or ``ctx.emit``) for the outputs. By default :meth:`process`
-        each record in order, with the record's event time as ``ctx.emit``'s default."""
+        ``ctx.emit_many`` (or ``ctx.emit``) for the outputs. A large round (more than
+        4,096 records from one input) comes in consecutive pieces, one call each, so the
+        task never holds all of it decoded. By default :meth:`process` each record in
+        order, with the record's event time as ``ctx.emit``'s default."""
         for rec in batch.records():
             ctx._current_ts = rec.ts
             self.process(rec, ctx)

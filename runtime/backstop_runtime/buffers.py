@@ -13,7 +13,9 @@ encoded batch as it travels on the wire):
   to keep the task busy while the next batches arrive, so its bound is smaller (a
   channel's must hold a backup's output for a checkpoint interval, or the producer waits
   for each checkpoint: 8 MiB are a hundred frames of 1,000 records of 80 bytes, and the
-  defaults checkpoint every 40 rounds).
+  defaults checkpoint every 40 rounds). A frame of :data:`~backstop_runtime.wire.LARGE`
+  bytes or more stays encoded in the read-ahead, as the bytes it is counted by
+  (:class:`~backstop_runtime.wire.Encoded`).
 
 ``BACKSTOP_BUFFER_ROUNDS`` (default 2000 batches) caps both as well; whichever bound is
 reached first makes the buffer full, and a full buffer stops whoever fills it

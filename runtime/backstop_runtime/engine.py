@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backstop_runtime.api import Columns, Context, Operator, Sink, Source
-from backstop_runtime.batches import INF, Batch, merged
+from backstop_runtime.batches import INF, Batch, merged_pieces
 from backstop_runtime.batchlog import BatchLog, ReplayGone
 from backstop_runtime.blobs import open_blobs
 from backstop_runtime.config import ConfigError, TaskConfig, require
@@ -177,14 +177,20 @@ class Processor:
         """Process round ``r`` (one batch per upstream, in the upstream order) and return
         the batch for every consumer, empty ones included: they carry the barrier.
 
-        The inputs are merged in Alg. 1's predefined round-robin order
-        (:func:`~backstop_runtime.batches.merged`) and handed to the operator as one
-        batch; its output (watermark emissions included) is combined, then routed."""
-        batch = merged([b.cols for b in inputs])
-        self.counters.tuples_in += len(batch)
+        The inputs are merged in Alg. 1's predefined round-robin order and handed to the
+        operator in pieces (:func:`~backstop_runtime.batches.merged_pieces`: one, unless
+        the round is large); its output (watermark emissions included) is combined, then
+        routed. A sink writes each piece's lines as it goes, so a large round's records
+        are never all decoded at once."""
         out = self.ctx.out = Columns()
         try:
-            self.op.process_batch(batch, self.ctx)
+            for piece in merged_pieces(inputs):
+                self.counters.tuples_in += len(piece)
+                self.op.process_batch(piece, self.ctx)
+                if self.sink is not None and len(out):
+                    self._send(r, out)
+                    out = self.ctx.out = Columns()
+                del piece  # before the next piece decodes
             self.ctx._current_ts = None
             wm = min((b.wm for b in inputs), default=INF)
             eos = all(b.eos for b in inputs)
