@@ -103,6 +103,16 @@ def _limits(n: int) -> dict[str, Any]:
     }
 
 
+def _unpacker(body: bytes, start: int) -> msgpack.Unpacker:
+    """An unpacker of ``body`` from ``start`` on that copies a window of it at a time
+    (its ``tell()`` counts from ``start``)."""
+    data = io.BytesIO(body)  # shares the bytes, no copy
+    data.seek(start)
+    n = len(body)
+    window = min(_WINDOW, max(n, 1))
+    return msgpack.Unpacker(data, read_size=window, max_buffer_size=max(n, 1), **_limits(n))
+
+
 class Encoded:
     """One column of a large batch frame, still encoded: ``len()`` items of ``body``
     from ``start`` to ``end``, decoded a piece at a time by :meth:`pieces`.
@@ -123,10 +133,7 @@ class Encoded:
 
     def pieces(self, size: int = PIECE) -> Iterator[list[Any]]:
         """The items in lists of ``size`` (the last may be shorter)."""
-        n = len(self.body)
-        data = io.BytesIO(self.body)  # shares the body: read a window of it at a time
-        data.seek(self.start)
-        unpacker = msgpack.Unpacker(data, read_size=_WINDOW, max_buffer_size=n, **_limits(n))
+        unpacker = _unpacker(self.body, self.start)
         left = unpacker.read_array_header()
         while left:
             piece = _piece(unpacker, min(size, left))
@@ -158,8 +165,7 @@ def decode(body: bytes, large: int | None = None) -> dict[str, Any]:
 
 def _decode_large(body: bytes) -> Any:
     """:func:`decode` of a large body: the map with its columns :class:`Encoded`."""
-    unpacker = msgpack.Unpacker(max_buffer_size=len(body), **_limits(len(body)))
-    unpacker.feed(body)
+    unpacker = _unpacker(body, 0)
     msg: dict[Any, Any] = {}
     for _ in range(unpacker.read_map_header()):
         key = unpacker.unpack()
