@@ -94,7 +94,9 @@ class SinkWriter:
         self.out = OutputLog(open_blobs(self.location), cfg.task)
         self.task = cfg.task
         self.store = store
-        self.pending: list[str] = []
+        self.pending = bytearray()
+        """The lines since the last checkpoint, encoded (a line as a ``str`` would take
+        its bytes again in object overhead, and the commit a joined copy of them all)."""
 
     def open(self, r: int) -> None:
         """Start after checkpoint round ``r``: drop the objects no checkpoint covers."""
@@ -105,19 +107,19 @@ class SinkWriter:
         self.pending.clear()
 
     def add(self, value: Any) -> None:
-        self.pending.append(_LINE(value) + "\n")
+        self.pending += (_LINE(value) + "\n").encode()
 
     def add_many(self, values: list[Any]) -> None:
         """One line per value, in order."""
         line = _LINE
-        self.pending.extend([line(v) + "\n" for v in values])
+        self.pending += "".join([line(v) + "\n" for v in values]).encode()
 
     def commit(self, r: int) -> int:
         """Write the lines since the previous checkpoint as round ``r``'s object (none if
         there are no lines) and return ``r``, the round the checkpoint records."""
         if self.pending:
             self.store.check_fence()
-            how = self.out.commit(r, "".join(self.pending).encode())
+            how = self.out.commit(r, bytes(self.pending))
             if how == "replaced":
                 _log.warning("%s: replaced another copy's other output of round %d", self.task, r)
             self.pending.clear()
