@@ -232,6 +232,12 @@ def _parser() -> argparse.ArgumentParser:
         help="also: two nodes lost, one replaced later; incremental vs blocking recovery",
     )
     p.add_argument("--replace-after", type=float, default=20.0, help="seconds (--incremental)")
+    p.add_argument("--arrive-every", type=float, default=20.0, help="seconds between replacements")
+    p.add_argument("--lose", type=int, default=2, help="nodes lost at once (--incremental)")
+    p.add_argument("--nodes", type=int, default=3, help="real nodes in the pool")
+    p.add_argument(
+        "--cpu-scale", type=float, default=1.0, help="task CPU requests times this (--incremental)"
+    )
     p.add_argument("--no-bound", action="store_true", help="skip the single-node kills")
     p.add_argument(
         "--modes", default="incremental,blocking,best-case", help="(--incremental) which runs"
@@ -271,22 +277,23 @@ def _kill_cycles(args: argparse.Namespace, bench: Bench, failed: list[str]) -> l
 def _sessions(
     args: argparse.Namespace, bench: Bench, failed: list[str]
 ) -> list[incremental.Session]:
-    """Two nodes lost, one replaced later: each recovery mode asked for; timeouts to ``failed``."""
+    """Nodes lost at once, replaced one by one: each recovery mode asked for; timeouts to
+    ``failed``."""
     sessions: list[incremental.Session] = []
-    runs = [
-        ("incremental", args.replace_after),
-        ("blocking", args.replace_after),
-        ("best-case", 0.0),
-    ]
-    for mode, after in [r for r in runs if r[0] in args.modes.split(",")]:
+    scale = _scale(args)
+    for mode in [m for m in ("incremental", "blocking", "best-case") if m in args.modes.split(",")]:
         try:
-            sessions.append(incremental.run_session(bench, mode, f"ts-{mode}", after))
+            sessions.append(incremental.run_session(bench, mode, f"ts-{mode}", scale))
         except SystemExit as err:  # a timeout: report the others, say why
             if not isinstance(err.code, str):
                 raise  # SIGTERM's exit, not a timeout
             log(f"ts-{mode}: {err} (host load {os.getloadavg()[0]:.1f})")
             failed.append(f"{mode}: {err}")
     return sessions
+
+
+def _scale(args: argparse.Namespace) -> incremental.Scale:
+    return incremental.Scale(args.lose, args.replace_after, args.arrive_every, args.cpu_scale)
 
 
 def _write(
@@ -307,7 +314,7 @@ def _write(
         if args.out:
             write_section(args.out, HEADING, text, command=COMMAND, load=load)
     if sessions:
-        text = incremental.report(sessions, args.rate, args.replace_after, store_line(store))
+        text = incremental.report(sessions, args.rate, _scale(args), args.nodes, store_line(store))
         text += "".join(f"\nNot measured: {f}.\n" for f in failed if not f.startswith("kill"))
         print(text)
         if args.out:
@@ -334,7 +341,7 @@ def main() -> int:
     bench = Bench(kubeconfig, run_dir, args.rate, args.warmup, args.show)
     install_crds(bench.kube)
     create_namespace(bench.core, bench.ns)
-    names = [f"rb{uuid.uuid4().hex[:4]}-{i}" for i in range(3)]
+    names = [f"rb{uuid.uuid4().hex[:4]}-{i}" for i in range(args.nodes)]
     oplog = run_dir / f"{bench.ns}-operator.log"
     cycles: list[Cycle] = []
     sessions: list[incremental.Session] = []

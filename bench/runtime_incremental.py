@@ -1,15 +1,18 @@
 """Incremental vs blocking recovery on REAL nodes: each query's output resuming over time.
 
-The incremental-recovery paper's question, measured: two of the example's nodes are lost at
-once, so the one node left cannot hold every lost task; a replacement node arrives
-``replace_after`` seconds after the loss is detected. With ``recovery.mode: incremental`` the
-operator restarts what fits at once, the higher-priority query first (``sink``, priority 5,
-before ``trending``, priority 2), and the rest when the replacement is Ready; with
-``blocking`` it waits until everything fits. Per query, the time from the loss being detected
-(the first RecoveryPlan) to its sink task processing fresh input again (a new copy, or the
-surviving one, processing batches no further behind its sources than in the steady stream
-plus 0.5 s) is measured from the tasks' ``status.json``. Run by
-``bench/bench_runtime_recovery.py --incremental``.
+The incremental-recovery paper's question, measured: ``lose`` of the nodes holding the most
+tasks are lost at once, so the nodes left cannot hold every lost task; replacement nodes
+arrive one by one, the first ``replace_after`` seconds after the loss is detected and then
+one every ``arrive_every`` seconds (the paper acquires its new nodes over minutes). With
+``recovery.mode: incremental`` the operator restarts what fits at once, the higher-priority
+query first (``sink``, priority 5, before ``trending``, priority 2), and more as each
+replacement turns Ready; with ``blocking`` it waits until everything fits. Per query, the
+time from the loss being detected (the first RecoveryPlan) to its sink task processing fresh
+input again (a new copy, or the surviving one, processing batches no further behind its
+sources than in the steady stream plus 0.5 s) is measured from the tasks' ``status.json``.
+Run by ``bench/bench_runtime_recovery.py --incremental``; ``--nodes``, ``--lose`` and
+``--cpu-scale`` (every task's CPU request times this: smaller nodes, as far as the planner is
+concerned) set the scale.
 
 The paper's Figs. 12-14 plot the *relative latency* of the failed and the normal queries
 over time (latency during recovery over latency before the failure): each query's sink lag
@@ -17,7 +20,7 @@ over time (latency during recovery over latency before the failure): each query'
 by its median in the steady stream; a lost sink whose new copy has not started yet produces
 no output ("down"). Besides ``incremental`` and ``blocking`` (the paper's Storm), the
 paper's *BestCase* (all replacement nodes there soon after the failure) is the incremental
-run with the replacement arriving at once.
+run with every replacement arriving at once.
 """
 
 from __future__ import annotations
@@ -35,12 +38,48 @@ QUERIES = {"sink-0": "sentiment per topic (`sink`, priority 5)", "trending-0": "
            "(`trending`, priority 2)"}  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Scale:
+    """How large a session is: nodes lost together, when their replacements arrive."""
+
+    lose: int = 2
+    replace_after: float = 20.0
+    """Seconds from detection to the first replacement (0: all at once, the best case)."""
+    arrive_every: float = 20.0
+    """Seconds between two replacements."""
+    cpu_scale: float = 1.0
+    """Every task's CPU request times this (the nodes as the planner sees them smaller)."""
+
+    def arrivals(self, best_case: bool) -> list[float]:
+        """Seconds after detection at which each replacement arrives.
+
+        >>> Scale(lose=3, replace_after=10, arrive_every=15).arrivals(False)
+        [10, 25, 40]
+        >>> Scale(lose=3).arrivals(True)
+        [0.0, 0.0, 0.0]
+        """
+        if best_case:
+            return [0.0] * self.lose
+        return [self.replace_after + i * self.arrive_every for i in range(self.lose)]
+
+
+def scaled_cpu(quantity: str, factor: float) -> str:
+    """A CPU quantity times ``factor``, in millicores.
+
+    >>> scaled_cpu("150m", 2.5), scaled_cpu("1", 0.5), scaled_cpu("0.25", 2)
+    ('375m', '500m', '500m')
+    """
+    milli = float(quantity[:-1]) if quantity.endswith("m") else float(quantity) * 1000
+    return f"{round(milli * factor)}m"
+
+
 @dataclass
 class Session:
     mode: str
     victims: list[str]
     lost: int
-    replacement_ready: float = 0.0  # seconds after detection
+    ready: list[float] = field(default_factory=list)
+    """Seconds after detection at which each replacement turned Ready, in arrival order."""
     resumed: dict[str, float] = field(default_factory=dict)  # query sink → seconds
     steps: list[str] = field(default_factory=list)
     series: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)
@@ -102,23 +141,48 @@ def _steps(bench: Bench, name: str) -> list[str]:
     return steps
 
 
-def run_session(bench: Bench, mode: str, name: str, replace_after: float) -> Session:
-    """One deployment with ``recovery.mode = mode``: lose two nodes, replace one later."""
+def _deploy(bench: Bench, mode: str, name: str, cpu_scale: float) -> dict[str, Any]:
+    """The example as ``name`` with ``recovery.mode`` for ``mode`` and its CPU scaled."""
     doc = bench.manifest(name, None)
     doc["spec"]["recovery"]["mode"] = "incremental" if mode == "best-case" else mode
+    for op in doc["spec"]["operators"]:
+        res = op.get("resources") or {}
+        if "cpu" in res:
+            res["cpu"] = scaled_cpu(str(res["cpu"]), cpu_scale)
+    return doc
+
+
+def _victims(p: dict[str, Any], nodes: list[str], lose: int) -> list[str]:
+    """The ``lose`` nodes holding the most tasks (then empty ones, if too few hold any)."""
+    placement: dict[str, int] = {}
+    for n in p["assignment"].values():
+        placement[n] = placement.get(n, 0) + 1
+    victims = sorted(placement, key=lambda n: (-placement[n], n))[:lose]
+    return victims + [n for n in nodes if n not in victims][: lose - len(victims)]
+
+
+def _arrive(
+    bench: Bench, victims: list[str], revivals: list[threading.Thread], at: float, when: list[float]
+) -> None:
+    """Bring back each killed node whose arrival time ``when`` has come by ``at`` (in the
+    background: sampling goes on meanwhile)."""
+    while len(revivals) < len(victims) and at >= when[len(revivals)]:
+        v = victims[len(revivals)]
+        revivals.append(threading.Thread(target=bench.cli, args=("nodes", "revive", v)))
+        revivals[-1].start()
+
+
+def run_session(bench: Bench, mode: str, name: str, scale: Scale) -> Session:
+    """One deployment with ``recovery.mode = mode``: lose ``scale.lose`` nodes at once,
+    their replacements arriving one by one (all at once for the best case)."""
+    doc = _deploy(bench, mode, name, scale.cpu_scale)
     gen = None
     victims: list[str] = []
-    revived: list[str] = []
-    reviving: threading.Thread | None = None
+    revivals: list[threading.Thread] = []
     try:
         p, gen = bench.start(name, doc)
-        placement: dict[str, list[str]] = {}
-        for t, n in p["assignment"].items():
-            placement.setdefault(n, []).append(t)
-        victims = sorted(placement, key=lambda n: (-len(placement[n]), n))[:2]
-        if len(victims) < 2:  # the plan used one node: lose it and an empty one
-            victims += [n for n in bench.nodes if n not in victims][: 2 - len(victims)]
-        lost = [t for v in victims for t in placement.get(v, [])]
+        victims = _victims(p, bench.nodes, scale.lose)
+        lost = [t for t, n in p["assignment"].items() if n in victims]
         before = {q: bench.status(name, q) for q in QUERIES}
         log(f"{name} ({mode}): killing {victims} ({len(lost)} of {len(p['assignment'])} tasks)")
         for v in victims:
@@ -129,68 +193,78 @@ def run_session(bench: Bench, mode: str, name: str, replace_after: float) -> Ses
         base = {q: bench.status(name, q) for q in QUERIES}
         out = Session(mode, victims, len(lost))
         out.steady = {q: bench.steady.get(q, 0.0) for q in QUERIES}
-        deadline = t_plan + 300
+        arrivals = scale.arrivals(mode == "best-case")
+        deadline = t_plan + 300 + arrivals[-1]
         tail = 0.0  # keep sampling a while after the last query resumed (its settling)
         seen: dict[str, int] = {}
         while (len(out.resumed) < len(QUERIES) or time.time() < tail) and time.time() < deadline:
             now = time.time()
             if len(out.resumed) == len(QUERIES) and not tail:
                 tail = now + 10.0
-            if not revived and now >= t_plan + replace_after:  # best case: at once
-                # the replacement node arrives (in the background: sampling goes on meanwhile)
-                reviving = threading.Thread(target=bench.cli, args=("nodes", "revive", victims[0]))
-                reviving.start()
-                revived.append(victims[0])
-            if revived and not out.replacement_ready and node_ready(bench.core, victims[0]):
-                out.replacement_ready = now - t_plan
+            _arrive(bench, victims, revivals, now - t_plan, arrivals)
+            while len(out.ready) < len(revivals):
+                if not node_ready(bench.core, victims[len(out.ready)]):
+                    break
+                out.ready.append(now - t_plan)
             _sample(bench, name, out, (before, base), lost, seen, now - t_plan)
             time.sleep(0.5)
         out.steps += _steps(bench, name)
-        log(
-            f"{name} ({mode}): resumed {out.resumed}, "
-            f"replacement Ready {out.replacement_ready:.1f}s"
-        )
+        log(f"{name} ({mode}): resumed {out.resumed}, replacements Ready {out.ready}")
         return out
     finally:
         if gen is not None:
             gen.terminate()
             gen.wait()
         bench.delete(name)
-        if reviving is not None:
-            reviving.join()
-        for v in victims:
-            if v not in revived or not node_ready(bench.core, v):
+        for thread in revivals:
+            thread.join()
+        for k, v in enumerate(victims):
+            if k >= len(revivals) or not node_ready(bench.core, v):
                 bench.cli("nodes", "revive", v)
             wait(f"{v} Ready", lambda v=v: node_ready(bench.core, v), 180)
 
 
-def report(sessions: list[Session], rate: float, replace_after: float, store: str = "") -> str:
+def _setting(rate: float, scale: Scale, nodes: int) -> str:
+    """What the sessions ran: nodes, losses, arrivals, requests."""
+    cpu = (
+        ""
+        if scale.cpu_scale == 1
+        else f" Every task's CPU request is {scale.cpu_scale:g} times the example's, so a "
+        "node holds proportionally fewer tasks (smaller nodes, as the planner sees them)."
+    )
+    return (
+        "Generated by `bench/bench_runtime_recovery.py --incremental`: "
+        "`examples/twitter-sentiment.yaml` on "
+        f"{nodes} real nodes, the tweet log at {rate:g} tweets/s; in each run the {scale.lose} "
+        "nodes with the most tasks are killed together, so the nodes left cannot hold every "
+        "lost task, and replacements for them arrive one by one (each a killed node coming "
+        f"back): the first {scale.replace_after:g} s after the loss is detected, then one every "
+        f"{scale.arrive_every:g} s; in *best-case* all at once.{cpu} *Resumed* is the time from "
+        "the loss being detected (the first RecoveryPlan) to the query's sink processing fresh "
+        "input again: its new copy caught up with its input again, no further behind than in "
+        "the steady stream plus 0.5 s (the new copy or the surviving one)."
+    )
+
+
+def report(sessions: list[Session], rate: float, scale: Scale, nodes: int, store: str = "") -> str:
     """The page: when each query resumed per recovery mode, then the relative latencies;
     ``store``: a line on where the tasks' state lives, after the introduction."""
     lines = [
         HEADING,
         "",
-        "Generated by `bench/bench_runtime_recovery.py --incremental`: the same example and real "
-        f"nodes as above, the tweet log at {rate:g} tweets/s; in each run the two nodes with "
-        "the most tasks are killed together, so the one node left cannot hold every lost task, "
-        f"and one of them comes back (the replacement) {replace_after:g} s after the loss is "
-        "detected. *Resumed* is the time from the loss being detected (the first RecoveryPlan) "
-        "to the query's sink processing fresh input again: its new copy caught up with its "
-        "input again, no further behind than in the steady stream plus 0.5 s (the new copy or "
-        "the surviving one).",
+        _setting(rate, scale, nodes),
         "",
         *([store, ""] if store else []),
-        "| recovery mode | lost tasks | replacement Ready | "
+        "| recovery mode | lost tasks | replacements Ready | "
         + " | ".join(f"{d}: resumed" for d in QUERIES.values())
         + " | RecoveryPlans |",
         "|---|---|---|" + "---|" * len(QUERIES) + "---|",
     ]
     for s in sessions:
-        cells = [f"{s.resumed[q]:.1f} s" if q in s.resumed else "not in 300 s" for q in QUERIES]
+        cells = [f"{s.resumed[q]:.1f} s" if q in s.resumed else "not resumed" for q in QUERIES]
+        ready = ", ".join(f"{t:.1f} s" for t in s.ready) or "none before the end"
         lines.append(
-            f"| {s.mode} | {s.lost} | {s.replacement_ready:.1f} s | "
-            + " | ".join(cells)
-            + f" | {'; '.join(s.steps)} |"
+            f"| {s.mode} | {s.lost} | {ready} | " + " | ".join(cells) + f" | {'; '.join(s.steps)} |"
         )
     return "\n".join(lines) + "\n\n" + relative_report(sessions)
 
