@@ -106,3 +106,22 @@ def test_a_confirmed_node_is_lost_at_once_with_the_data_plane_trigger() -> None:
     assert lost and "confirmed on the data plane" in lost[0]
     # without the confirmation the same Ready node is nobody's loss
     assert with_confirmed(nodes, {"n0": 99.5}, now=99.5 + 400)["n0"].ready
+
+
+def test_a_confirmed_node_that_comes_back_is_usable_at_once() -> None:
+    """A node lost on the data plane, seen NotReady by the node-monitor, then Ready again
+    (a replacement of the same name, or the node rebooted) ends the hold: the recovery
+    waiting for capacity places its pending tasks there (``NodeBack``), not minutes later."""
+    from tests.unit.test_recovery_decide import FOUR, GRAPH, node, recorded, tick
+
+    nodes = {f"n{i}": node(f"n{i}") for i in range(4)}
+    d = tick(recorded(GRAPH, FOUR), with_confirmed(nodes, {"n0": 99.5, "n1": 99.5}, 100.0), 100.0)
+    rec = d.status.recovery
+    assert rec is not None and set(rec.lost) == {"n0", "n1"} and rec.failed  # no room for all
+    nodes["n0"] = node("n0", ready=False, since=120.0)  # the node-monitor catches up
+    d = tick(d.status, with_confirmed(nodes, {"n0": 99.5, "n1": 99.5}, 125.0), 125.0)
+    nodes["n0"] = node("n0", since=140.0)  # and the node is back
+    d = tick(d.status, with_confirmed(nodes, {"n0": 99.5, "n1": 99.5}, 141.0), 141.0)
+    rec = d.status.recovery
+    assert d.trigger == "NodeBack" and rec is not None and "n0" not in rec.lost
+    assert d.issued is not None and set(d.issued.recover.values()) & {"n0"}

@@ -328,7 +328,9 @@ def with_confirmed(
     (epoch seconds) is NotReady and unschedulable since then, and lost at once
     (:attr:`NodeInfo.confirmed_lost`), for ``hold`` seconds while the index still calls
     it Ready. Once its Ready condition turns False the index's own view is used: the
-    node-monitor caught up, and the loss stays recorded in the recovery session.
+    node-monitor caught up, and the loss stays recorded in the recovery session. So it
+    is too once the condition has turned since the confirmation (False, then True
+    again): the node came back, and a recovery waiting for capacity may use it at once.
 
     >>> up = NodeInfo("n1", True, 10.0, 4, True, False)
     >>> seen = with_confirmed({"n1": up}, {"n1": 100.0}, now=101.0)["n1"]
@@ -336,11 +338,14 @@ def with_confirmed(
     (False, False, 100.0, 100.0)
     >>> with_confirmed({"n1": up}, {"n1": 100.0}, now=500.0)["n1"] is up
     True
+    >>> back = NodeInfo("n1", True, 130.0, 4, True, False)  # Ready again since 130
+    >>> with_confirmed({"n1": back}, {"n1": 100.0}, now=140.0)["n1"] is back
+    True
     """
     out = dict(nodes)
     for node, at in confirmed.items():
         info = out.get(node)
-        if info is None or not info.ready or now - at >= hold:
+        if info is None or not info.ready or info.since > at or now - at >= hold:
             continue
         out[node] = replace(info, ready=False, schedulable=False, since=at, confirmed_lost=at)
     return out
