@@ -319,7 +319,12 @@ def _write(
         print(text)
         if args.out:
             out = args.out.with_name(f"{args.out.stem}-incremental.md")
-            command = COMMAND.replace(" --out", " --incremental --out")
+            command = (
+                "python bench/bench_runtime_recovery.py --incremental --no-bound "
+                f"--nodes {args.nodes} --lose {args.lose} --cpu-scale {args.cpu_scale:g} "
+                f"--replace-after {args.replace_after:g} --arrive-every {args.arrive_every:g} "
+                "--out"
+            )
             write_section(out, incremental.HEADING, text, command=command)
 
 
