@@ -231,8 +231,9 @@ def run_session(bench: Bench, mode: str, name: str, scale: Scale) -> Session:
             if len(out.resumed) == len(QUERIES) and not tail:
                 tail = now + 10.0
             _arrive(bench, victims, revivals, now - t_plan, arrivals)
-            while len(out.ready) < len(revivals):
-                if not node_ready(bench.core, victims[len(out.ready)]):
+            while len(out.ready) < len(revivals):  # back: `nodes revive` waits for Ready
+                k = len(out.ready)
+                if revivals[k].is_alive() or not node_ready(bench.core, victims[k]):
                     break
                 out.ready.append(now - t_plan)
             _sample(bench, name, out, (before, base), lost, seen, now - t_plan)
