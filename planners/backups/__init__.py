@@ -23,7 +23,8 @@ algorithms (``tree`` bottom-up; ``tree-topdown`` the seed's Algorithm 3 as writt
 searching from the sources, which is not always minimum with non-uniform
 reprocessing times), ``dag`` is its Algorithm FTC with ChooseBackup-DAG and its final
 redundancy-elimination step (``dag-no-elim`` without that step), ``share-based``
-its baseline and ``exhaustive`` its reference. Each module lists where it
+its baseline and ``exhaustive`` its reference (``exhaustive-pruned`` the same search,
+pruned, which finishes at the seed's Table III sizes). Each module lists where it
 deviates from the seed, with the seed's section.
 ``exact`` (CP-SAT) and ``auto`` (shape detection, exact within a time budget,
 then the DAG heuristic plus local search) are ours.
@@ -43,6 +44,7 @@ from planners.backups.common import (
 )
 from planners.backups.dag import backups_dag, backups_dag_no_elim
 from planners.backups.exact import backups_exact
+from planners.backups.pruned import backups_exhaustive_pruned
 from planners.backups.shapes import backups_line, backups_tree
 from planners.backups.topdown import backups_tree_topdown
 from planners.errors import UnknownAlgorithm
@@ -57,6 +59,7 @@ __all__ = [
     "backups_dag_no_elim",
     "backups_exact",
     "backups_exhaustive",
+    "backups_exhaustive_pruned",
     "backups_line",
     "backups_share_based",
     "backups_tree",
@@ -76,6 +79,7 @@ BACKUP_ALGORITHMS: dict[str, BackupAlgorithm] = {
     "dag-no-elim": backups_dag_no_elim,
     "share-based": backups_share_based,
     "exhaustive": backups_exhaustive,
+    "exhaustive-pruned": backups_exhaustive_pruned,
     "exact": backups_exact,
 }
 """Every minimum-backup algorithm by name; ``auto`` is the default."""
@@ -94,7 +98,7 @@ def plan_backups(
         Recovery-latency bound ``R`` in seconds.
     algorithm : str
         One of ``auto`` (default), ``line``, ``tree``, ``tree-topdown``, ``dag``,
-        ``dag-no-elim``, ``share-based``, ``exhaustive``, ``exact``.
+        ``dag-no-elim``, ``share-based``, ``exhaustive``, ``exhaustive-pruned``, ``exact``.
     time_limit : float
         Seconds the searching algorithms may use.
 
