@@ -108,6 +108,7 @@ class Cluster:
         self.kube.core.read_namespaced_secret.return_value = client.V1Secret(data={"token": "dG9r"})
         self.kube.custom = mock.MagicMock(spec=client.CustomObjectsApi)
         self.status: dict[str, Any] = {}
+        self.version = 1
         self.events: list[tuple[str, str, bool]] = []
         self.answer: ApiException | None = None
         self.dry_answer: ApiException | None = None
@@ -120,7 +121,8 @@ class Cluster:
 
     def _patch(self, *args: Any) -> dict[str, Any]:
         self.status = merged(self.status, args[-1]["status"])
-        return {}
+        self.version += 1
+        return {"status": self.status, "metadata": {"resourceVersion": str(self.version)}}
 
     def _create(self, namespace: str, manifest: dict[str, Any], **kwargs: Any) -> Any:
         answer = self.dry_answer if kwargs.get("dry_run") else self.answer
@@ -323,3 +325,63 @@ def test_an_api_hiccup_in_the_dry_run_is_retried_soon(monkeypatch: pytest.Monkey
     assert err.value.delay == 2
     assert "problem" not in cluster.status and "podsRefused" not in cluster.status
     assert not cluster.events
+
+
+def supervise_round(cluster: Cluster) -> None:
+    """One round of the supervise daemon on the cluster's status, its pods all gone (lost
+    with a node, evicted by a drain, replaced by a rollout step: the round recreates them)."""
+    model = parse_spec(SPEC)
+    t = Tick(
+        kube=cluster.kube, owner=Owner("t", NS, "u1"), model=model, graph=expand(model),
+        generation=1, status=parse_status(cluster.status).status,
+        nodes={n: node_info(node(n)) for n in ("a", "b")},
+        emit=lambda *event: cluster.events.append(event), ledger=cluster.ledger,
+        resource_version=str(cluster.version),
+    )  # fmt: skip
+    supervisor.supervise_once(t, lambda: [])
+
+
+def test_a_pod_the_supervisor_is_refused_is_a_condition_and_an_event_until_pods_come(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The supervise daemon, not the reconcile, recreates the pods of a recovery, a drain
+    or a rollout: a refusal there is recorded as the reconcile records it."""
+    cluster = Cluster(monkeypatch)
+    cluster.reconcile()  # the plan recorded, its pods created
+    assert "podsRefused" not in cluster.status
+    create = cluster.kube.core.create_namespaced_pod
+    cluster.answer = api_error(403, "Forbidden", QUOTA)
+    before = time.time()
+    supervise_round(cluster)  # no exception: the round records the refusal
+    refused = cluster.status["podsRefused"]
+    assert (refused["code"], refused["reason"], refused["attempts"]) == (403, "Forbidden", 1)
+    assert refused["message"] == QUOTA and refused["since"]
+    assert before + 5 - 0.001 <= refused["retryAt"] <= time.time() + 5 + 0.001
+    ready = cluster.ready()
+    assert (ready["status"], ready["reason"]) == ("False", "PodsRefused")
+    assert QUOTA in ready["message"]
+    warnings = [(m, w) for r, m, w in cluster.events if r == "PodsRefused"]
+    assert len(warnings) == 1 and warnings[0][1] is True and QUOTA in warnings[0][0]
+
+    tried = create.call_count  # the next round, before the next attempt: no creation
+    supervise_round(cluster)
+    assert create.call_count == tried
+    assert len([r for r, _, _ in cluster.events if r == "PodsRefused"]) == 1
+
+    cluster.status["podsRefused"]["retryAt"] = time.time() - 1  # due, and another refusal
+    cluster.answer = api_error(403, "Forbidden", PSA)
+    supervise_round(cluster)
+    assert create.call_count > tried
+    assert cluster.status["podsRefused"]["attempts"] == 2
+    assert cluster.status["podsRefused"]["since"] == refused["since"]
+    assert cluster.status["podsRefused"]["retryAt"] >= time.time() + 10 - 1  # doubled
+    assert PSA in cluster.ready()["message"]
+    messages = [m for r, m, _ in cluster.events if r == "PodsRefused"]
+    assert len(messages) == 2 and messages[-1].endswith(PSA)
+
+    cluster.status["podsRefused"]["retryAt"] = time.time() - 1  # the namespace is fixed
+    cluster.answer = None
+    supervise_round(cluster)
+    assert "podsRefused" not in cluster.status
+    assert cluster.ready()["reason"] != "PodsRefused"
+    assert len([r for r, _, _ in cluster.events if r == "PodsRefused"]) == 2

@@ -17,14 +17,14 @@ retried with ``kopf.TemporaryError``. Task pods the namespace refuses (403: Pod 
 admission, a ResourceQuota, a missing ServiceAccount) are recorded in ``status.podsRefused``
 (``Ready=False``, reason ``PodsRefused``) with a Warning Event, and retried with a growing
 delay until pods are created again. The supervise daemon
-(:mod:`backstop.controller.supervisor`) works the same way around its own context,
-:class:`~backstop.controller.tick.Tick`; both take the topology's lock in its memo.
+(:mod:`backstop.controller.supervisor`) records a refusal of the pods it creates the same
+way, and works the same way around its own context, :class:`~backstop.controller.tick.Tick`;
+both take the topology's lock in its memo.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -55,13 +55,11 @@ from backstop.domain.spec import StreamTopologySpec, expand, spec_hash
 from backstop.domain.status import (
     Condition,
     PlanStatus,
-    PodsRefusedStatus,
     Problem,
     RolloutStatus,
     TopologyStatus,
     build_plan_status,
     conditions_patch,
-    now_rfc3339,
     parse_status,
     plain_status,
     pod_state,
@@ -69,7 +67,7 @@ from backstop.domain.status import (
     with_changes,
     worst_vs_bound,
 )
-from backstop.k8s.apierrors import PodRefused
+from backstop.k8s.apierrors import PodRefused, refusal_record
 from backstop.k8s.kubeio import ClusterView, Kube
 from backstop.k8s.ledger import Booking, Overcommitted, Reading, manifest_holds
 from backstop.k8s.manifests import Owner, build_pdb, desired_pods
@@ -371,24 +369,15 @@ def apply_plan(ctx: Reconcile, plan: PlanStatus, held: set[str]) -> None:
 def refused(ctx: Reconcile, err: PodRefused) -> NoReturn:
     """Record that the namespace refuses the task pods (``status.podsRefused``), post a
     Warning Event when the refusal is new or says something new, and retry later: each
-    attempt doubles the delay (:meth:`PodsRefusedStatus.retry_delay`), as only a change
-    of the namespace (its Pod Security level, quota or ServiceAccount) helps. The supervise
-    daemon creates no pod before that attempt either (``retryAt``)."""
-    old = ctx.status.pods_refused
-    reason = str(err.reason or "")
-    rec = PodsRefusedStatus(
-        code=int(err.status or 0),
-        reason=reason,
-        message=err.message,
-        since=old.since if old is not None else now_rfc3339(),
-        attempts=old.attempts + 1 if old is not None else 1,
-    )
-    delay = rec.retry_delay()
-    rec = rec.model_copy(update={"retry_at": round(time.time() + delay, 3)})
-    if old is None or (old.code, old.message) != (rec.code, rec.message):
-        text = f"the API server refuses the task pods ({rec.code} {reason}): {err.message}"
-        ctx.emit("PodsRefused", text, True)
+    attempt doubles the delay (:func:`~backstop.k8s.apierrors.refusal_record`), as only a
+    change of the namespace (its Pod Security level, quota or ServiceAccount) helps. The
+    supervise daemon creates no pod before that attempt either (``retryAt``), and records
+    a refusal of its own creations the same way."""
+    rec, news = refusal_record(ctx.status.pods_refused, err)
+    if news is not None:
+        ctx.emit("PodsRefused", news, True)
     record(ctx, pods_refused=rec)
+    delay = rec.retry_delay()
     why = f"the API server refuses the task pods ({rec.code}); retried in {delay:.0f}s"
     raise kopf.TemporaryError(why, delay=delay) from err
 

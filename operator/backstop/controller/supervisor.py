@@ -58,6 +58,7 @@ from backstop.domain.status import (
     recoveryplans,
     with_changes,
 )
+from backstop.k8s.apierrors import PodRefused, refusal_record
 from backstop.k8s.ledger import manifest_holds
 from backstop.k8s.manifests import build_recoveryplan, replica_name
 from backstop.k8s.sessionmap import build_session_configmap
@@ -227,9 +228,10 @@ def converge(
 ) -> tuple[int, int, int]:
     """Make the pods match the recorded plan. Returns (deleted, created, still waiting).
 
-    While the reconcile has recorded that the namespace refuses the pods
-    (``status.podsRefused``), no pod is created before its next attempt; pods created
-    after it remove the record (also during a recovery, when the reconcile stands aside).
+    While the namespace refuses the pods (``status.podsRefused``, recorded by the
+    reconcile or by :func:`pods_refused`), no pod is created before the next attempt; pods
+    created after it remove the record (also during a recovery, when the reconcile stands
+    aside).
     The ``mid-pod-batch`` fault point sits inside :meth:`Kube.apply_pod_diff`.
     """
     plan = t.status.plan
@@ -264,12 +266,40 @@ def converge(
     held = drain_held(drain.dump() if drain is not None else {}, time.time())
     diff.create = [m for m in diff.create if m["metadata"]["labels"].get(LABEL_TASK) not in held]
     refused = t.status.pods_refused
-    if refused is not None and refused.holds(time.time()):  # the reconcile's next attempt
+    if refused is not None and refused.holds(time.time()):  # the next attempt is later
         diff.create = []
-    deleted, created = t.kube.apply_pod_diff(t.owner.namespace, diff)
+    try:
+        deleted, created = t.kube.apply_pod_diff(t.owner.namespace, diff)
+    except PodRefused as err:  # every other call was made
+        pods_refused(t, err, indexed)
+        return 0, 0, diff.waiting
     if created and refused is not None:  # the namespace takes pods again
         write_status(t, with_changes(t.status, pods_refused=None))
     return deleted, created, diff.waiting
+
+
+def pods_refused(t: Tick, err: PodRefused, indexed: Sequence[Mapping[str, Any]]) -> None:
+    """Record that the namespace refuses the pods this round creates (for a recovery step,
+    a drain's move, a rollout step, ...) as the reconcile records its own
+    (:func:`~backstop.controller.reconcile.refused`): ``status.podsRefused`` with its next
+    attempt, ``Ready=False`` reason ``PodsRefused`` with the API server's message, and a
+    Warning Event when the refusal is new or says something new, posted once the record
+    is written (on a conflict the next round tries again)."""
+    rec, news = refusal_record(t.status.pods_refused, err)
+    new = with_changes(t.status, pods_refused=rec)
+    if not write_status(t, with_conditions(t, new, pod_states(indexed))):
+        return
+    if news is not None:
+        t.emit("PodsRefused", news, True)
+    log.warning(
+        "supervision of %s/%s: the API server refuses the task pods (%s %s, attempt %d): %s",
+        t.owner.namespace,
+        t.owner.name,
+        rec.code,
+        rec.reason,
+        rec.attempts,
+        rec.message,
+    )
 
 
 def fence(t: Tick, plan: PlanStatus, tasks: set[str]) -> bool:
