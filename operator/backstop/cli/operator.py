@@ -141,7 +141,8 @@ def start(options: OperatorOptions) -> None:
         log_format=kopf.LogFormat.JSON if options.log_format == "json" else kopf.LogFormat.PLAIN,
     )
     logging.getLogger().setLevel(options.log_level.upper())
-    settings, webhook = _kopf_settings(options)
+    # with leader election the webhook's own Kopf serves admission all along (_run_elected)
+    settings, webhook = _kopf_settings(options, serve_admission=not options.leader_elect)
 
     def run() -> None:
         metrics.leader.set(1)
@@ -165,11 +166,15 @@ def start(options: OperatorOptions) -> None:
     _run_elected(options, api, run, webhook)
 
 
-def _kopf_settings(options: OperatorOptions) -> tuple[OperatorSettings, Webhook | None]:
+def _kopf_settings(
+    options: OperatorOptions, *, serve_admission: bool = True
+) -> tuple[OperatorSettings, Webhook | None]:
     """Kopf's settings for these options, and the admission webhook if one is served.
 
-    Registering the webhook also adds it to Kopf's settings, so Kopf serves it while
-    this replica leads.
+    With ``serve_admission`` the webhook is registered in Kopf's default registry and its
+    server added to these settings, so the operator's Kopf serves it; without (leader
+    election), the operator's Kopf has neither and leaves the port to the webhook's own
+    Kopf (:func:`_run_elected`).
     """
     import kopf
 
@@ -190,14 +195,20 @@ def _kopf_settings(options: OperatorOptions) -> tuple[OperatorSettings, Webhook 
         persistent=options.leader_elect,  # one replica stopping must not unregister the others
         namespaces=tuple(options.namespaces),
     )
-    admission.configure(settings, kopf.get_default_registry(), webhook)
+    if serve_admission:
+        admission.configure(settings, kopf.get_default_registry(), webhook)
     return settings, webhook
 
 
 def _run_elected(
     options: OperatorOptions, api: ApiClient, run: Callable[[], None], webhook: Webhook | None
 ) -> None:
-    """Run ``run`` while this replica holds the Lease; as a standby, serve the webhook."""
+    """Run ``run`` while this replica holds the Lease; serve the webhook all along.
+
+    The webhook's own Kopf (the validating handler alone) starts with the standby and runs
+    on while this replica leads: a takeover never stops it nor binds its port again, so
+    admission stays served and ``run`` starts as soon as the Lease is held.
+    """
     from backstop.controller import admission
     from backstop.k8s.leader import Election, run_elected
 
@@ -209,15 +220,15 @@ def _run_elected(
         retry_period=options.retry_period,
     )
     _refuse(election.problem())
-    standby = None
+    serve = None
     if webhook is not None:
-        standby = admission.serve_while_standby(
+        serve = admission.serve_while_standby(
             webhook,
             namespaces=list(options.namespace),
             clusterwide=options.all_namespaces,
             scanning=options.cluster_scanning,
         )
-    run_elected(api, election, run, health=options.liveness or None, standby=standby)
+    run_elected(api, election, run, health=options.liveness or None, serve=serve)
 
 
 Listen = tuple[str, str, int]

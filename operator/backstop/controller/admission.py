@@ -235,8 +235,8 @@ def serve_while_standby(
     With leader election only the leader runs the operator's handlers, but every replica
     answers admission requests behind the Service, so losing the leader never leaves the
     webhook without a server. The standby's Kopf has a registry with the validating handler
-    alone (it watches nothing) and stops when ``stop`` is set, before the leader's Kopf starts
-    on the same port.
+    alone (it watches nothing) and runs on while the replica leads (the leader's Kopf leaves
+    the port to it, :func:`backstop.k8s.leader.run_elected`) until ``stop`` is set.
 
     A plain :class:`kopf.OperatorRegistry` has none of the login handlers Kopf's default
     registry comes with, so the standby's Kopf logged "Initial authentication has failed" and

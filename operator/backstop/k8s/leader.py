@@ -4,8 +4,11 @@ With one replica, losing the operator's node stops every recovery until Kubernet
 evicts the pod (300 s by default) and a new one pulls its image and starts; and two
 copies can run at once (a kubelet-only failure leaves the old process running while a
 new pod starts). So every replica runs :func:`run_elected`:
-it waits as a standby (serving only ``/healthz``, running no handler) until it
-holds the Lease, then runs the operator. The election is the kubernetes client's
+it waits as a standby (serving ``/healthz`` and the admission webhook, running no
+handler) until it holds the Lease, then runs the operator at once: the webhook's
+server runs on from the standby into the leader, never stopped nor bound again, so
+a takeover leaves admission unserved for no time and the handlers start as soon as
+the Lease is held. The election is the kubernetes client's
 own (:mod:`kubernetes.leaderelection` with its ``LeaseLock``: create, then
 ``replace`` carrying the read ``resourceVersion``, so two candidates never both
 win a round). A leader that cannot renew within ``renew_deadline`` (shorter than
@@ -40,6 +43,8 @@ LOST_EXIT = 75
 """Exit status of a leader that lost its Lease (the pod restarts as a standby)."""
 POD_NAME_ENV = "POD_NAME"
 """The pod's name (the chart sets it from the downward API): the candidate's identity."""
+SERVE_STOP_SECONDS = 5.0
+"""Seconds a stopping process waits for ``serve`` (requests in flight) once ``lead()`` returned."""
 
 
 def default_identity() -> str:
@@ -191,21 +196,34 @@ def release(api: client.ApiClient, e: Election) -> None:
         log.warning("leader election: could not release the Lease: %s", err.reason)
 
 
+def _serving(serve: Callable[[threading.Event], None], stop: threading.Event) -> None:
+    """Run ``serve(stop)``; say so if it ends before it is asked to."""
+    try:
+        serve(stop)
+    except Exception:
+        log.exception("leader election: the server run beside the election failed")
+        return
+    if not stop.is_set():
+        log.error("leader election: the server run beside the election stopped")
+
+
 def run_elected(
     api: client.ApiClient,
     e: Election,
     lead: Callable[[], None],
     *,
     health: str | None = None,
-    standby: Callable[[threading.Event], None] | None = None,
+    serve: Callable[[threading.Event], None] | None = None,
 ) -> None:
     """Wait for the Lease, then ``lead()`` in this thread; give the Lease up when it returns.
 
     ``lead`` runs in the calling (main) thread, as Kopf wants for its signal
     handlers; the election renews the Lease in a daemon thread and ends the
-    process if it is lost. ``standby(stop)``, if given, runs in a thread while this
-    candidate waits (the admission webhook every replica serves) and is stopped, and
-    joined, before ``lead()`` starts.
+    process if it is lost. ``serve(stop)``, if given, runs in a thread from the
+    start, standby and leader alike (the admission webhook every replica serves),
+    until ``lead()`` returns: a takeover neither stops it nor waits for it, so
+    ``lead()`` starts as soon as the Lease is held and ``serve`` never stops
+    answering. Then ``stop`` is set and ``serve`` gets :data:`SERVE_STOP_SECONDS`.
     """
     # the client's election logs every renewal and every standby attempt at INFO
     logging.getLogger("leaderelection").setLevel(logging.WARNING)
@@ -225,27 +243,29 @@ def run_elected(
         target=leaderelection.LeaderElection(config).run, name="backstop-election", daemon=True
     )
     elector.start()
-    stop_standby = threading.Event()
+    stop = threading.Event()
     serving = None
-    if standby is not None:
+    if serve is not None:
         serving = threading.Thread(
-            target=standby, args=(stop_standby,), name="backstop-standby", daemon=True
+            target=_serving, args=(serve, stop), name="backstop-serve", daemon=True
         )
         serving.start()
-    warm(api)
-    leading.wait()
-    stop_standby.set()
-    if serving is not None:
-        serving.join(timeout=30)
-    log.info("leader election: %s leads (Lease %s/%s)", e.identity, e.namespace, e.name)
-    threading.Thread(
-        target=_watchdog, args=(lock, e), name="backstop-lease-watchdog", daemon=True
-    ).start()
-    if server is not None:
-        server.shutdown()
-        server.server_close()
     try:
-        lead()
-    finally:
-        lock.stopped = True
-        release(api, e)
+        warm(api)
+        leading.wait()
+        log.info("leader election: %s leads (Lease %s/%s)", e.identity, e.namespace, e.name)
+        threading.Thread(
+            target=_watchdog, args=(lock, e), name="backstop-lease-watchdog", daemon=True
+        ).start()
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        try:
+            lead()
+        finally:
+            lock.stopped = True
+            release(api, e)
+    finally:  # the Lease is given up first: the webhook of the other replicas still answers
+        stop.set()
+        if serving is not None:
+            serving.join(timeout=SERVE_STOP_SECONDS)
