@@ -277,6 +277,7 @@ NON_DEFAULT: Doc = {
         "enabled": True,
         "mode": "job",
         "sparkMaster": "k8s://https://kubernetes.default.svc",
+        "executorNamespace": "backstop-spark",
         "sparkImage": "registry.example/spark:3.5",
         "sparkConf": {"spark.executor.instances": "1", "spark.executor.memory": "512m"},
         "resources": {
@@ -416,7 +417,13 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
     assert env["BACKSTOP_SPARK_IMAGE"] == "registry.example/spark:3.5"
     assert env["BACKSTOP_SPARK_SERVICE_ACCOUNT"] == "spark-driver"
     assert json.loads(env["BACKSTOP_SPARK_RESOURCES"]) == NON_DEFAULT["reoptimization"]["resources"]
-    conf = {"spark.executor.instances": "1", "spark.executor.memory": "512m"}
+    conf = {
+        "spark.executor.instances": "1",
+        "spark.executor.memory": "512m",
+        # k8s:// master: the executors' namespace and ServiceAccount, set by the chart
+        "spark.kubernetes.namespace": "backstop-spark",
+        "spark.kubernetes.authenticate.executor.serviceAccountName": "rel-backstop-spark-executor",
+    }
     assert Settings.from_env({"BACKSTOP_SPARK_CONF": env["BACKSTOP_SPARK_CONF"]}).spark_conf == conf
     assert env["BACKSTOP_METRICS_PORT"] == "9464"
     svc = one(docs, "Service", "rel-backstop-metrics")
@@ -433,6 +440,7 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
         ("backstop-system", "rel-backstop-reoptimize-job"),
         ("backstop-system", "rel-backstop-leader-election"),
         ("backstop-system", "rel-backstop-webhook"),
+        ("backstop-spark", "rel-backstop-spark-executors"),
     }
     assert rules_of(roles[("backstop-system", "rel-backstop-leader-election")]) == LEASE_RULES
     for ns in ("backstop-system", "team-a", "team-b"):
@@ -469,16 +477,23 @@ def test_non_default_values_render_namespaced_rbac_spark_and_metrics(
         "rel-backstop"
     )
     # the Job's pod (the Spark driver with a k8s:// master) has its own ServiceAccount: it
-    # creates its result ConfigMap, and executor pods
+    # creates its result ConfigMap in the release namespace, and executor pods only in
+    # reoptimization.executorNamespace (test_chart_spark_executors.py), where the executors
+    # run as a ServiceAccount of their own
     sas = {s["metadata"]["name"]: s for s in of_kind(running(docs), "ServiceAccount")}
-    assert set(sas) == {"rel-backstop", "spark-driver"}
+    assert set(sas) == {"rel-backstop", "spark-driver", "rel-backstop-spark-executor"}
+    assert sas["rel-backstop-spark-executor"]["metadata"]["namespace"] == "backstop-spark"
     spark_binding = bindings[("backstop-system", "rel-backstop-reoptimize-job")]
     assert spark_binding["subjects"][0]["name"] == "spark-driver"
     spark_role = roles[("backstop-system", "rel-backstop-reoptimize-job")]
-    spark_rules = rules_of(spark_role)
-    assert spark_role["metadata"]["namespace"] == "backstop-system"
-    assert {"create", "delete", "watch"} <= spark_rules[("", "pods")]
-    assert ("", "secrets") not in spark_rules
+    assert rules_of(spark_role) == {("", "configmaps"): {"create"}}
+    executors_binding = bindings[("backstop-spark", "rel-backstop-spark-executors")]
+    assert executors_binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "spark-driver", "namespace": "backstop-system"}
+    ]
+    executor_rules = rules_of(roles[("backstop-spark", "rel-backstop-spark-executors")])
+    assert {"create", "delete", "watch"} <= executor_rules[("", "pods")]
+    assert ("", "secrets") not in executor_rules
 
 
 @pytest.mark.helm

@@ -69,6 +69,7 @@ FEATURES_ON: dict[str, Any] = {
     "reoptimization": {
         "mode": "job",
         "sparkMaster": "k8s://https://kubernetes.default.svc",
+        "executorNamespace": "backstop-spark",
         "sparkImage": "registry.example/spark:1",
         "sparkConf": {"spark.executor.instances": "1"},
         "driverServiceAccount": {"name": "spark-driver"},

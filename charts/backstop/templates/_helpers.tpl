@@ -40,6 +40,34 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and .Values.reoptimization.enabled (hasPrefix "k8s://" .Values.reoptimization.sparkMaster) -}}true{{- end -}}
 {{- end -}}
 
+{{/*
+The namespace of the Spark executors with a k8s:// master (spark.kubernetes.namespace):
+reoptimization.executorNamespace, required, and neither the release namespace nor a watched
+one (the Job's ServiceAccount may create pods in it: there it could start a pod as any
+ServiceAccount of the namespace, mounting any of its Secrets).
+*/}}
+{{- define "backstop.sparkExecutorNamespace" -}}
+{{- $r := .Values.reoptimization -}}
+{{- $ns := required "reoptimization.executorNamespace is required with a k8s:// sparkMaster: the namespace of the Spark executors, a namespace of their own (docs/reoptimization.md)" $r.executorNamespace -}}
+{{- if eq $ns .Release.Namespace -}}
+{{- fail "reoptimization.executorNamespace must not be the release namespace: the Job's ServiceAccount may create pods in it" -}}
+{{- end -}}
+{{- if has $ns .Values.watchNamespaces -}}
+{{- fail "reoptimization.executorNamespace must not be a watched namespace (watchNamespaces): the Job's ServiceAccount may create pods in it" -}}
+{{- end -}}
+{{- range $key := list "spark.kubernetes.namespace" "spark.kubernetes.authenticate.executor.serviceAccountName" -}}
+{{- if hasKey $r.sparkConf $key -}}
+{{- fail (printf "reoptimization.sparkConf must not set %s: the chart sets it; set reoptimization.executorNamespace instead" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- $ns -}}
+{{- end -}}
+
+{{/* The Spark executors' ServiceAccount (k8s:// master), in the executor namespace. */}}
+{{- define "backstop.sparkExecutorServiceAccountName" -}}
+{{- printf "%s-spark-executor" (include "backstop.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{/* The ServiceAccount of the re-optimization Job's pod (mode: job). */}}
 {{- define "backstop.sparkServiceAccountName" -}}
 {{- default (printf "%s-reoptimize" (include "backstop.fullname" .)) .Values.reoptimization.driverServiceAccount.name -}}

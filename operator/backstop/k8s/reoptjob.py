@@ -195,15 +195,34 @@ def _volumes(job: str, settings: JobSettings) -> tuple[list[dict[str, Any]], lis
 def _spark_on_k8s(settings: JobSettings) -> tuple[list[str], list[dict[str, Any]]]:
     """Spark's own Kubernetes scheduler: the Job's pod is the driver (client mode), the
     executors are pods of the same image with the metrics volume mounted where the driver
-    has it (Spark reads the files in the executors, not in the driver)."""
+    has it (Spark reads the files in the executors, not in the driver).
+
+    The executors run in ``spark.kubernetes.namespace`` of :attr:`JobSettings.spark_conf`
+    (the chart's ``reoptimization.executorNamespace``), else beside the Job. In another
+    namespace the Job's pod is not named as their owner: Spark looks the driver's pod up in
+    the executors' namespace, and an owner must be in the same namespace. Nor is the Job's
+    ServiceAccount named (the executors would fall back to an account of that name there).
+
+    >>> s = JobSettings(namespace="ops", image="i", spark_master="k8s://https://k:443",
+    ...                 service_account="sa", spark_conf={"spark.kubernetes.namespace": "spark"})
+    >>> args, _ = _spark_on_k8s(s)
+    >>> [a.split("=")[0] for a in args if a.startswith("spark.kubernetes.")]
+    ['spark.kubernetes.container.image', 'spark.kubernetes.namespace']
+    >>> "spark.kubernetes.namespace=spark" in args
+    True
+    """
+    executors = settings.spark_conf.get("spark.kubernetes.namespace") or settings.namespace
     conf = {
         "spark.kubernetes.container.image": settings.image,
-        "spark.kubernetes.namespace": settings.namespace,
-        "spark.kubernetes.driver.pod.name": "$(POD_NAME)",
+        "spark.kubernetes.namespace": executors,
         "spark.driver.host": "$(POD_IP)",
     }
-    if settings.service_account:
-        conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = settings.service_account
+    if executors == settings.namespace:
+        conf["spark.kubernetes.driver.pod.name"] = "$(POD_NAME)"
+        if settings.service_account:
+            conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = (
+                settings.service_account
+            )
     # the executors read the metrics files too: the same volume, at the same path, in each
     volume = None
     if settings.metrics_claim:
