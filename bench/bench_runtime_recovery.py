@@ -318,14 +318,18 @@ def _write(
         text += "".join(f"\nNot measured: {f}.\n" for f in failed if not f.startswith("kill"))
         print(text)
         if args.out:
-            out = args.out.with_name(f"{args.out.stem}-incremental.md")
+            complete = args.lose >= args.nodes  # Section 6: a page of its own
+            out = args.out.with_name(
+                f"{args.out.stem}-{'complete' if complete else 'incremental'}.md"
+            )
             command = (
                 "python bench/bench_runtime_recovery.py --incremental --no-bound "
                 f"--nodes {args.nodes} --lose {args.lose} --cpu-scale {args.cpu_scale:g} "
                 f"--replace-after {args.replace_after:g} --arrive-every {args.arrive_every:g} "
                 "--out"
             )
-            write_section(out, incremental.HEADING, text, command=command)
+            heading = incremental.COMPLETE_HEADING if complete else incremental.HEADING
+            write_section(out, heading, text, command=command)
 
 
 def _loadavg() -> str:
