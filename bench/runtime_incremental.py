@@ -217,10 +217,10 @@ def run_session(bench: Bench, mode: str, name: str, scale: Scale) -> Session:
         before = {q: bench.status(name, q) for q in QUERIES}
         log(f"{name} ({mode}): killing {victims} ({len(lost)} of {len(p['assignment'])} tasks)")
         kills = [threading.Thread(target=bench.cli, args=("nodes", "kill", v)) for v in victims]
-        for k in kills:  # together: one CLI call each, side by side
-            k.start()
-        for k in kills:
-            k.join()
+        for killer in kills:  # together: one CLI call each, side by side
+            killer.start()
+        for killer in kills:
+            killer.join()
         # detected: a RecoveryPlan, or (blocking: no plan until everything fits) the session
         wait(f"{name}: the loss detected", lambda: bench.session_seen(name), 180, 0.1)
         t_plan = time.time()

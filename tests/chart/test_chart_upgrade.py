@@ -192,7 +192,8 @@ def test_helm_upgrade_from_the_previous_version_keeps_a_running_topology(
         obj = _wait_taken_over(custom, watched_ns, proc, new_log)
         time.sleep(5)  # a new operator that replaced or restarted a pod has begun by now
         assert task_pods(core, watched_ns) == before, "task pods changed across the upgrade"
-        assert condition(obj, "Ready")["status"] == "True"
+        ready = condition(obj, "Ready")
+        assert ready is not None and ready["status"] == "True"
         refusal = _webhook_refuses_a_cycle(custom, watched_ns, doc)
         assert refusal.startswith("spec.operators[0].inputs: the topology has a cycle"), refusal
 
@@ -249,7 +250,8 @@ def _wait_ready(
         c = condition(obj, "Ready")
         return obj if c and c["status"] == "True" else None
 
-    obj: Doc = wait_for(ready, 120, f"{NAME} Ready {how}")
+    obj = wait_for(ready, 120, f"{NAME} Ready {how}")
+    assert obj is not None
     return obj
 
 
@@ -273,7 +275,8 @@ def _wait_taken_over(
         fresh = "spec" not in plan and plan.get("specHash")  # the spec stored once
         return obj if c and c["status"] == "True" and fresh else None
 
-    obj: Doc = wait_for(handled, 120, f"{NAME} Ready and its status rewritten after the upgrade")
+    obj = wait_for(handled, 120, f"{NAME} Ready and its status rewritten after the upgrade")
+    assert obj is not None
     return obj
 
 
@@ -291,9 +294,8 @@ def _edit_is_planned(
         _alive(proc, log)
         cur = _get(custom, ns)
         c = condition(cur, "Ready")
-        return (
-            cur["status"]["plan"].get("specHash") != old_hash and bool(c) and c["status"] == "True"
-        )
+        fresh = cur["status"]["plan"].get("specHash") != old_hash
+        return fresh and c is not None and c["status"] == "True"
 
     wait_for(replanned, 120, "the edit planned and Ready under the upgraded operator")
 
