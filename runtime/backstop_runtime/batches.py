@@ -162,8 +162,9 @@ class Batch:
     def from_msg(msg: dict[str, Any]) -> Batch:
         """The batch of a ``batch`` message; ``ValueError`` if its fields are malformed."""
         keys, values, ts = msg.get("k"), msg.get("v"), msg.get("ts")
-        if not all(isinstance(c, list | Encoded) for c in (keys, values, ts)):
-            raise ValueError("malformed batch: k, v and ts must be lists")
+        kind = {type(c) for c in (keys, values, ts)}  # all lists, or all still encoded
+        if kind != {list} and kind != {Encoded}:
+            raise ValueError("malformed batch: k, v and ts must all be lists")
         if not len(keys) == len(values) == len(ts):  # type: ignore[arg-type]
             raise ValueError("malformed batch: k, v and ts differ in length")
         try:
@@ -171,8 +172,6 @@ class Batch:
             via = tuple(str(x) for x in msg.get("via", ()))
         except (KeyError, TypeError) as err:
             raise ValueError(f"malformed batch: {err!r}") from None
-        if isinstance(keys, Encoded) and isinstance(values, Encoded) and isinstance(ts, Encoded):
-            return Batch.encoded(r, (keys, values, ts), wm=wm, eos=eos, at=at, via=via)
-        if not (isinstance(keys, list) and isinstance(values, list) and isinstance(ts, list)):
-            raise ValueError("malformed batch: k, v and ts must all be lists")
+        if kind == {Encoded}:
+            return Batch.encoded(r, (keys, values, ts), wm=wm, eos=eos, at=at, via=via)  # type: ignore[arg-type]
         return Batch(r, Columns(keys, values, ts), wm, eos, at, via)
