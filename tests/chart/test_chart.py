@@ -908,9 +908,15 @@ def service_account_token(core: client.CoreV1Api, namespace: str, name: str) -> 
 
 
 def start_chart_operator(
-    args: list[str], kubeconfig: Path, log: Path, extra_env: dict[str, str] | None = None
+    args: list[str],
+    kubeconfig: Path,
+    log: Path,
+    extra_env: dict[str, str] | None = None,
+    code: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Run ``backstop`` out of cluster with the Deployment's own args (liveness on a free port)."""
+    """Run ``backstop`` out of cluster with the Deployment's own args (liveness on a free port);
+    ``code``: another tree of the repository to run it from (its packages first on the path,
+    not the checkout's, the working directory included)."""
     port = free_port()
     argv = [
         f"--liveness=http://127.0.0.1:{port}/healthz" if a.startswith("--liveness=") else a
@@ -918,13 +924,29 @@ def start_chart_operator(
     ]
     argv = [a for a in argv if not a.startswith("--log-format=")] + ["--log-format=plain"]
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), **(extra_env or {})}
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join(str(code / p) for p in ("operator", ".", "runtime"))
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "backstop", *argv],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
+            cwd=None if code is None else code,
         )
+
+
+def webhook_env(deployment: Doc) -> dict[str, str]:
+    """The Deployment's webhook settings for an operator run on this host: served at
+    127.0.0.1 on a free port (no kube-proxy here to reach the Service)."""
+    env = {
+        e["name"]: e["value"]
+        for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        if e["name"].startswith("BACKSTOP_WEBHOOK_") and "value" in e
+    }
+    env.pop("BACKSTOP_WEBHOOK_SERVICE", None)
+    env.update(BACKSTOP_WEBHOOK_PORT=str(free_port()), BACKSTOP_WEBHOOK_ADDR="127.0.0.1")
+    return env
 
 
 def _as_user(kube: client.ApiClient, cluster: str, ns: str, role: str, path: Path) -> Any:
@@ -1088,13 +1110,7 @@ def test_install_then_operator_runs_on_the_chart_service_account_alone(
         # sufficient: the demo scenario with the operator on that token alone, serving the
         # admission webhook with the chart's settings (its self-signed certificate Secret and
         # its configuration), at a URL on this host: no kube-proxy here to reach the Service
-        env = {
-            e["name"]: e["value"]
-            for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-            if e["name"].startswith("BACKSTOP_WEBHOOK_")
-        }
-        env.pop("BACKSTOP_WEBHOOK_SERVICE")
-        env.update(BACKSTOP_WEBHOOK_PORT=str(free_port()), BACKSTOP_WEBHOOK_ADDR="127.0.0.1")
+        env = webhook_env(deployment)
         proc = start_chart_operator(args, tmp_path / "sa.kubeconfig", log, env)
         doc = topology_manifest(EXAMPLE, "senti")
         custom.create_namespaced_custom_object(GROUP, VERSION, watched_ns, "streamtopologies", doc)

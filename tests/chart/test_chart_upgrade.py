@@ -35,7 +35,6 @@ from backstop_testkit.sim.nodesim import NodeShape, Simulator
 from backstop_testkit.support.kubetools import (
     ROOT,
     condition,
-    free_port,
     stop_operator,
     topology_manifest,
     wait_for,
@@ -48,8 +47,10 @@ from tests.chart.test_chart import (
     one,
     run_helm,
     service_account_token,
+    start_chart_operator,
     token_kubeconfig,
     values_file,
+    webhook_env,
 )
 
 __all__ = ["helm", "namespaces"]  # fixtures used here
@@ -85,34 +86,8 @@ def start_operator(
 ) -> subprocess.Popen[bytes]:
     """Run ``backstop operator`` out of cluster with the Deployment's args and webhook
     settings; ``code``: the tree to run it from (``None``: this one)."""
-    container = deployment["spec"]["template"]["spec"]["containers"][0]
-    port = free_port()
-    argv = [
-        f"--liveness=http://127.0.0.1:{port}/healthz" if a.startswith("--liveness=") else a
-        for a in container["args"]
-        if not a.startswith("--log-format=")
-    ] + ["--log-format=plain"]
-    webhook = {
-        e["name"]: e["value"]
-        for e in container["env"]
-        if e["name"].startswith("BACKSTOP_WEBHOOK_") and "value" in e
-    }
-    webhook.pop("BACKSTOP_WEBHOOK_SERVICE", None)
-    webhook.update(BACKSTOP_WEBHOOK_PORT=str(free_port()), BACKSTOP_WEBHOOK_ADDR="127.0.0.1")
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAME": "op-0", **webhook}
-    cwd = str(ROOT)
-    if code is not None:  # its packages first on the path (not the checkout's, cwd included)
-        paths = [code / "operator", code, code / "runtime"]
-        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in paths)
-        cwd = str(code)
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "backstop", *argv],  # argv[0] is the command, operator
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=cwd,
-        )
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return start_chart_operator(args, kubeconfig, log, webhook_env(deployment), code=code)
 
 
 def task_pods(core: client.CoreV1Api, ns: str) -> dict[str, tuple[str, int]]:
@@ -131,15 +106,12 @@ def apply_crds(code: Path | None, kubeconfig: str) -> None:
     """Create or replace the CRDs of ``code`` (``None``: this tree), as the chart's
     pre-upgrade hook does."""
     env = {**os.environ, "KUBECONFIG": kubeconfig}
-    cwd = str(ROOT)
     if code is None:
         argv = [sys.executable, "-m", "backstop", "crd", "--apply"]
     else:  # the previous version predates `crd --apply`: its CRD files, applied
-        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (code / "operator", code))
-        cwd = str(code)
         argv = ["kubectl", "apply", "--server-side", "--force-conflicts", "-f"]
         argv.append(str(code / "charts" / "backstop" / "crds"))
-    subprocess.run(argv, env=env, cwd=cwd, check=True, capture_output=True)
+    subprocess.run(argv, env=env, cwd=ROOT, check=True, capture_output=True)
 
 
 @pytest.mark.helm
@@ -170,12 +142,9 @@ def test_helm_upgrade_from_the_previous_version_keeps_a_running_topology(
         chart = str(previous / "charts" / "backstop")
         run_helm(helm, "install", release, chart, "-n", release_ns, "-f", str(values), *kc)
         old_log = tmp_path / "previous.log"
-        proc = start_operator(
-            _deployment(helm, release, release_ns, kc),
-            _sa(kube, cluster, helm, release, release_ns, kc, tmp_path),
-            old_log,
-            previous,
-        )
+        deployment = _deployment(helm, release, release_ns, kc)
+        kubeconfig = _sa(kube, cluster, deployment, release_ns, tmp_path)
+        proc = start_operator(deployment, kubeconfig, old_log, previous)
         doc = topology_manifest(previous / "examples" / "twitter-sentiment.yaml", NAME)
         custom.create_namespaced_custom_object(GROUP, VERSION, watched_ns, PLURAL, doc)
         _wait_ready(custom, watched_ns, proc, old_log, "under the previous operator")
@@ -187,8 +156,9 @@ def test_helm_upgrade_from_the_previous_version_keeps_a_running_topology(
         run_helm(helm, "upgrade", release, str(CHART), "-n", release_ns, "-f", str(values),
                  "--no-hooks", *kc)  # fmt: skip
         new_log = tmp_path / "upgraded.log"
-        kubeconfig = _sa(kube, cluster, helm, release, release_ns, kc, tmp_path)
-        proc = start_operator(_deployment(helm, release, release_ns, kc), kubeconfig, new_log, None)
+        deployment = _deployment(helm, release, release_ns, kc)
+        kubeconfig = _sa(kube, cluster, deployment, release_ns, tmp_path)
+        proc = start_operator(deployment, kubeconfig, new_log, None)
         obj = _wait_taken_over(custom, watched_ns, proc, new_log)
         time.sleep(5)  # a new operator that replaced or restarted a pod has begun by now
         assert task_pods(core, watched_ns) == before, "task pods changed across the upgrade"
@@ -222,12 +192,9 @@ def _deployment(helm: str, release: str, ns: str, kc: list[str]) -> Doc:
     return one([d for d in manifest if d], "Deployment")
 
 
-def _sa(
-    kube: client.ApiClient, cluster: str, helm: str, release: str, ns: str, kc: list[str],
-    tmp_path: Path,
-) -> Path:  # fmt: skip
-    """A kubeconfig with the token of the release's (current) operator ServiceAccount."""
-    sa = _deployment(helm, release, ns, kc)["spec"]["template"]["spec"]["serviceAccountName"]
+def _sa(kube: client.ApiClient, cluster: str, deployment: Doc, ns: str, tmp_path: Path) -> Path:
+    """A kubeconfig with the token of the Deployment's operator ServiceAccount."""
+    sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     token = service_account_token(client.CoreV1Api(kube), ns, sa)
     return token_kubeconfig(cluster, token, tmp_path / f"{uuid.uuid4().hex[:6]}.kubeconfig")
 
