@@ -36,6 +36,7 @@ from planners.replication.model import (
     check_replication,
     importance,
 )
+from planners.replication.mqo import InvalidQuery, QueryGraph, add_query, to_task_graph
 from planners.replication.placement import HOST_ORDERS, _knapsack
 from planners.replication.query import (
     QUERY_COMBINE,
@@ -57,11 +58,14 @@ __all__ = [
     "QUERY_COMBINE",
     "SELECTIONS",
     "STRATEGIES",
+    "InvalidQuery",
     "OperatorLoad",
+    "QueryGraph",
     "Rebalance",
     "ReplicationAlgorithm",
     "ReplicationPlan",
     "_knapsack",
+    "add_query",
     "availability",
     "check_replication",
     "crash_availability",
@@ -78,4 +82,5 @@ __all__ = [
     "replicate_query_fill",
     "replicate_sort_fill",
     "select_replicas",
+    "to_task_graph",
 ]
