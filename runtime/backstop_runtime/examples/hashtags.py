@@ -7,6 +7,12 @@ tag; ``SlidingCount`` counts the tags over a sliding event-time window of
 state) and, as the watermark passes a window's end, emits its ``top`` tags. The seed uses
 this topology to measure what checkpointing and order-preserving processing cost in normal
 processing (``bench/bench_runtime_overheads.py``).
+
+``TopMerge`` builds the seed's Fig. 9 on top (``bench/bench_runtime_fig9.py``): fifteen
+queries, each an operator that keeps the newest ``top`` of every window stream it
+subscribes to and emits their merged ``top`` on each update. A window or merge named by
+``config.label`` says so in its output (``src``), which is how a merge downstream tells
+its inputs apart.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from backstop_runtime.api import Context, Operator, Record
+from backstop_runtime.api import Context, Operator, Record, Sink
 from backstop_runtime.config import ConfigError
 
 TAG = re.compile(r"#(\w+)")
@@ -69,6 +75,7 @@ class SlidingCount(Operator):
         if self.size % self.slide:
             raise ConfigError("config.windowSeconds must be a multiple of config.slideSeconds")
         self.top = int(config.get("top", 3))
+        self.label = config.get("label")
         self.last = -math.inf  # the end of the newest window emitted
 
     def process(self, record: Record, ctx: Context) -> None:
@@ -95,7 +102,10 @@ class SlidingCount(Operator):
                     for tag, n in ctx.state[_key(p)].items():
                         total[tag] = total.get(tag, 0) + n
             best = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[: self.top]
-            ctx.emit({"end": end, "top": best}, ts=end)
+            out: dict[str, Any] = {"end": end, "top": best}
+            if self.label is not None:
+                out["src"] = self.label
+            ctx.emit(out, ts=end)
             self.last = end
         for p in panes:  # panes no open window needs
             if p + self.size <= self.last:
@@ -106,6 +116,46 @@ class SlidingCount(Operator):
 
     def restore(self, state: Any) -> None:
         self.last = -math.inf if state is None else float(state)
+
+
+class TopMerge(Operator):
+    """The seed's Fig. 9 queries: the newest ``top`` (a list of ``[tag, count]``) of each
+    input stream, by its ``src``, kept in state; on each update, ``{"end", "src": label,
+    "top"}`` of their merged counts, the ``top`` (default 3) tags by count, then by name.
+
+    >>> from backstop_runtime.api import Context
+    >>> out = []
+    >>> ctx = Context("q-0", 0, 1, lambda r: out.append(r.value), lambda r, p: None)
+    >>> op = TopMerge({"label": "q", "top": 2})
+    >>> op.process(Record({"end": 4.0, "src": "a", "top": [["x", 3], ["y", 1]]}, None, 4.0), ctx)
+    >>> op.process(Record({"end": 4.0, "src": "b", "top": [["y", 5]]}, None, 4.0), ctx)
+    >>> out[-1]
+    {'end': 4.0, 'src': 'q', 'top': [['y', 6], ['x', 3]]}
+    """
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__(config)
+        self.label = str(config.get("label", ""))
+        self.top = int(config.get("top", 3))
+
+    def process(self, record: Record, ctx: Context) -> None:
+        value = record.value
+        if not isinstance(value, dict) or not isinstance(value.get("top"), list):
+            ctx.dead_letter("no top list", value)
+            return
+        ctx.state[str(value.get("src", ""))] = value["top"]
+        total: dict[str, int] = {}
+        for top in ctx.state.values():
+            for tag, n in top:
+                total[tag] = total.get(tag, 0) + int(n)
+        best = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[: self.top]
+        out = {"end": value.get("end"), "src": self.label, "top": [list(kv) for kv in best]}
+        ctx.emit(out, ts=record.ts)
+
+
+class TopMergeSink(TopMerge, Sink):
+    """A :class:`TopMerge` at the end of the topology: its output leaves it as JSON lines
+    under ``config.path`` (the runtime needs a sink where nothing consumes)."""
 
 
 def _key(pane: float) -> str:
