@@ -163,15 +163,41 @@ def test_an_old_status_with_its_copy_of_the_spec_resumes_the_same_plan(
     assert stored_spec(cm["data"], old["plan"]["specHash"]) == spec
 
 
+def stored_for_reads(k: Kube) -> None:
+    """Reads of the spec ConfigMap answer what was written to it."""
+    (cm,) = stored_configmaps(k)
+    k.core.read_namespaced_config_map.return_value = client.V1ConfigMap(data=cm["data"])
+
+
 def test_a_changed_spec_is_planned_anew(kube: Kube) -> None:
     written = first_plan(kube, topology_spec(10))
+    stored_for_reads(kube)
+    kube.custom.reset_mock()
+    edited = topology_spec(10)
+    edited["operators"][1]["resources"]["cpu"] = "900m"
+    run(edited, written, generation=2)
+    (patch,) = [w for w in status_writes(kube) if "plan" in w]
+    assert patch["plan"]["generation"] == 2
+    assert patch["plan"]["specHash"] == spec_hash(edited) != written["plan"]["specHash"]
+
+
+def test_more_tasks_for_a_topology_that_has_run_are_refused_and_its_plan_kept(
+    kube: Kube,
+) -> None:
+    """The new task would ask for rounds trimmed long ago (``backstop.domain.wiring``)."""
+    written = first_plan(kube, topology_spec(10))
+    stored_for_reads(kube)
     kube.custom.reset_mock()
     edited = topology_spec(10)
     edited["operators"][1]["parallelism"] = 3
+    before_pods = kube.core.create_namespaced_pod.call_count
     run(edited, written, generation=2)
-    (patch,) = [w for w in status_writes(kube) if "plan" in w]
-    assert patch["plan"]["generation"] == 2 and patch["plan"]["tasks"] == 5
-    assert patch["plan"]["specHash"] == spec_hash(edited) != written["plan"]["specHash"]
+    writes = status_writes(kube)
+    assert not [w for w in writes if w.get("plan")], "no new plan"
+    (problem,) = [w["problem"] for w in writes if w.get("problem")]
+    assert problem["reason"] == "InvalidSpec" and problem["generation"] == 2
+    assert problem["message"].startswith("spec.operators[1].parallelism: sink runs 2 tasks, not 3")
+    assert kube.core.create_namespaced_pod.call_count == before_pods
 
 
 def test_a_refused_spec_configmap_costs_only_the_fallback(kube: Kube) -> None:

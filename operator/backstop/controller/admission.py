@@ -29,7 +29,7 @@ import asyncio
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal
 
 import kopf
@@ -45,6 +45,7 @@ from backstop.controller.webhookserver import (
 )
 from backstop.domain.admission import admission_problem, admission_warnings
 from backstop.domain.constants import GROUP, PLURAL, VERSION
+from backstop.domain.spec import spec_hash
 from backstop.k8s.cluster import ClusterUnavailable, api_client
 from backstop.k8s.webhookcert import Certificates, renewed
 from backstop.k8s.webhookconfig import validating_webhook, write_webhooks
@@ -109,12 +110,22 @@ def validate(body: kopf.Body, warnings: list[str] | None = None, **kwargs: Any) 
         annotations=meta.get("annotations") or {},
         old_spec=old_spec,
         old_annotations=(old.get("metadata", {}).get("annotations") or {}) if old else None,
+        old_running=old_spec is not None and _running(old or {}, old_spec),
         allow_node_local_store=settings().allow_node_local_store,
     )
     if problem is not None:
         raise kopf.AdmissionError(problem, code=422)
     if warnings is not None:
         warnings.extend(admission_warnings(body.get("spec"), old_spec=old_spec))
+
+
+def _running(old: Mapping[str, Any], old_spec: Mapping[str, Any]) -> bool:
+    """Whether the stored spec is the one the topology's pods run: its plan was made from
+    it (``status.plan.specHash``) and placed. When a later edit was refused by the operator
+    (no webhook answered then), the stored spec is that edit, and the operator's own check
+    against its plan's spec decides."""
+    plan = (old.get("status") or {}).get("plan") or {}
+    return bool(plan.get("assignment")) and plan.get("specHash") == spec_hash(dict(old_spec))
 
 
 def register(registry: kopf.OperatorRegistry, webhook: Webhook) -> None:

@@ -34,7 +34,7 @@ from backstop.domain.status import PlanStatus, TopologyStatus, parse_status
 from backstop.domain.status.recoveryplans import last_good_generation
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.manifests import Owner
-from backstop.k8s.specstore import spec_configmap_name, stored_spec
+from backstop.k8s.specstore import plan_spec
 from planners import InvalidTopology, PlannerError, TaskGraph
 
 
@@ -93,18 +93,10 @@ def _target(
 
 
 def _plan_spec(k: Kube, namespace: str, name: str) -> Callable[[PlanStatus], Any]:
-    """How the supervisor reads the spec a recorded plan was computed from: the status's
-    own copy (written by older operators), else the spec ConfigMap's, if it is that
-    plan's (:mod:`backstop.k8s.specstore`)."""
-
-    def read(plan: PlanStatus) -> Mapping[str, Any] | None:
-        if plan.spec is not None:
-            return plan.spec
-        if plan.spec_hash is None:
-            return None
-        return stored_spec(k.configmap_data(namespace, spec_configmap_name(name)), plan.spec_hash)
-
-    return read
+    """How the supervisor reads the spec a recorded plan was computed from
+    (:func:`backstop.k8s.specstore.plan_spec`)."""
+    owner = Owner(name=name, namespace=namespace, uid="")
+    return lambda plan: plan_spec(k, owner, plan)
 
 
 def supervise(**kwargs: Any) -> None:

@@ -39,7 +39,7 @@ from backstop.controller.capacity import Placing, owner_key, plan_nodes, reserve
 from backstop.controller.context import node_snapshot
 from backstop.controller.fencing import publish_epochs
 from backstop.controller.lifecycle import pending_of, rollout_with_plan
-from backstop.controller.specchecks import check_templates, spec_warnings
+from backstop.controller.specchecks import check_templates, check_wiring, spec_warnings
 from backstop.domain.constants import EventReason
 from backstop.domain.fencing import fenced_tasks
 from backstop.domain.incidents import for_topology
@@ -226,6 +226,8 @@ def validate(ctx: Reconcile, spec: Mapping[str, Any]) -> bool:
         ctx.model = config.parse_spec(dict(spec), name=ctx.owner.name)
         ctx.graph = expand(ctx.model)
         new_spec = ctx.recorded.spec_hash != spec_hash(dict(spec))
+        if new_spec:
+            check_wiring(ctx.kube, ctx.owner, ctx.model, ctx.recorded)
         check_templates(ctx.kube, ctx.owner, ctx.model, every=new_spec)
     except InvalidTopology as err:
         record(ctx, problem=ctx.problem("InvalidSpec", str(err)))

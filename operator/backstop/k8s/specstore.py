@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from backstop.domain.constants import GROUP, SPEC_CONFIGMAP_SUFFIX
+from backstop.domain.status.types import PlanStatus
+from backstop.k8s.kubeio import Kube
 from backstop.k8s.topologyobjects import Owner
 
 SPEC_KEY = "spec.json"
@@ -73,3 +75,14 @@ def stored_spec(data: Mapping[str, str] | None, spec_hash: str) -> dict[str, Any
     except ValueError:
         return None
     return spec if isinstance(spec, dict) else None
+
+
+def plan_spec(k: Kube, owner: Owner, plan: PlanStatus) -> dict[str, Any] | None:
+    """The spec ``plan`` was computed from: the status's own copy (written by older
+    operators), else the spec ConfigMap's if it is that plan's; ``None`` when neither is."""
+    if plan.spec is not None:
+        return dict(plan.spec)
+    if plan.spec_hash is None:
+        return None
+    data = k.configmap_data(owner.namespace, spec_configmap_name(owner.name))
+    return stored_spec(data, plan.spec_hash)
