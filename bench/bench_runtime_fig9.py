@@ -35,7 +35,10 @@ is the same experiment with Backstop's runtime in local mode (every task a local
 
 Figs. 13/14: ``o0``-``o3`` lost (upstream), or ``o12``-``o14`` lost (downstream), two nodes.
 Fig. 15: four or eight nodes lost, the operators taken in topological order (b) or in
-reverse (a). Prints a markdown section; ``--out`` writes ``docs/benchmarks/runtime-fig9.md``.
+reverse (a). Fig. 10's setting: 1, 2 and 3 consecutive node failures, :data:`WAVE` apart
+(what Storm replays from the sources at every failure, Backstop does not). As in the seed,
+Fig. 13 compares incremental with blocking recovery; Figs. 10 and 15 are incremental.
+Prints a markdown section; ``--out`` writes ``docs/benchmarks/runtime-fig9.md``.
 """
 
 from __future__ import annotations
@@ -75,6 +78,8 @@ MERGES = {
 """The queries above the windows and the two streams each subscribes to."""
 TASK_CPU = 0.1
 SLOTS = 2
+WAVE = 20.0
+"""Seconds between two consecutive failures (the seed's Fig. 10: 60 s, scaled down)."""
 """Tasks a node holds (the seed's eight nodes for fifteen operators)."""
 NEW_CPU = SLOTS * TASK_CPU / DEFAULT_UTILIZATION + 0.01
 """A replacement node's CPU: room for :data:`SLOTS` tasks under the planner's cap."""
@@ -152,10 +157,16 @@ class Scenario:
     """The operators of each node lost."""
     layout: tuple[tuple[str, ...], ...]
     """Every operator's node, two per node (the lost ones among them)."""
+    waves: tuple[float, ...] = ()
+    """Seconds after the first failure at which each lost node dies (default: all at once)."""
 
     @property
     def failed(self) -> tuple[str, ...]:
         return tuple(o for node in self.lost for o in node)
+
+    def deaths(self) -> tuple[float, ...]:
+        """When each lost node dies, in the order of :attr:`lost`."""
+        return self.waves or (0.0,) * len(self.lost)
 
 
 def _scenario(name: str, figure: str, order: tuple[str, ...], nodes: int) -> Scenario:
@@ -175,19 +186,24 @@ SCENARIOS = {
     "reverse-8": _scenario("8 nodes, reverse order", "15(a)", OPS[::-1], 8),
     "topological-4": _scenario("4 nodes, topological order", "15(b)", OPS, 4),
     "topological-8": _scenario("8 nodes, topological order", "15(b)", OPS, 8),
+    **{
+        f"consecutive-{n}": Scenario(
+            f"{n} consecutive node failure{'s' if n > 1 else ''}, {WAVE:g} s apart", "10",
+            pairs(OPS[4:10])[:n], pairs(OPS), tuple(WAVE * i for i in range(n)),
+        )
+        for n in (1, 2, 3)
+    },
 }  # fmt: skip
+CONSECUTIVE = ("consecutive-1", "consecutive-2", "consecutive-3")
 
 
 def cluster(s: Scenario) -> tuple[dict[str, str], dict[str, float], list[str]]:
     """The placement before the failure (task → node), every node's CPU (full: only
     replacements have room) and the nodes lost."""
     assignment = {"source-0": "in", "parser-0": "in"}
-    lost = []
     for i, node in enumerate(s.layout):
-        name = f"node-{i}"
-        assignment.update({f"{o}-0": name for o in node})
-        if node in s.lost:
-            lost.append(name)
+        assignment.update({f"{o}-0": f"node-{i}" for o in node})
+    lost = [f"node-{s.layout.index(node)}" for node in s.lost]
     load: dict[str, float] = {}
     for n in assignment.values():
         load[n] = load.get(n, 0.0) + TASK_CPU
@@ -240,6 +256,8 @@ class Run:
     steady: dict[str, float] = field(default_factory=dict)
     back: dict[str, float] = field(default_factory=dict)
     """Seconds from the failure until each failed query is available again."""
+    killed: dict[str, float] = field(default_factory=dict)
+    """Seconds after the first failure at which each failed query's node died."""
     plans: list[str] = field(default_factory=list)
 
 
@@ -270,15 +288,15 @@ def sample(run: Run, topo: LocalTopology, ingest: Ingest, before: dict[str, dict
         q = f"{o}-0"
         s = topo.status(q)
         old = before.get(q, {})
-        if o in run.failed and (q not in up or int(s.get("epoch", 0)) <= int(old.get("epoch", 0))):
+        if q in before and (q not in up or int(s.get("epoch", 0)) <= int(old.get("epoch", 0))):
             last, _ = run.seen.get(o, (0, now))
             run.seen[o] = (last, now)  # down: nothing processed
             continue
         r, lag = int(s.get("round", 0)), float(s.get("lag") or 0.0)
         rounds_done(run, o, r, lag, now, ingest)
         fresh = r > int(old.get("round", 0)) and lag <= run.steady.get(o, 0.0) + SLACK
-        if o in run.failed and o not in run.back and fresh:
-            run.back[o] = now - run.t0
+        if q in before and o not in run.back and fresh:
+            run.back[o] = now - run.t0 - run.killed[o]
 
 
 def warm_up(topo: LocalTopology, run: Run, ingest: Ingest, seconds: float) -> None:
@@ -293,8 +311,52 @@ def warm_up(topo: LocalTopology, run: Run, ingest: Ingest, seconds: float) -> No
     run.points.clear()
 
 
+@dataclass
+class Events:
+    """What happens when, in seconds after the first failure: the nodes dying (each with
+    its operators) and the replacements arriving."""
+
+    deaths: list[tuple[float, str, tuple[str, ...]]]
+    arrivals: list[float]
+
+    @classmethod
+    def of(cls, s: Scenario, lost: list[str], args: argparse.Namespace) -> Events:
+        deaths = sorted(zip(s.deaths(), lost, s.lost, strict=True))
+        arrivals = [max(w + args.replace_after, args.replace_after + i * args.arrive_every)
+                    for i, (w, _, _) in enumerate(deaths)]  # fmt: skip
+        return cls(deaths, sorted(arrivals))
+
+
+def fail(run: Run, topo: LocalTopology, ev: Events, at: float, before: dict[str, Any],
+         session: RecoverySession) -> RecoverySession:  # fmt: skip
+    """Kill the tasks of every node due to die by ``at``; the session learns of it."""
+    while ev.deaths and at >= ev.deaths[0][0]:
+        _, node, ops = ev.deaths.pop(0)
+        before.update({f"{o}-0": topo.status(f"{o}-0") for o in ops})
+        for o in ops:
+            topo.kill(f"{o}-0")
+            run.killed[o] = time.time() - run.t0
+        session, _ = session.handle(NodesLost((node,)))
+    return session
+
+
+def arrive(run: Run, topo: LocalTopology, ev: Events, at: float, up: set[str],
+           session: RecoverySession) -> RecoverySession:  # fmt: skip
+    """Add every replacement due by ``at`` and start what the session's plan recovers."""
+    while ev.arrivals and at >= ev.arrivals[0]:
+        ev.arrivals.pop(0)
+        session, step = session.handle(NodeReady(f"new-{len(run.plans)}", NEW_CPU))
+        started = sorted(step.recover) if step else []
+        for t in started:
+            topo.start(t)
+        up |= set(started)
+        names = ", ".join(t.removesuffix("-0") for t in started) or "nothing"
+        run.plans.append(f"{at:.0f} s: {names}")
+    return session
+
+
 def run_once(base: Path, key: str, mode: str, args: argparse.Namespace) -> Run:
-    """One failure of scenario ``key`` and its recovery in ``mode``."""
+    """The failures of scenario ``key`` and the recovery in ``mode``."""
     s = SCENARIOS[key]
     run, ingest = Run(key, mode, s.failed), Ingest()
     spec = fig9_spec(base / "in", args.rate)
@@ -304,30 +366,21 @@ def run_once(base: Path, key: str, mode: str, args: argparse.Namespace) -> Run:
     assignment, cpu, lost = cluster(s)
     session = RecoverySession.start(topo.graph, assignment, cpu, mode=mode,  # type: ignore[arg-type]
                                     algorithm="best-density")  # fmt: skip
+    ev = Events.of(s, lost, args)
+    end = ev.arrivals[-1] + args.hold
     topo.start_all()
     try:
         warm_up(topo, run, ingest, args.warm_up)
-        before = {f"{o}-0": topo.status(f"{o}-0") for o in s.failed}
-        for o in s.failed:
-            topo.kill(f"{o}-0")
-        run.t0 = time.time()
-        session, _ = session.handle(NodesLost(tuple(lost)))
-        arrivals = [args.replace_after + i * args.arrive_every for i in range(len(lost))]
+        before: dict[str, Any] = {}
         up: set[str] = set()
-        end = arrivals[-1] + args.hold
+        run.t0 = time.time()
         while (at := time.time() - run.t0) < end:
-            while arrivals and at >= arrivals[0]:
-                arrivals.pop(0)
-                session, step = session.handle(NodeReady(f"new-{len(run.plans)}", NEW_CPU))
-                started = sorted(step.recover) if step else []
-                for t in started:
-                    topo.start(t)
-                up |= set(started)
-                names = ", ".join(t.removesuffix("-0") for t in started) or "nothing"
-                run.plans.append(f"{at:.0f} s: {names}")
+            session = fail(run, topo, ev, at, before, session)
+            session = arrive(run, topo, ev, at, up, session)
             sample(run, topo, ingest, before, up)
-            settled = len(run.back) == len(s.failed) and at > max(run.back.values()) + SETTLE
-            if not arrivals and settled:
+            done = [run.killed[o] + t for o, t in run.back.items()]
+            settled = len(done) == len(s.failed) and at > max(done) + SETTLE
+            if not ev.arrivals and settled:
                 break
             time.sleep(SAMPLE)
     finally:
@@ -345,7 +398,7 @@ def relative(run: Run, o: str, lo: float) -> float | None:
 def summary(runs: list[Run]) -> str:
     lines = [
         "| figure | scenario | recovery | queries failed | first back | median back | "
-        "last back | plans (seconds after the failure: tasks restarted) |",
+        "last back | plans (seconds after the first failure: tasks restarted) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
@@ -388,9 +441,22 @@ def curves(runs: list[Run], normal: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def wave_curves(runs: list[Run]) -> str:
+    """Per run of :data:`CONSECUTIVE` and per node lost, its queries' relative latency."""
+    cols = [(r, k, list(node)) for r in runs for k, node in enumerate(SCENARIOS[r.scenario].lost)]
+    series = [curve(r, qs) for r, _, qs in cols]
+    head = " | ".join(f"{r.scenario}, {r.mode}: node {k + 1}" for r, k, _ in cols)
+    lines = [f"| seconds after the first failure | {head} |", "|---|" + "---|" * len(cols)]
+    for i in range(max(len(c) for c in series)):
+        row = [c[i] if i < len(c) else "" for c in series]
+        lines.append(f"| {i * BUCKET:.0f}-{(i + 1) * BUCKET:.0f} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def report(args: argparse.Namespace, runs: list[Run]) -> str:
     fig15 = [r for r in runs if SCENARIOS[r.scenario].figure.startswith("15")]
-    fig13 = [r for r in runs if r not in fig15]
+    fig13 = [r for r in runs if SCENARIOS[r.scenario].figure.startswith("13")]
+    fig10 = [r for r in runs if r.scenario in CONSECUTIVE]
     parts = [
         f"{HEADING}\n",
         "The incremental-recovery seed's Figs. 13-15, on its Fig. 9 topology of fifteen "
@@ -404,6 +470,7 @@ def report(args: argparse.Namespace, runs: list[Run]) -> str:
         f"last arrival). A failed query is *back* once its lag is within {SLACK:g} s of its "
         "steady lag.\n",
         "### When the failed queries are back\n",
+        "Seconds from each failed query's node dying until the query is back.\n",
         summary(runs),
         "### Relative latency of the failed queries (Figs. 13 and 15)\n",
         f"Per {BUCKET:g} s after the failure, each query's relative latency: the mean "
@@ -419,6 +486,17 @@ def report(args: argparse.Namespace, runs: list[Run]) -> str:
     if fig15:
         parts += ["Fig. 15 (four and eight nodes, (a) reverse, (b) topological order):\n",
                   curves(fig15, normal=False)]  # fmt: skip
+    if fig10:
+        parts += [
+            "### Consecutive failures (the seed's Fig. 10, on Backstop)\n",
+            "The seed's Fig. 10 shows Storm replaying every source tuple again at each of 1, 2 "
+            f"and 3 consecutive node failures; here the nodes of o4-o9 die {WAVE:g} s apart, "
+            "each replaced "
+            f"{args.replace_after:g} s after it died. Per {BUCKET:g} s, the mean relative "
+            "latency of each node's two queries (*node k*: the k-th to die); the queries "
+            "recovered before a later failure are not set back by it.\n",
+            wave_curves(fig10),
+        ]
     normal = [r for r in fig13 if len(r.failed) < len(OPS)]
     if normal:
         parts += [
@@ -434,7 +512,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenarios", default=",".join(SCENARIOS),
                    help=f"comma-separated, of: {', '.join(SCENARIOS)}")  # fmt: skip
-    p.add_argument("--modes", default="incremental,blocking")
+    p.add_argument("--modes", default="incremental,blocking",
+                   help="for Fig. 13's scenarios (the others: incremental)")  # fmt: skip
     p.add_argument("--rate", type=float, default=100.0, help="tweets per second (seed: 100)")
     p.add_argument("--checkpoint", type=float, default=10.0, help="seconds (seed: 10)")
     p.add_argument("--replace-after", type=float, default=10.0)
@@ -460,7 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     write_files(files, random.Random(9))
     runs = []
     for key in args.scenarios.split(","):
-        for mode in args.modes.split(","):
+        # the seed compares with blocking recovery in Fig. 13; Figs. 10 and 15 are incremental
+        compared = SCENARIOS[key].figure.startswith("13")
+        for mode in args.modes.split(",") if compared else ["incremental"]:
             print(f"{key}, {mode} ...", file=sys.stderr, flush=True)
             r = run_once(base, key, mode, args)
             print(f"  back: {sorted(r.back.items(), key=lambda kv: kv[1])}; plans: {r.plans}",
