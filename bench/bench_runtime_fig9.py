@@ -89,7 +89,10 @@ STALLED = 1.0
 """Seconds without a new round after which a query's latency grows with the wait."""
 BUCKET = 5.0
 SAMPLE = 0.25
-"""Seconds between two samples (a task writes its ``status.json`` four times a second)."""
+"""Seconds between two samples."""
+STATUS_EVERY = 0.25
+"""A task writes its ``status.json`` this often: a round newer than the one it shows was
+processed at most this long before it was read."""
 FLOOR = 0.05
 """A steady latency below this is noise: relative latencies divide by this at least."""
 SETTLE = 10.0
@@ -262,19 +265,37 @@ class Run:
 
 
 def rounds_done(run: Run, o: str, r: int, lag: float, now: float, ingest: Ingest) -> None:
-    """Record the rounds ``o`` processed since its last sample, up to ``r`` (whose lag the
-    task reported): each one's latency is when it was processed (spread evenly over the
-    interval) less when the source read it. Rounds it had processed before (a restarted
-    copy's replay) are not new output and do not count."""
-    last, then = run.seen.get(o, (r, now))
+    """Record the rounds ``o`` processed since its last sample, up to ``r``: each one's
+    latency is when it was processed less when the source read it. Round ``r`` was
+    processed ``lag`` after it was read (the task says so); an earlier one is taken to
+    have had the same lag, but no earlier than the task could have processed it (after its
+    previous round, and after the previous sample's ``status.json`` was written) and no
+    later than round ``r``. Rounds it had processed before (a restarted copy's replay) are
+    not new output and do not count.
+
+    >>> run, ingest = Run("x", "incremental", ()), Ingest()
+    >>> for r in (10, 40):  # round r read at r seconds
+    ...     ingest.note({"round": r, "lag": 0.0}, float(r))
+    >>> run.seen["q"] = (10, 10.0)
+    >>> rounds_done(run, "q", 12, 0.5, 13.0, ingest)
+    >>> [(round(t, 2), round(x, 2)) for t, x in run.points["q"]]
+    [(11.5, 0.5), (12.5, 0.5)]
+    >>> run.seen["q"] = (12, 30.0)  # seen stalled at round 12 until 30 s
+    >>> rounds_done(run, "q", 30, 0.5, 31.0, ingest)
+    >>> late = run.points["q"][2:]
+    >>> len(late), late[0], late[-1]
+    (18, (30.0, 17.0), (30.5, 0.5))
+    """
+    last, lo = run.seen.get(o, (r, now))
+    read_r = ingest.at(r)
+    done_r = min(now, read_r + lag) if read_r is not None else now
     for rho in range(last + 1, r + 1):
-        done = then + (now - then) * (rho - last) / (r - last)
         read = ingest.at(rho)
-        if rho == r:
-            run.points.setdefault(o, []).append((now, lag))
-        elif read is not None:
+        if read is not None:
+            done = min(max(read + lag, lo), done_r)
             run.points.setdefault(o, []).append((done, max(done - read, 0.0)))
-    run.seen[o] = (max(r, last), now)
+            lo = done
+    run.seen[o] = (max(r, last), max(lo, now - STATUS_EVERY))
 
 
 def sample(run: Run, topo: LocalTopology, ingest: Ingest, before: dict[str, dict[str, Any]],

@@ -56,8 +56,9 @@ from tests.chart.test_chart import (
 __all__ = ["helm", "namespaces"]  # fixtures used here
 
 PREVIOUS = "1e0d259"
-"""Chart 0.1.0: main just before the day-two changes (pods refused, spec stored once,
-pinning by node name, leader takeover, rotating webhook certificate, CRD upgrades)."""
+"""The commit of chart 0.1.0, the chart version this one upgrades from: its status keeps a
+copy of the spec, its pods are pinned by hostname, its webhook certificate is of the old
+format."""
 
 Doc = dict[str, Any]
 PLURAL = "streamtopologies"
