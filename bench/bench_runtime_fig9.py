@@ -480,8 +480,9 @@ def report(args: argparse.Namespace, runs: list[Run]) -> str:
     fig10 = [r for r in runs if r.scenario in CONSECUTIVE]
     parts = [
         f"{HEADING}\n",
-        "The incremental-recovery seed's Figs. 13-15, on its Fig. 9 topology of fifteen "
-        "queries (edges rebuilt: see `bench/bench_runtime_fig9.py`), in local mode as the "
+        "The incremental-recovery seed's Figs. 13-15 (and Fig. 10's setting), on its Fig. 9 "
+        "topology of fifteen queries (edges rebuilt: see `bench/bench_runtime_fig9.py`), in "
+        "local mode as the "
         "seed runs them: every task a local process, a node's failure the SIGKILL of its two "
         f"tasks. Input {args.rate:g} tweets/s, checkpoints every {args.checkpoint:g} s. "
         "Replacement nodes with room for two tasks each arrive one by one, the first "

@@ -235,7 +235,8 @@ def test_a_rewiring_edit_of_a_running_topology_is_refused_and_its_pods_stay(env:
     )
     obj = env.wait_condition(name, "Planned", "False", reason="InvalidSpec")
     message = condition(obj, "Planned")["message"]  # type: ignore[index]
-    assert message.startswith(f"spec.operators[{sink}].parallelism: sink runs 1 tasks, not 2")
+    assert f"spec.operators[{sink}].parallelism: sink runs 1 task, not 2" in message, message
+    assert message.endswith("still running generation 1's plan"), message
     assert obj["status"]["plan"]["generation"] == good["status"]["plan"]["generation"]
     time.sleep(3)
     assert {p.metadata.name: p.metadata.uid for p in env.pods(name)} == before

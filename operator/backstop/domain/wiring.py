@@ -71,8 +71,9 @@ def wiring_change(old: StreamTopologySpec, new: StreamTopologySpec) -> str | Non
         if was is None:
             return f"spec.operators[{i}]: {op.name} is a new operator: {WHY} it out"
         if was.parallelism != op.parallelism:
+            tasks = "task" if was.parallelism == 1 else "tasks"
             return (
-                f"spec.operators[{i}].parallelism: {op.name} runs {was.parallelism} tasks, "
+                f"spec.operators[{i}].parallelism: {op.name} runs {was.parallelism} {tasks}, "
                 f"not {op.parallelism}: {WHY} {was.parallelism}"
             )
         if sorted(map(_routing, was.inputs)) != sorted(map(_routing, op.inputs)):
