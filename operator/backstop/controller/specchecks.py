@@ -19,7 +19,7 @@ from backstop.domain.constants import EventReason
 from backstop.domain.groupings import grouping_warnings
 from backstop.domain.spec import StreamTopologySpec
 from backstop.domain.status import PlanStatus
-from backstop.domain.wiring import wiring_change
+from backstop.domain.wiring import rewired
 from backstop.k8s.kubeio import Kube
 from backstop.k8s.manifests import Owner, template_samples
 from backstop.k8s.specstore import plan_spec
@@ -73,18 +73,12 @@ def spec_warnings(
 
 def check_wiring(k: Kube, owner: Owner, model: StreamTopologySpec, plan: PlanStatus) -> None:
     """Raise :class:`~planners.InvalidTopology` naming the field when ``model`` changes the
-    data plane's wiring of the spec ``plan`` runs (:func:`backstop.domain.wiring.wiring_change`):
+    data plane's wiring of the spec ``plan`` runs (:func:`backstop.domain.wiring.rewired`):
     its pods go on with that spec. A plan whose spec cannot be read or parsed any more is
     not compared (the edit is planned as before)."""
     if plan.assignment is None:
         return  # nothing ran yet: any spec starts from empty state
     old = plan_spec(k, owner, plan)
-    if old is None:
-        return
-    try:
-        before = StreamTopologySpec.model_validate(old)
-    except ValueError:
-        return
-    problem = wiring_change(before, model)
+    problem = None if old is None else rewired(old, model)
     if problem is not None:
         raise InvalidTopology(problem)

@@ -36,7 +36,7 @@ from backstop.domain.groupings import grouping_warnings
 from backstop.domain.limits import OFFLINE, check_spec_bytes
 from backstop.domain.names import field_path, format_validation_error
 from backstop.domain.spec import StreamTopologySpec, parse_spec
-from backstop.domain.wiring import wiring_change
+from backstop.domain.wiring import rewired
 from planners import InvalidTopology
 
 
@@ -152,22 +152,13 @@ def admission_problem(
         model = parse_spec(spec, name)
     except InvalidTopology as err:
         return one_line(str(err))
-    rewired = _rewired(old_spec, model) if old_running else None
-    if rewired is not None:
-        return rewired
+    wiring = rewired(old_spec, model) if old_running else None
+    if wiring is not None:
+        return wiring
     too_large = bytes_problem(model)
     if too_large is not None or allow_node_local_store:
         return too_large
     return node_local_problem(model)
-
-
-def _rewired(old_spec: Any, model: StreamTopologySpec) -> str | None:
-    """:func:`~backstop.domain.wiring.wiring_change` from the stored spec, if it parses."""
-    try:
-        before = StreamTopologySpec.model_validate(old_spec, context=OFFLINE)
-    except ValidationError:
-        return None
-    return wiring_change(before, model)
 
 
 def admission_warnings(spec: Any, *, old_spec: Any = None) -> list[str]:

@@ -23,10 +23,15 @@ edits a rollout carries out.
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import ValidationError
+
 from backstop.domain.groupings import KEY_GROUPINGS, Grouping
+from backstop.domain.limits import OFFLINE
 from backstop.domain.spec import Input, StreamTopologySpec
 
-__all__ = ["wiring_change"]
+__all__ = ["rewired", "wiring_change"]
 
 WHY = (
     "the tasks of a topology that has run keep their state and input positions per task, "
@@ -76,11 +81,20 @@ def wiring_change(old: StreamTopologySpec, new: StreamTopologySpec) -> str | Non
                 f"spec.operators[{i}].parallelism: {op.name} runs {was.parallelism} {tasks}, "
                 f"not {op.parallelism}: {WHY} {was.parallelism}"
             )
-        if sorted(map(_routing, was.inputs)) != sorted(map(_routing, op.inputs)):
-            shown = ", ".join(f"{o} ({g})" for o, g in sorted(map(_routing, was.inputs)))
-            now = ", ".join(f"{o} ({g})" for o, g in sorted(map(_routing, op.inputs)))
-            return (
-                f"spec.operators[{i}].inputs: {op.name} reads {shown or 'nothing'}, not "
-                f"{now or 'nothing'}: {WHY} them"
-            )
+        read, reads = sorted(map(_routing, was.inputs)), sorted(map(_routing, op.inputs))
+        if read != reads:
+            shown = ", ".join(f"{o} ({g})" for o, g in read) or "nothing"
+            now = ", ".join(f"{o} ({g})" for o, g in reads) or "nothing"
+            return f"spec.operators[{i}].inputs: {op.name} reads {shown}, not {now}: {WHY} them"
     return None
+
+
+def rewired(old_spec: Any, new: StreamTopologySpec) -> str | None:
+    """:func:`wiring_change` from a stored spec (a plain mapping), read as the CLI reads a
+    manifest (no cluster limits: it was admitted once); ``None`` too when it no longer
+    parses, so that such an edit is planned as any other."""
+    try:
+        old = StreamTopologySpec.model_validate(old_spec, context=OFFLINE)
+    except ValidationError:
+        return None
+    return wiring_change(old, new)

@@ -101,7 +101,7 @@ class SlidingCount(Operator):
                 if end - self.size <= p < end:
                     for tag, n in ctx.state[_key(p)].items():
                         total[tag] = total.get(tag, 0) + n
-            best = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[: self.top]
+            best = _top(total, self.top)
             out: dict[str, Any] = {"end": end, "top": best}
             if self.label is not None:
                 out["src"] = self.label
@@ -148,7 +148,7 @@ class TopMerge(Operator):
         for top in ctx.state.values():
             for tag, n in top:
                 total[tag] = total.get(tag, 0) + int(n)
-        best = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[: self.top]
+        best = _top(total, self.top)
         out = {"end": value.get("end"), "src": self.label, "top": [list(kv) for kv in best]}
         ctx.emit(out, ts=record.ts)
 
@@ -156,6 +156,16 @@ class TopMerge(Operator):
 class TopMergeSink(TopMerge, Sink):
     """A :class:`TopMerge` at the end of the topology: its output leaves it as JSON lines
     under ``config.path`` (the runtime needs a sink where nothing consumes)."""
+
+
+def _top(counts: Mapping[str, int], n: int) -> list[tuple[str, int]]:
+    """The ``n`` tags with the highest counts, then by name (a fixed order: a replay emits
+    the same lists).
+
+    >>> _top({"b": 2, "a": 2, "c": 5}, 2)
+    [('c', 5), ('a', 2)]
+    """
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
 
 
 def _key(pane: float) -> str:
