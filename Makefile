@@ -14,18 +14,25 @@ export KUBECONFIG_LOCAL := $(BACKSTOP_CACHE)/run/kubeconfig
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# .venv installs requirements-dev.lock (every package of the dev, runtime, spark and testkit
+# extras and the build system, with the versions the images' locks share), hash-checked, then the
+# project itself, editable, with nothing more; pip check: the versions agree.
+DEV_LOCK := requirements-dev.lock
+$(STAMP): pyproject.toml $(DEV_LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,runtime,spark,testkit]'
+	$(BIN)/pip install -q --require-hashes -r $(DEV_LOCK)
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/pip check
 	@touch $@
 
-install: $(STAMP) ## create .venv and install the project with its dev, spark and testkit extras
+install: $(STAMP) ## create .venv from requirements-dev.lock and install the project (editable) in it
 
-# The images install exactly what these lock files pin (hack/lock.py; docs/development.md,
-# "Dependencies"); tests/unit/test_packaging_lock.py fails when the requirements change without
-# them. UPGRADE=1: the newest releases in range rather than the pins already there.
-lock: $(STAMP) ## pin what each image installs: operator/*requirements.lock, runtime/requirements.lock (uv)
+# The dev environment and every image install exactly what these lock files pin, with hashes
+# (hack/lock.py; docs/development.md, "Dependencies"); tests/unit/test_packaging_lock.py fails
+# when the requirements change without them. Needs only uv in .venv (not an up-to-date .venv: a
+# new requirement is locked before it is installed). UPGRADE=1: the newest releases in range.
+lock: ## pin, with hashes, what .venv and each image install: requirements-dev.lock, operator/*.lock, runtime/requirements.lock (uv)
+	@test -x $(BIN)/uv || $(MAKE) --no-print-directory install
 	$(BIN)/python hack/lock.py $(if $(UPGRADE),--upgrade)
 
 $(TOOLS)/helm:
@@ -61,16 +68,19 @@ cluster-status:
 
 # A second venv with every dependency at its floor (pyproject.toml's >=, pinned exactly by
 # hack/oldest-constraints.py), running the unit tests only: the floors are what the code needs.
+# CI runs it after make test (.ci/run). Not hash-checked: it tries the floors, it ships nothing.
 OLDEST := .venv-oldest
-test-oldest: ## unit tests on the oldest supported versions (every floor pinned); not part of make test
+test-oldest: ## unit tests on the oldest supported versions (every floor pinned); CI runs it after make test
 	@test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST) || python3 -m venv $(OLDEST)
-	python3 hack/oldest-constraints.py dev spark testkit > $(OLDEST)/constraints.txt
+	python3 hack/oldest-constraints.py dev runtime spark testkit > $(OLDEST)/constraints.txt
 	$(OLDEST)/bin/pip install --progress-bar off -c $(OLDEST)/constraints.txt -e '.[dev,runtime,spark,testkit]'
+	$(OLDEST)/bin/pip check
 	@# docs/cli.md and docs/testkit-cli.md are generated with the newest typer's help layout: older
-	@# ones render it differently
+	@# ones render it differently; this venv holds the floors, not requirements-dev.lock's versions
 	$(OLDEST)/bin/pytest -q -p no:cacheprovider tests/unit planners runtime operator/backstop testkit \
 	  --deselect 'tests/unit/test_docs.py::test_generated_reference_is_up_to_date[cli]' \
-	  --deselect 'tests/unit/test_docs.py::test_generated_reference_is_up_to_date[testkit-cli]'
+	  --deselect 'tests/unit/test_docs.py::test_generated_reference_is_up_to_date[testkit-cli]' \
+	  --deselect tests/unit/test_packaging_lock.py::test_the_venv_has_the_dev_lock_versions
 
 # The re-optimization Job (reoptimization.mode: job) in the Spark image on two real nodes, reading
 # the metrics the tasks write: root, and the 1.5 GB image (IMAGES=spark hack/images.sh; minutes
@@ -86,14 +96,15 @@ test-spark-k8s: $(STAMP) tools ## the re-optimization Job with Spark executor po
 # The unit tests (CPU) and the e2e (mostly waiting for nodes and pods, with its own control plane,
 # ports, subnets and Docker) share nothing but the CPU, so they run side by side; the e2e's output
 # is kept in .e2e.log and shown when both are done. Either failing fails the target.
-test: $(STAMP) tools lint typecheck imports docs-site ## everything CI runs: lint, types, layering, docs site, unit + cluster tests, e2e
+test: $(STAMP) tools lint typecheck imports docs-site ## lint, types, layering, docs site, unit + cluster tests, e2e (CI: then make test-oldest)
+	$(BIN)/pip check
 	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest --durations=25 -m 'not spark_image' tests/chart tests/cluster tests/realnodes
 	@$(MAKE) --no-print-directory e2e-when-possible > .e2e.log 2>&1 & e2e=$$!; \
 	  PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest --durations=25 tests/unit planners runtime operator/backstop; \
 	  unit=$$?; wait $$e2e; rc=$$?; echo "--- make e2e-when-possible (ran beside the unit tests):"; \
 	  cat .e2e.log; test $$unit = 0 && test $$rc = 0
 
-images: ## build the base, operator and task-runtime images here (root, Docker) and load them into real nodes
+images: $(STAMP) ## build the base, operator and task-runtime images here (root, Docker), each with its SBOM, and load them into real nodes
 	hack/images.sh
 
 e2e: $(STAMP) tools ## real nodes, images, helm install, the example, a node killed and recovered, uninstall
@@ -144,9 +155,11 @@ crds: $(STAMP) ## regenerate crds/ from the pydantic models and copy them into t
 kind-demo: tools ## needs Docker + kind + registry access (a recipe): images, chart and the example on kind
 	kind get clusters | grep -qx $(KIND_CLUSTER) || kind create cluster --name $(KIND_CLUSTER) --config hack/kind-config.yaml
 	IMAGES="operator runtime" hack/images.sh
-	kind load docker-image backstop/operator:0.1.0 backstop/runtime:0.1.0 --name $(KIND_CLUSTER)
+	v=$$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' charts/backstop/Chart.yaml); \
+	  kind load docker-image backstop/operator:$$v backstop/runtime:$$v --name $(KIND_CLUSTER)
 	$(TOOLS)/helm upgrade --install backstop charts/backstop --kube-context kind-$(KIND_CLUSTER) \
-	  --namespace backstop-system --create-namespace --set watchNamespaces={default} --wait --timeout 5m
+	  --namespace backstop-system --create-namespace --set image.registry=backstop \
+	  --set watchNamespaces={default} --wait --timeout 5m
 	$(TOOLS)/kubectl --context kind-$(KIND_CLUSTER) apply -n default -f examples/twitter-sentiment.yaml
 	$(TOOLS)/kubectl --context kind-$(KIND_CLUSTER) -n default wait --for=condition=Ready st/twitter-sentiment --timeout=5m
 	$(TOOLS)/kubectl --context kind-$(KIND_CLUSTER) -n default get st,pods -o wide

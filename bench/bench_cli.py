@@ -107,7 +107,7 @@ def manifest(name: str, operators: list[dict[str, Any]]) -> dict[str, Any]:
         "apiVersion": "streams.backstop.dev/v1alpha1",
         "kind": "StreamTopology",
         "metadata": {"name": name},
-        "spec": {"image": "backstop/runtime:0.1.0", "recoveryLatencyBound": 3600,
+        "spec": {"image": "backstop/runtime:0.2.0", "recoveryLatencyBound": 3600,
                  "operators": operators},
     }  # fmt: skip
 

@@ -140,7 +140,7 @@ def fig9_spec(inp: Path, rate: float) -> StreamTopologySpec:
     for o in ops[2:]:
         o["output"] = True
     return StreamTopologySpec.model_validate(
-        {"image": "backstop/runtime:0.1.0", "recoveryLatencyBound": 60.0, "operators": ops}
+        {"image": "backstop/runtime:0.2.0", "recoveryLatencyBound": 60.0, "operators": ops}
     )
 
 

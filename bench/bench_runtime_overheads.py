@@ -102,7 +102,7 @@ def fig17_spec(inp: Path, parallelism: int, rate: float) -> StreamTopologySpec:
     }
     return StreamTopologySpec.model_validate(
         {
-            "image": "backstop/runtime:0.1.0",
+            "image": "backstop/runtime:0.2.0",
             "recoveryLatencyBound": 60.0,
             "operators": [source, parser, win1, win2, sink],
         }

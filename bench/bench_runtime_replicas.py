@@ -59,6 +59,7 @@ from kubernetes import client, config
 from backstop.domain.constants import GROUP, METRICS_PORT, VERSION
 from backstop_runtime.blobs import open_blobs
 from backstop_runtime.input import put_files
+from backstop_testkit.support.catchup import ContainerDeath
 from backstop_testkit.support.docsection import emit
 from backstop_testkit.support.kubetools import (
     create_namespace,
@@ -81,7 +82,6 @@ from backstop_testkit.support.runtime_data import (
     output_lines,
     write_input,
 )
-from bench.runtime_kill import ContainerDeath
 
 HEADING = "## Active replicas on real nodes: a lost task's output at its consumers"
 POOL = "bench.backstop.dev/replica-pool"

@@ -36,6 +36,7 @@ from kubernetes.client.exceptions import ApiException
 from backstop.domain.constants import GROUP, VERSION
 from backstop.k8s.cluster import api_client
 from backstop_testkit.sim.nodesim import NodeShape, Simulator
+from backstop_testkit.support.chartrights import chart_operator
 from backstop_testkit.support.kubetools import (
     SINGLE_HOST_ENV,
     create_namespace,
@@ -342,24 +343,22 @@ class Bench:
 
     def start_operator(self, extra_env: dict[str, str] | None = None) -> None:
         port = free_port()
-        env = {**os.environ, "KUBECONFIG": self.kubeconfig, **SINGLE_HOST_ENV, **(extra_env or {})}
+        args = ["--namespace", self.namespace, "--liveness", f"http://127.0.0.1:{port}/healthz",
+                "--log-format", "json"]  # fmt: skip
+        # as installed by the chart: its ServiceAccount and RBAC, not the admin's rights
+        kubeconfig, args, env = chart_operator(
+            self.kubeconfig,
+            self.namespace,
+            args,
+            {**SINGLE_HOST_ENV, **(extra_env or {})},
+            self.log_path.parent,
+        )
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "backstop",
-                    "operator",
-                    "--namespace",
-                    self.namespace,
-                    "--liveness",
-                    f"http://127.0.0.1:{port}/healthz",
-                    "--log-format",
-                    "json",
-                ],
+                [sys.executable, "-m", "backstop", "operator", *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=env,
+                env={**os.environ, "KUBECONFIG": kubeconfig, **env},
                 cwd=ROOT,
             )
         # ready once Kopf's liveness endpoint answers

@@ -18,8 +18,8 @@ pod mounts a host directory.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -29,7 +29,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -37,7 +36,9 @@ from backstop.domain.constants import GROUP, VERSION
 from backstop.k8s.cluster import api_client
 from backstop_runtime.blobs import Blobs, open_blobs
 from backstop_runtime.output import committed, round_key
+from backstop_testkit.support.catchup import caught_up, steady_lags
 from backstop_testkit.support.objectstore import ObjectStore
+from backstop_testkit.support.runtime_data import bucket_manifest, follow_tweets
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "twitter-sentiment.yaml"
@@ -46,7 +47,6 @@ STATE, SECRET = "state", "bench-object-store"  # the tasks' key prefix and the s
 NO_NODE_LOCAL = {"BACKSTOP_ALLOW_NODE_LOCAL_STORE": "false"}
 """The operator's environment: no single-host allowance, as on a cluster of real machines."""
 UNBOUNDED = 86400.0  # the largest bound the CRD accepts: in effect none
-CAUGHT_UP_SLACK = 0.5
 
 
 def log(msg: str) -> None:
@@ -183,25 +183,11 @@ class Bench:
         """A copy of ``example`` as ``name``: the bench's store, its own input and output
         paths in the bucket, its node pool, a 2 s grace period (``bound``: another
         ``recoveryLatencyBound``)."""
-        doc: dict[str, Any] = yaml.safe_load(example.read_text())
-        doc["metadata"] = {"name": name}
-        spec = doc["spec"]
-        spec["store"] = {
-            "objectStore": {
-                "bucket": self.s3["BACKSTOP_S3_BUCKET"],
-                "prefix": STATE,
-                "secretRef": {"name": SECRET},  # the endpoint too, under its key "endpoint"
-            }
-        }
-        spec["nodeSelector"] = {POOL: self.nodes[0]}
-        spec.setdefault("recovery", {}).update(gracePeriodSeconds=2, replanOnViolation=False)
+        bucket, pool = self.s3["BACKSTOP_S3_BUCKET"], {POOL: self.nodes[0]}
+        doc = bucket_manifest(example, name, bucket, (STATE, SECRET), pool)
+        doc["spec"]["recovery"]["replanOnViolation"] = False
         if bound is not None:
-            spec["recoveryLatencyBound"] = bound
-        for op in spec["operators"]:
-            cfg = op["config"]
-            if "path" in cfg:
-                leaf = str(cfg["path"]).rstrip("/").rpartition("/")[2]  # input, output, trending
-                cfg["path"] = f"{self.bucket}/{name}/{leaf}"
+            doc["spec"]["recoveryLatencyBound"] = bound
         return doc
 
     def start(
@@ -225,23 +211,8 @@ class Bench:
     def tweets(self, name: str) -> subprocess.Popen[bytes]:
         """The topology's tweet log, ``<bucket>/<name>/input``: one new segment per partition
         each second at the bench's rate, for up to an hour (its errors in :meth:`tweets_log`)."""
-        with self.tweets_log(name).open("ab") as err:
-            return subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "backstop_runtime.examples.tweets",
-                    f"{self.bucket}/{name}/input",
-                    "--follow",
-                    "--rate",
-                    str(self.rate),
-                    "--seconds",
-                    "3600",
-                ],
-                env={**os.environ, **self.s3, "PYTHONPATH": str(ROOT / "runtime")},
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
+        location = f"{self.bucket}/{name}/input"
+        return follow_tweets(location, self.s3, self.rate, 3600, self.tweets_log(name))
 
     def _started(
         self, name: str, doc: dict[str, Any], gen: subprocess.Popen[bytes]
@@ -271,29 +242,15 @@ class Bench:
 
         wait(f"{name}: every task caught up with its input", steady, 240)
         log(f"{name}: all {len(tasks)} tasks caught up; steady for {self.warmup:.0f}s")
-        # a steady stream before the failure, and each task's lag in it (status.json, every 1 s)
-        samples: dict[str, list[float]] = {t: [] for t in tasks}
-        end = time.monotonic() + self.warmup
-        while time.monotonic() < end:
-            for t in tasks:
-                samples[t].append(float(self.status(name, t).get("lag") or 0.0))
-            time.sleep(0.5)
-        self.steady = {t: sorted(v)[len(v) // 2] for t, v in samples.items() if v}
+        # a steady stream before the failure, and each task's median lag in it
+        self.steady = steady_lags(functools.partial(self.status, name), tasks, self.warmup)
         return p
 
     def caught_up(self, name: str, task: str, epoch: int, seen: dict[str, int]) -> bool:
-        """The new copy of ``task`` is back where it was before the failure: it processes
-        batches no further behind its sources than its median lag in the steady stream,
-        plus ``CAUGHT_UP_SLACK`` (so a host where the pipeline lags 1 s in steady state
-        does not count every recovery as never caught up against a fixed 0.5 s)."""
+        """The new copy of ``task`` is back where it was before the failure
+        (:func:`~backstop_testkit.support.catchup.caught_up`, against its steady lag)."""
         s = self.status(name, task)
-        if int(s.get("epoch", 0)) <= epoch:
-            return False
-        first = seen.setdefault(task, int(s.get("round", 0)))  # its restored round
-        lag = float(s.get("lag") or 0.0)
-        return (
-            int(s.get("round", 0)) > first and lag <= self.steady.get(task, 0.0) + CAUGHT_UP_SLACK
-        )
+        return caught_up(s, task, epoch, self.steady.get(task, 0.0), seen)
 
     def recovery_plan_seen(self, name: str) -> bool:
         items = self.custom.list_namespaced_custom_object(

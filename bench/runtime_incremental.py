@@ -30,8 +30,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from backstop_testkit.support.catchup import CAUGHT_UP_SLACK
 from backstop_testkit.support.kubetools import node_ready
-from bench.runtime_bench import CAUGHT_UP_SLACK, Bench, log, wait
+from bench.runtime_bench import Bench, log, wait
 
 HEADING = "## Runtime on real nodes: incremental vs blocking recovery"
 COMPLETE_HEADING = "## Runtime on real nodes: recovery from a complete failure"

@@ -8,14 +8,16 @@ NotReady and the grace period did), the node turning NotReady, each lost task's 
 starting and each one catching up with its input. The recovery bound counts from the
 failure (detection ``d`` + restart ``c`` + ℓ(v) ≤ ``recoveryLatencyBound``), so every time
 here runs from the kill too: from the moment the node's first container process is gone
-(:class:`ContainerDeath`); when ``nodes kill`` was issued and returned is kept beside it.
+(:class:`~backstop_testkit.support.catchup.ContainerDeath`); when ``nodes kill`` was issued
+and returned is kept beside it. What "caught up" means is the test kit's too
+(:mod:`backstop_testkit.support.catchup`), which the real-node tests assert against R.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +28,7 @@ import yaml
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.domain.spec import StreamTopologySpec, expand
+from backstop_testkit.support.catchup import CatchUp, ContainerDeath
 from backstop_testkit.support.kubetools import node_ready
 from bench.runtime_bench import Bench, log, wait
 from planners.evaluate import recovery_latencies
@@ -94,9 +97,7 @@ class _Watch:
 
     def __init__(self, bench: Bench, name: str, victim: str, lost: list[str]) -> None:
         self.bench, self.name, self.victim, self.lost = bench, name, victim, lost
-        self.epochs = {t: int(bench.status(name, t).get("epoch", 0)) for t in lost}
-        self.seen: dict[str, int] = {}
-        self.back: dict[str, float] = {}
+        self.catch = CatchUp(functools.partial(bench.status, name), lost, bench.steady)
         self.started: float | None = None
         self.trigger = ""
         self.plan_seen: float | None = None
@@ -105,9 +106,7 @@ class _Watch:
     def poll(self) -> None:
         """One look at the tasks, the topology's recovery and the node."""
         now = time.time()
-        for t in self.lost:
-            if t not in self.back and self.bench.caught_up(self.name, t, self.epochs[t], self.seen):
-                self.back[t] = now
+        self.catch.poll()
         if self.plan_seen is None or self.started is None:
             self._recovery(now)
         if self.notready is None and not node_ready(self.bench.core, self.victim):
@@ -141,14 +140,11 @@ class _Watch:
         """Poll until every lost task caught up (then up to :data:`NOT_READY_WAIT` more for
         the node's NotReady, which the data plane's recovery need not wait for)."""
         deadline = time.time() + CATCH_UP_TIMEOUT
-        while len(self.back) < len(self.lost) or self.started is None:
+        while len(self.catch.back) < len(self.lost) or self.started is None:
             if time.time() > deadline:
-                late = sorted(set(self.lost) - set(self.back))
-                fresh = [t for t in late if t in self.seen]  # a new copy, not caught up
                 raise SystemExit(
-                    f"{self.name}: within {CATCH_UP_TIMEOUT:.0f} s no new copy of "
-                    f"{sorted(set(late) - set(fresh)) or 'none'}, new copies not caught up: "
-                    f"{fresh or 'none'}, recovery started: {self.started is not None}"
+                    f"{self.name}: within {CATCH_UP_TIMEOUT:.0f} s {self.catch.late()}, "
+                    f"recovery started: {self.started is not None}"
                 )
             self.poll()
             time.sleep(0.1)
@@ -156,43 +152,6 @@ class _Watch:
         while self.notready is None and time.time() < end:
             self.poll()
             time.sleep(0.2)
-
-
-class ContainerDeath(threading.Thread):
-    """The moment the killed node's first container process is gone: the failure.
-
-    The node's containers are the children of its containerd shims (whose command line
-    names the node's ``containerd.sock``), read before the kill; polled every 10 ms from
-    then on. ``nodes kill`` spends most of its time before its SIGKILLs (the CLI's Python
-    start-up, a scan of ``/proc``) and some after (waiting for the kernel to reap), so
-    neither its start nor its return is the failure."""
-
-    def __init__(self, victim: str) -> None:
-        super().__init__(daemon=True)
-        self.pids = self._containers(victim)
-        self.at: float | None = None
-        self.stop = threading.Event()
-
-    @staticmethod
-    def _containers(victim: str) -> list[int]:
-        found: list[int] = []
-        for proc in Path("/proc").iterdir():
-            try:
-                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                if "containerd-shim" in cmd and f"/{victim}/containerd.sock" in cmd:
-                    for kids in proc.glob("task/*/children"):
-                        found += [int(k) for k in kids.read_text().split()]
-            except (OSError, ValueError):
-                continue
-        return found
-
-    def run(self) -> None:
-        while self.pids and self.at is None and not self.stop.is_set():
-            for pid in self.pids:
-                if not Path(f"/proc/{pid}").exists():
-                    self.at = time.time()
-                    return
-            time.sleep(0.01)
 
 
 def _spec_terms(p: dict[str, Any], spec: dict[str, Any]) -> tuple[float, float]:
@@ -259,11 +218,10 @@ def kill_cycle(
         issued = time.time()
         bench.cli("nodes", "kill", victim)
         returned = time.time()
-        death.join(5.0)
-        death.stop.set()
-        t_kill = death.at or returned  # the failure; the command's return if not seen
+        died = death.moment(5.0)
+        t_kill = died or returned  # the failure; the command's return if not seen
         cyc.issued, cyc.returned = issued - t_kill, returned - t_kill
-        cyc.death_seen = death.at is not None
+        cyc.death_seen = died is not None
         watch.run()
         _record(cyc, watch, graph, t_kill)
         log(
@@ -295,7 +253,7 @@ def _record(cyc: Cycle, watch: _Watch, graph: TaskGraph, t_kill: float) -> None:
     ell = recovery_latencies(graph, cyc.backups, watch.lost)
     for t in sorted(watch.lost, key=graph.index):
         started = float(watch.bench.status(watch.name, t)["started"])
-        cyc.tasks.append(TaskResult(t, ell[t], started - t_kill, watch.back[t] - t_kill))
+        cyc.tasks.append(TaskResult(t, ell[t], started - t_kill, watch.catch.back[t] - t_kill))
 
 
 def show(bench: Bench, name: str, cyc: Cycle) -> None:

@@ -8,7 +8,8 @@
 #              chart's ServiceAccount and RBAC, watching only the e2e namespace
 #   admission  kubectl apply of a bad manifest (an unknown input) is refused by the operator's
 #              validating webhook, served in-cluster behind the chart's Service, in one line
-#   apply      kubectl apply -f examples/twitter-sentiment.yaml: every task pod Running in a real
+#   apply      kubectl apply -f examples/twitter-sentiment.yaml with spec.replication ($E2E_SPARE_CPU
+#              of active replicas): every task pod and every replica's pod Running in a real
 #              container (a containerd container ID) on a real node; no operator on the host.
 #              Its store is the cluster's object store (SeaweedFS beside the nodes, S3 API, the
 #              Secret backstop-object-store); the example's tweet generator writes the source
@@ -19,10 +20,12 @@
 #              never upgrades crds/), the column is back, the hook is gone; the operator's
 #              replicas are replaced, a new one leads, the topology stays Ready and no task pod
 #              is restarted or replaced (same uids, same restart counts)
-#   kill       `python -m backstop_testkit nodes kill` (the test kit's CLI) of a real node with
-#              tasks (not the leading operator's): its kubelet and containers get SIGKILL; a
-#              RecoveryPlan is issued and every lost task is Running again on the other real
-#              nodes. The leader's /metrics (curl of its pod IP, metrics.enabled) before and
+#   kill       `python -m backstop_testkit nodes kill` (the test kit's CLI) of a real node with a
+#              replicated primary (not the leading operator's): its kubelet and containers get
+#              SIGKILL; each lost replicated primary's replica is promoted in place (named in
+#              status.plan.promoted, the same pod uid, labelled primary: the chart's RBAC lets the
+#              operator patch it), a RecoveryPlan is issued and every lost task is Running again
+#              on the other real nodes. The leader's /metrics (curl of its pod IP, metrics.enabled) before and
 #              after: recovery steps, node loss -> first RecoveryPlan observations and seconds
 #              move, and the line prints both values
 #   uninstall  topology deleted (its /metrics series go), helm uninstall: no pod, ServiceAccount, Role(Binding),
@@ -32,7 +35,8 @@
 #              of theirs is left on the host
 # One line per phase with its duration. Needs root (kubelets, containerd, bridges) and apt.
 # Env: E2E_NODES (3), E2E_RUN_DIR ($BACKSTOP_CACHE/e2e), E2E_API_PORT (36443), KEEP=1 (leave the
-#      cluster running), E2E_EXAMPLE (examples/twitter-sentiment.yaml; its metadata.name is used).
+#      cluster running), E2E_EXAMPLE (examples/twitter-sentiment.yaml; its metadata.name is used),
+#      E2E_SPARE_CPU (1: spec.replication.spareCpu, unless the example sets spec.replication).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -45,6 +49,7 @@ NS=backstop-e2e
 RELEASE=backstop
 RELEASE_NS=backstop-system
 EXAMPLE=${E2E_EXAMPLE:-examples/twitter-sentiment.yaml}
+SPARE_CPU=${E2E_SPARE_CPU:-1}
 TOPO=$(sed -n 's/^  name: *//p' "$EXAMPLE" | head -1)
 GROUP=streams.backstop.dev
 PATH=$ROOT/.tools/bin:$ROOT/.venv/bin:$PATH
@@ -98,12 +103,13 @@ trap teardown EXIT
 trap 'exit 130' INT TERM   # so that teardown runs on Ctrl-C or kill too
 
 pods_json() { kubectl get pods -n $NS -l $GROUP/topology=$TOPO -o json; }
-# every task has a pod Running in a containerd container on a Ready real node
+# every task has a pod Running in a containerd container on a Ready real node (and, with a
+# second argument, that many pods do: the tasks' and their replicas')
 tasks_running_on_real_nodes() {
-  local want=$1
   pods_json | python3 -c '
 import json, subprocess, sys
 want = int(sys.argv[1])
+want_pods = int(sys.argv[2]) if len(sys.argv) > 2 else None
 pods = [p for p in json.load(sys.stdin)["items"] if not p["metadata"].get("deletionTimestamp")]
 nodes = {n["metadata"]["name"]: n for n in json.loads(subprocess.check_output(
     ["kubectl", "get", "nodes", "-o", "json"]))["items"]}
@@ -116,8 +122,9 @@ def ok(p):
     return (st.get("phase") == "Running" and cs and all("running" in c["state"] and
             c.get("containerID", "").startswith("containerd://") for c in cs) and ready and
             node["metadata"]["labels"].get("backstop.dev/node-kind") == "real")
-tasks = {p["metadata"]["labels"].get("streams.backstop.dev/task") for p in pods if ok(p)}
-sys.exit(0 if len(tasks) == want else 1)' "$want"
+running = [p for p in pods if ok(p)]
+tasks = {p["metadata"]["labels"].get("streams.backstop.dev/task") for p in running}
+sys.exit(0 if len(tasks) == want and want_pods in (None, len(running)) else 1)' "$@"
 }
 # every pod of the namespace (the task pods) mounts no host directory: the state is in the bucket
 no_host_directories() {
@@ -181,8 +188,9 @@ wait_until 30 "the default ServiceAccount of $NS and its token" \
 done_phase "$(kubectl get nodes -l backstop.dev/node-kind=real --no-headers | wc -l) real nodes Ready"
 
 phase install "helm install $RELEASE charts/backstop"
+# image.registry=backstop: the images hack/images.sh built and loaded into the nodes, never pulled
 helm install $RELEASE charts/backstop --namespace $RELEASE_NS --create-namespace \
-  --set "watchNamespaces={$NS}" --set recovery.gracePeriodSeconds=5 --set logFormat=plain \
+  --set image.registry=backstop --set "watchNamespaces={$NS}" --set recovery.gracePeriodSeconds=5 --set logFormat=plain \
   --set metrics.enabled=true --set metrics.port=$METRICS_PORT \
   --wait --timeout 5m >/dev/null || fail "helm install"
 # the replica holding the Lease (the other is a standby): the one whose /metrics says so
@@ -229,13 +237,21 @@ source_path=$(python3 -c 'import sys, yaml
 ops = yaml.safe_load(open(sys.argv[1]))["spec"]["operators"]
 print(next(o["config"]["path"] for o in ops if o["name"] == "source"))' "$EXAMPLE")
 if [[ $source_path == s3://*/twitter/input ]]; then tweets_up "$source_path"; fi
-kubectl apply -n $NS -f "$EXAMPLE" >/dev/null
+# replicated (spec.replication), so that the kill phase sees a replica promoted
+python3 -c 'import sys, yaml
+doc = yaml.safe_load(open(sys.argv[1]))
+doc["spec"].setdefault("replication", {"spareCpu": sys.argv[2]})
+print(yaml.safe_dump(doc))' "$EXAMPLE" "$SPARE_CPU" | kubectl apply -n $NS -f - >/dev/null
 wait_until 180 "$TOPO Ready" kubectl wait -n $NS --for=condition=Ready st/$TOPO --timeout=5s
-ntasks=$(kubectl get st -n $NS $TOPO -o json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["status"]["plan"]["assignment"]))')
+read -r ntasks nreplicas < <(kubectl get st -n $NS $TOPO -o json | python3 -c 'import json,sys
+plan = json.load(sys.stdin)["status"]["plan"]
+print(len(plan["assignment"]), sum(len(n) for n in (plan.get("replicas") or {}).values()))')
+((nreplicas > 0)) || fail "spec.replication.spareCpu $SPARE_CPU bought no replica"
 wait_until 180 "$ntasks task pods Running in containerd containers on real nodes" tasks_running_on_real_nodes "$ntasks"
+wait_until 180 "$((ntasks + nreplicas)) pods (tasks and replicas) Running" tasks_running_on_real_nodes "$ntasks" "$((ntasks + nreplicas))"
 task_nodes=$(pods_json | python3 -c 'import json,sys; print(" ".join(sorted({p["spec"]["nodeName"] for p in json.load(sys.stdin)["items"]})))')
 no_host_directories
-done_phase "$ntasks task pods Running in real containers on: $task_nodes; no hostPath, state in the bucket"
+done_phase "$ntasks task pods and $nreplicas replicas Running in real containers on: $task_nodes; no hostPath, state in the bucket"
 
 phase logs "kubectl logs of a task pod on every node with tasks"
 for node in $task_nodes; do
@@ -285,13 +301,50 @@ after=$(task_pods)
 [[ $after == "$before" ]] || fail "task pods changed across the upgrade: $(diff <(echo "$before") <(echo "$after") | tr '\n' ' ')"
 done_phase "CRD upgraded by the hook Job (columns: $full), nothing of the hook left; operator rolled (leader $op_pod), $TOPO Ready, its $(wc -l <<<"$after") task pods untouched"
 
-phase kill "python -m backstop_testkit nodes kill <a real node with tasks>"
-# a node with tasks and no operator replica; if every such node runs one, spare the leader's
+phase kill "python -m backstop_testkit nodes kill <a real node with a replicated primary>"
+# a node with a replicated primary and no operator replica; if every such node runs one,
+# spare the leader's
+kubectl get st -n $NS $TOPO -o json > $K8S_RUN_DIR.st-before-kill.json
+pods_json > $K8S_RUN_DIR.pods-before-kill.json
+replicated_nodes=$(python3 -c 'import json, sys
+plan = json.load(open(sys.argv[1]))["status"]["plan"]
+print(" ".join(sorted({plan["assignment"][t] for t, n in (plan.get("replicas") or {}).items() if n})))' \
+  $K8S_RUN_DIR.st-before-kill.json)
 op_nodes=" $(kubectl get pods -n $RELEASE_NS -l app.kubernetes.io/name=backstop -o jsonpath='{.items[*].spec.nodeName}') "
 victim=""
-for node in $task_nodes; do [[ $op_nodes != *" $node "* ]] && { victim=$node; break; }; done
-[[ -n $victim ]] || for node in $task_nodes; do [[ $node != "$op_node" ]] && { victim=$node; break; }; done
-[[ -n $victim ]] || fail "every task runs on the operator's node $op_node"
+for node in $replicated_nodes; do [[ $op_nodes != *" $node "* ]] && { victim=$node; break; }; done
+[[ -n $victim ]] || for node in $replicated_nodes; do [[ $node != "$op_node" ]] && { victim=$node; break; }; done
+[[ -n $victim ]] || fail "every replicated primary runs on the operator's node $op_node"
+# each replicated primary of the victim runs in its replica's pod now: named in
+# status.plan.promoted, the same pod (uid) as before the kill, labelled primary, on another node
+promoted_in_place() {
+  kubectl get st -n $NS $TOPO -o json | python3 -c '
+import json, subprocess, sys
+run, ns, topo, victim = sys.argv[1:5]
+before = json.load(open(run + ".st-before-kill.json"))["status"]["plan"]
+uids = {p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in json.load(open(run + ".pods-before-kill.json"))["items"]}
+lost = sorted(t for t, n in before["assignment"].items()
+              if n == victim and (before.get("replicas") or {}).get(t))
+plan = json.load(sys.stdin)["status"]["plan"]
+promoted = plan.get("promoted") or {}
+pods = {p["metadata"]["name"]: p for p in json.loads(subprocess.check_output(
+    ["kubectl", "get", "pods", "-n", ns, "-o", "json"]))["items"]}
+out = []
+for t in lost:
+    name = f"{topo}--{t}--r{promoted.get(t, -1)}"
+    pod = pods.get(name)
+    if t not in promoted or pod is None or pod["metadata"]["uid"] != uids.get(name):
+        sys.exit(1)
+    if pod["metadata"]["labels"].get("streams.backstop.dev/role") != "primary":
+        sys.exit(1)
+    if pod["spec"].get("nodeName") in (None, victim) or plan["assignment"][t] != pod["spec"]["nodeName"]:
+        sys.exit(1)
+    out.append(f"{t}->{name}")
+if not out:
+    sys.exit(1)
+print(" ".join(out))' $K8S_RUN_DIR $NS $TOPO "$victim"
+}
 topo_labels=(namespace=$NS topology=$TOPO)
 recovery_metrics() { # steps, first-plan observations, seconds NotReady -> first RecoveryPlan
   echo "$(metric "$op_pod" backstop_recovery_steps_total "${topo_labels[@]}")" \
@@ -310,6 +363,9 @@ wait_until 120 "$victim NotReady" bash -c "kubectl get node $victim -o jsonpath=
 t_notready=$((SECONDS - t_kill))
 wait_until 120 "a RecoveryPlan" bash -c "kubectl get recoveryplans -n $NS -o name | grep -q ."
 t_plan=$((SECONDS - t_kill))
+wait_until 120 "the replicas of $victim's replicated primaries promoted in place" promoted_in_place
+t_promoted=$((SECONDS - t_kill))
+promotions=$(promoted_in_place)
 wait_until 240 "all $ntasks tasks Running again on the other real nodes" tasks_running_on_real_nodes "$ntasks"
 t_back=$((SECONDS - t_kill))
 pods_json | python3 -c 'import json,sys; v=sys.argv[1]; sys.exit(any(p["spec"]["nodeName"]==v for p in json.load(sys.stdin)["items"] if not p["metadata"].get("deletionTimestamp")))' "$victim" \
@@ -321,7 +377,7 @@ wait_until 30 "the recovery metrics to move on $op_pod's /metrics" moved
 read -r steps1 obs1 secs1 < <(recovery_metrics)
 [[ $(metric "$op_pod" backstop_recovery_session_active "${topo_labels[@]}") == 0 ]] || fail "/metrics: a session still active"
 [[ $(metric "$op_pod" backstop_recovery_tasks_lost "${topo_labels[@]}") == 0 ]] || fail "/metrics: tasks still lost"
-done_phase "$victim killed ($lost tasks, $victim_pids containers): NotReady after ${t_notready}s, RecoveryPlan after ${t_plan}s, all tasks Running again after ${t_back}s; /metrics of $op_pod: recovery steps $steps0 -> $steps1, node-loss->first-plan observations $obs0 -> $obs1 (seconds since NotReady $secs0 -> $secs1)"
+done_phase "$victim killed ($lost pods, $victim_pids containers): NotReady after ${t_notready}s, RecoveryPlan after ${t_plan}s, promoted in place after ${t_promoted}s ($promotions), all tasks Running again after ${t_back}s; /metrics of $op_pod: recovery steps $steps0 -> $steps1, node-loss->first-plan observations $obs0 -> $obs1 (seconds since NotReady $secs0 -> $secs1)"
 
 phase uninstall "delete the topology, helm uninstall"
 kubectl delete -n $NS st/$TOPO --wait=true --timeout=120s >/dev/null || fail "deleting the topology (finalizer)"

@@ -5,10 +5,10 @@
 #   backstop/base:bookworm    Debian bookworm (debootstrap --variant=minbase) with python3, venv,
 #                             tini and the host's CA bundle (package registries may sit behind a
 #                             TLS proxy whose CA only the host trusts), `docker import`ed
-#   backstop/operator:0.1.0   operator/Dockerfile on that base: the operator only, LEAN (no
+#   backstop/operator:0.2.0   operator/Dockerfile on that base: the operator only, LEAN (no
 #                             pyspark, no JRE; the Spark job is to get its own image)
-#   backstop/runtime:0.1.0    runtime/Dockerfile on that base: the task runtime
-#   backstop/spark:0.1.0      operator/Dockerfile.spark on that base: the operator plus pyspark
+#   backstop/runtime:0.2.0    runtime/Dockerfile on that base: the task runtime
+#   backstop/spark:0.2.0      operator/Dockerfile.spark on that base: the operator plus pyspark
 #                             and Debian's openjdk-17-jre-headless, for the re-optimization Job
 #                             (reoptimization.mode: job); not built by default (IMAGES=spark).
 #                             1.5 GB: saved to $BACKSTOP_CACHE/images/spark.tar, NOT load/, so
@@ -18,8 +18,10 @@
 # Each image is saved to $BACKSTOP_CACHE/images/load/<name>.tar; hack/real-node.sh imports every
 # archive there into each node it starts, and this script imports them into the running nodes of
 # the cluster in $K8S_RUN_DIR (when it has any). Python packages come from the package registry
-# during the build (pip), at the versions of each image's lock file (make lock). Needs root and Docker (Debian's docker.io): a dockerd that is not
-# running is started for the build (--iptables=false --bridge=none: it touches no host network
+# during the build (pip --require-hashes), exactly the files of each image's lock (make lock);
+# each image's SBOM (CycloneDX JSON) goes to $BACKSTOP_CACHE/images/sbom/<name>.cdx.json (sbom
+# below; needs .venv: make install). Needs root and Docker (Debian's docker.io): a dockerd that
+# is not running is started for the build (--iptables=false --bridge=none: it touches no host network
 # state; builds use the host network) and stopped again afterwards.
 #
 # Env: BACKSTOP_CACHE (~/.cache/backstop), K8S_RUN_DIR, DEBIAN_MIRROR (from /etc/apt sources, else
@@ -117,16 +119,52 @@ save() { # tag name   (into $OUT)
   fi
 }
 
+# A CycloneDX SBOM of the Python packages each image has installed, as installed: its /opt/venv
+# copied out of a container that never starts, read by `cyclonedx-py environment` (cyclonedx-bom,
+# the dev extra) with this machine's CPython 3.11 as the copy's interpreter (the images run
+# Debian bookworm's 3.11; only the metadata of site-packages is read). Into
+# $CACHE/images/sbom/<name>.cdx.json, again only when the image changed (<name>.id).
+SBOM=$CACHE/images/sbom
+CYCLONEDX=${CYCLONEDX:-$PWD/.venv/bin/cyclonedx-py}
+sbom() { # tag name
+  local id py tmp cid
+  id=$($DOCKER image inspect -f '{{.Id}}' "$1")
+  [[ -f $SBOM/$2.cdx.json && $(cat $SBOM/$2.id 2>/dev/null) == "$id" ]] && return 0
+  [[ -x $CYCLONEDX ]] || die "$CYCLONEDX is missing: make install (cyclonedx-bom, the dev extra)"
+  py=$("$(dirname "$CYCLONEDX")/python" -c 'import sys; print(sys._base_executable)')
+  mkdir -p $SBOM && tmp=$(mktemp -d $SBOM/venv.XXXX)
+  cid=$($DOCKER create "$1")
+  $DOCKER cp "$cid:/opt/venv" "$tmp/venv" || { $DOCKER rm "$cid" >/dev/null; rm -rf "$tmp"; die "$1: docker cp /opt/venv"; }
+  $DOCKER rm "$cid" >/dev/null
+  rm -f "$tmp/venv/bin/python"* && ln -s "$py" "$tmp/venv/bin/python"
+  sed -i "s#^home = .*#home = $(dirname "$py")#" "$tmp/venv/pyvenv.cfg"
+  "$CYCLONEDX" environment --output-reproducible -o "$tmp/bom.json" "$tmp/venv" \
+    || { rm -rf "$tmp"; die "$1: cyclonedx-py environment"; }
+  # the SBOM's subject: the image (cyclonedx-py names no root component without a pyproject)
+  "$py" - "$tmp/bom.json" "$1" > "$SBOM/$2.cdx.json" <<'PY'
+import json, sys
+bom = json.load(open(sys.argv[1]))
+name, version = sys.argv[2].rsplit(":", 1)
+bom.setdefault("metadata", {})["component"] = {
+    "type": "container", "bom-ref": sys.argv[2], "name": name, "version": version}
+json.dump(bom, sys.stdout, indent=2)
+PY
+  echo "$id" > $SBOM/$2.id
+  rm -rf "$tmp"
+  log "$1: SBOM $SBOM/$2.cdx.json ($(grep -c '"purl"' $SBOM/$2.cdx.json) packages)"
+}
+
 mkdir -p $CACHE/images
 for img in $IMAGES; do
   case $img in
     base) build_base ;;
-    operator) build_base; build $OPERATOR operator/Dockerfile . pyproject.toml README.md planners operator runtime; save $OPERATOR operator ;;
+    operator) build_base; build $OPERATOR operator/Dockerfile . pyproject.toml README.md planners operator runtime
+      save $OPERATOR operator; sbom $OPERATOR operator ;;
     runtime)
       [[ -f runtime/Dockerfile ]] || die "runtime/Dockerfile is missing"
-      build_base; build $RUNTIME Dockerfile runtime .; save $RUNTIME runtime ;;
+      build_base; build $RUNTIME Dockerfile runtime .; save $RUNTIME runtime; sbom $RUNTIME runtime ;;
     spark) build_base; build $SPARK operator/Dockerfile.spark . pyproject.toml README.md planners operator runtime
-      OUT=$CACHE/images save $SPARK spark ;;
+      OUT=$CACHE/images save $SPARK spark; sbom $SPARK spark ;;
     *) die "IMAGES: unknown image '$img' (base, operator, runtime, spark)" ;;
   esac
 done

@@ -1,4 +1,15 @@
-"""MkDocs hook: links from the docs to the repository's source files point at the repository.
+"""MkDocs hooks: quoted figures are checked against their pages; links from the docs to the
+repository's source files point at the repository.
+
+**Quoted figures.** A page that quotes a figure of another page (the benchmarks index quotes
+the generated benchmark pages) writes it as a link titled ``figure``:
+``[16.09 s](runtime-recovery.md "figure")``. Before the page is rendered, :func:`figure_problems`
+reads the linked page's Markdown and fails the build (``mkdocs build --strict`` or not) when
+the link's text is not on it, whitespace and ``**`` aside: a page regenerated with other
+figures makes the quote fail instead of drifting. A figure quoted without the link is not
+checked, so the benchmarks index quotes every figure this way.
+
+**Source links.**
 
 The pages link to source files with relative paths (``../planners/restore.py``), which work
 where the Markdown is read in the repository but leave the site's ``docs/`` directory, so
@@ -14,8 +25,37 @@ import re
 from pathlib import Path
 from typing import Any
 
+from mkdocs.exceptions import PluginError
+
 ROOT = Path(__file__).resolve().parent.parent
 LINK = re.compile(r"\]\((\.\./[^)\s#]+)(#[^)\s]*)?\)")
+FIGURE = re.compile(r"\[([^\]]+)\]\(([^)\s#]+)(#[^)\s]*)?\s+\"figure\"\)")
+"""A quoted figure: ``[text](page.md "figure")``, an anchor allowed."""
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.replace("**", "").split())
+
+
+def figure_problems(markdown: str, page: Path, docs: Path) -> list[str]:
+    """Each figure ``markdown`` (the page at ``page``, under ``docs``) quotes that is not on
+    the page it links to, or that links to no page, as one line; empty: every one is there."""
+    problems = []
+    for match in FIGURE.finditer(markdown):
+        figure, target = match.group(1), match.group(2)
+        where = f"{page.relative_to(docs).as_posix()}: figure {figure!r} of {target}"
+        source = (page.parent / target).resolve()
+        if not source.is_relative_to(docs.resolve()) or not source.is_file():
+            problems.append(f"{where}: no such page")
+        elif not any(ch.isdigit() for ch in figure):
+            problems.append(f"{where}: not a figure (no digit)")
+        elif _plain(figure) not in _plain(source.read_text()):
+            problems.append(f"{where}: not on that page (regenerated? quote what it says now)")
+    return problems
+
+
+class FigureNotOnPage(PluginError):
+    """A quoted figure that its page does not show: the build stops."""
 
 
 def repo_link(target: str, page_dir: Path, docs: Path, repo_url: str) -> str | None:
@@ -28,11 +68,15 @@ def repo_link(target: str, page_dir: Path, docs: Path, repo_url: str) -> str | N
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Rewrite the page's links to source files outside ``docs/`` before MkDocs checks them."""
+    """Check the page's quoted figures; rewrite its links to source files outside ``docs/``
+    before MkDocs checks them."""
+    docs = Path(config["docs_dir"]).resolve()
+    problems = figure_problems(markdown, docs / page.file.src_uri, docs)
+    if problems:
+        raise FigureNotOnPage("quoted figures not on their pages:\n" + "\n".join(problems))
     repo_url = config.get("repo_url")
     if not repo_url:
         return markdown
-    docs = Path(config["docs_dir"]).resolve()
     page_dir = (docs / page.file.src_uri).parent
 
     def rewrite(match: re.Match[str]) -> str:

@@ -18,11 +18,13 @@ name. Every returned plan has been checked by :func:`planners.evaluate.check_pla
 before it leaves this module, so a bug shows up as an internal error here and
 never as a silently broken bound.
 
-The seed's algorithms are the floor: ``line`` and ``tree`` are its exact O(N)
-algorithms (``tree`` bottom-up; ``tree-topdown`` the seed's Algorithm 3 as written,
-searching from the sources, which is not always minimum with non-uniform
-reprocessing times), ``dag`` is its Algorithm FTC with ChooseBackup-DAG and its final
-redundancy-elimination step (``dag-no-elim`` without that step), ``share-based``
+The seed's algorithms are the floor: ``line`` and ``tree`` are Backstop's variants of
+its exact O(N) algorithms (``line``: Algorithm 2 without the backup it adds every round;
+``tree`` bottom-up; ``tree-topdown`` the seed's Algorithm 3 as written, searching from
+the sources, which is not always minimum with non-uniform reprocessing times), ``dag``
+is Backstop's variant of its Algorithm FTC (candidates ranked by b-cover share, not
+Algorithm 4's backup workload) with its final redundancy-elimination step
+(``dag-no-elim`` without that step), ``share-based``
 its baseline and ``exhaustive`` its reference (``exhaustive-pruned`` the same search,
 pruned, which finishes at the seed's Table III sizes). Each module lists where it
 deviates from the seed, with the seed's section.

@@ -39,6 +39,10 @@ PLACEMENT_ALGORITHMS: dict[str, PlacementAlgorithm] = {
 }
 """Every placement algorithm by name; ``auto`` is the default.
 
+``rtap-nf``/``-ff``/``-bf`` are Backstop's variants of the RTAP seed's Algorithm 1: tasks
+grouped by adjacent pairs, not by its Section 5.3.3 rule, and every fit checked by the
+failure-effect model (:mod:`planners.placement.rtap` lists the deviations).
+
 ``*-2sp`` are the RTAP seed's baselines as it writes them (fit by level
 height); their plans may break the bound and say so in
 :attr:`Placement.violations` (:data:`REPORTS_VIOLATIONS`). ``*-literal`` are

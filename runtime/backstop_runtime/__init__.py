@@ -9,4 +9,4 @@ the runtime image ships the standard library and the user's code only.
 from backstop_runtime.api import Columns, Combiner, Context, Operator, Record, Sink, Source
 
 __all__ = ["Columns", "Combiner", "Context", "Operator", "Record", "Sink", "Source"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # pyproject.toml's version (tests/unit/test_version.py)

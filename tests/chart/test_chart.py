@@ -11,12 +11,10 @@ these tests fail with that instruction; they never skip.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -36,6 +34,11 @@ from backstop.controller.settings import Settings
 from backstop.domain.constants import GROUP, VERSION
 from backstop.k8s.cluster import api_client
 from backstop_testkit.sim.nodesim import NodeShape, Simulator
+from backstop_testkit.support.chartrights import (
+    helm_binary,
+    service_account_token,
+    token_kubeconfig,
+)
 from backstop_testkit.support.kubetools import (
     ROOT,
     condition,
@@ -59,7 +62,7 @@ NAMESPACED_RULES: Rules = {
     (GROUP, "streamtopologies/finalizers"): {"update"},
     (GROUP, "recoveryplans"): {"create", "get", "list", "patch", "delete"},
     (GROUP, "recoveryplans/status"): {"get", "patch"},
-    ("", "pods"): {"get", "list", "watch", "create", "delete"},
+    ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},  # patch: promotion
     ("", "configmaps"): {"get", "create", "patch", "update"},
     ("", "secrets"): {"get", "create"},  # each topology's peer token (PUT /peers)
     ("", "events"): {"create"},
@@ -80,11 +83,7 @@ CLUSTER_RULES_WITH_ALL_PODS: Rules = {
 @pytest.fixture(scope="module")
 def helm() -> str:
     """The helm binary: on PATH, or in .tools/bin. Missing helm fails loudly."""
-    found = shutil.which("helm") or (
-        str(ROOT / ".tools" / "bin" / "helm")
-        if os.access(ROOT / ".tools" / "bin" / "helm", os.X_OK)
-        else None
-    )
+    found = helm_binary()
     if found is None:
         pytest.fail(
             "helm is not installed: run `make tools` (hack/get-helm.sh puts a pinned helm v3 "
@@ -93,7 +92,18 @@ def helm() -> str:
     return found
 
 
-def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+LOCAL_IMAGES = Path(__file__).with_name("local-images.yaml")
+"""``image.registry: backstop``: the images built and loaded here (the chart has no default)."""
+RENDERS = frozenset({"template", "install", "upgrade", "lint"})
+
+
+def run_helm(
+    helm: str, *args: str, check: bool = True, local_images: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``helm ARGS``; a render, install, upgrade or lint takes :data:`LOCAL_IMAGES` as its
+    first values file unless ``local_images`` is false."""
+    if local_images and args and args[0] in RENDERS:
+        args = (args[0], "-f", str(LOCAL_IMAGES), *args[1:])
     proc = subprocess.run([helm, *args], capture_output=True, text=True, timeout=120, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -751,7 +761,8 @@ def test_reoptimization_job_rbac_env_and_mounts_follow_the_mode(helm: str, tmp_p
     one(job, "ServiceAccount", "rel-backstop-reoptimize")
     env = env_of(container(job))
     assert env["BACKSTOP_REOPTIMIZE_MODE"] == "job" and env["BACKSTOP_SPARK_MASTER"] == "local[2]"
-    assert env["BACKSTOP_SPARK_IMAGE"] == "backstop/spark:0.1.0"
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert env["BACKSTOP_SPARK_IMAGE"] == f"backstop/spark:{app_version}"
     assert env["BACKSTOP_SPARK_SERVICE_ACCOUNT"] == "rel-backstop-reoptimize"
     assert json.loads(env["BACKSTOP_SPARK_RESOURCES"])["limits"]["memory"] == "2Gi"
     assert "BACKSTOP_MEMORY_LIMIT" not in env and "BACKSTOP_METRICS_CLAIM" not in env
@@ -861,52 +872,6 @@ def test_metrics_port_must_differ_from_health_port(helm: str, tmp_path: Path) ->
 
 
 # ---------------------------------------------------------------- install + RBAC proof
-def token_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> Path:
-    """A kubeconfig that authenticates with ``token`` against the admin config's server/CA."""
-    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    cluster = admin["clusters"][0]["cluster"]
-    cfg = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {
-                    "server": cluster["server"],
-                    "certificate-authority-data": cluster["certificate-authority-data"],
-                },
-            }
-        ],
-        "users": [{"name": "backstop-operator", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "backstop-operator"}}],
-        "current-context": "sa",
-    }
-    path.write_text(yaml.safe_dump(cfg))
-    path.chmod(0o600)
-    return path
-
-
-def service_account_token(core: client.CoreV1Api, namespace: str, name: str) -> str:
-    """The token from the SA's auto-created Secret (v1.20's token controller)."""
-
-    def secret_name() -> str | None:
-        sa = core.read_namespaced_service_account(name, namespace)
-        for ref in sa.secrets or []:
-            if ref.name.startswith(f"{name}-token-"):
-                return str(ref.name)
-        return None
-
-    secret = wait_for(secret_name, 30, f"the token Secret of ServiceAccount {namespace}/{name}")
-
-    def token() -> str | None:
-        data = core.read_namespaced_secret(secret, namespace).data or {}
-        return str(data["token"]) if data.get("token") else None
-
-    value = wait_for(token, 30, "the token in its Secret")
-    assert value is not None
-    return base64.b64decode(value).decode()
-
-
 def start_chart_operator(
     args: list[str],
     kubeconfig: Path,

@@ -141,7 +141,9 @@ def test_helm_upgrade_from_the_previous_version_keeps_a_running_topology(
     try:
         apply_crds(previous, cluster)  # a cluster that has run the previous version
         chart = str(previous / "charts" / "backstop")
-        run_helm(helm, "install", release, chart, "-n", release_ns, "-f", str(values), *kc)
+        # chart 0.1.0 had no image.registry (its schema refuses the key)
+        run_helm(helm, "install", release, chart, "-n", release_ns, "-f", str(values), *kc,
+                 local_images=False)  # fmt: skip
         old_log = tmp_path / "previous.log"
         deployment = _deployment(helm, release, release_ns, kc)
         kubeconfig = _sa(kube, cluster, deployment, release_ns, tmp_path)

@@ -34,7 +34,14 @@ from backstop.cli import app
 from backstop.controller.settings import ENV_VARS
 from backstop.k8s.leader import POD_NAME_ENV
 from backstop_testkit.support.kubetools import ROOT
-from tests.chart.test_chart import CHART, container, env_of, helm, render  # noqa: F401
+from tests.chart.test_chart import (  # noqa: F401
+    CHART,
+    LOCAL_IMAGES,
+    container,
+    env_of,
+    helm,
+    render,
+)
 
 VALUES: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
 SCHEMA: dict[str, Any] = yaml.safe_load((CHART / "values.schema.json").read_text())
@@ -152,7 +159,8 @@ def test_every_env_var_the_chart_sets_is_read_by_the_operator(
     tmp_path: Path,
     features: str,
 ) -> None:
-    values = None if features == "defaults" else merged(all_on(), FEATURES_ON)
+    local = yaml.safe_load(LOCAL_IMAGES.read_text())  # values.yaml's registry is empty
+    values = None if features == "defaults" else merged(merged(all_on(), FEATURES_ON), local)
     c = container(render(helm, tmp_path, values))
     reads = operator_reads()
     unread = sorted(set(env_of(c)) - reads - set(PROCESS_ENV) - set(AWAITING))

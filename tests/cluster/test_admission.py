@@ -22,6 +22,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from backstop_testkit.support.chartrights import webhook_configuration
 from backstop_testkit.support.kubetools import (
     ROOT,
     free_port,
@@ -134,9 +135,12 @@ BAD_MANIFESTS: list[tuple[str, dict[str, Any], str, str]] = [
 ]  # fmt: skip
 
 
-def _webhook_registered(admission: client.AdmissionregistrationV1Api, port: int) -> bool:
+def _webhook_registered(
+    admission: client.AdmissionregistrationV1Api, namespace: str, port: int
+) -> bool:
+    """The operator's entry is in the configuration the chart names for the namespace."""
     try:
-        config = admission.read_validating_webhook_configuration("backstop.streams.backstop.dev")
+        config = admission.read_validating_webhook_configuration(webhook_configuration(namespace))
     except client.ApiException:
         return False
     return any(f":{port}/" in (w.client_config.url or "") for w in config.webhooks or [])
@@ -175,7 +179,9 @@ def test_webhook_refuses_each_bad_manifest_in_one_line_naming_the_field(
         ),
     )
     try:
-        wait_for(lambda: _webhook_registered(admission, port), 30, "the webhook registered")
+        wait_for(
+            lambda: _webhook_registered(admission, namespace, port), 30, "the webhook registered"
+        )
         ready = topology("probe", operators=_ops(("a", "a")))
 
         def refused() -> bool:  # the server is up once the webhook answers (Ignore admits)
@@ -211,7 +217,7 @@ def test_webhook_refuses_each_bad_manifest_in_one_line_naming_the_field(
     finally:
         stop_operator(op)
         with contextlib.suppress(client.ApiException):
-            admission.delete_validating_webhook_configuration("backstop.streams.backstop.dev")
+            admission.delete_validating_webhook_configuration(webhook_configuration(namespace))
     objs = client.CustomObjectsApi(kube).list_namespaced_custom_object(
         "streams.backstop.dev", "v1alpha1", namespace, "streamtopologies"
     )

@@ -2,7 +2,7 @@
 
 ``examples/wordcount.yaml`` (a copy: a bounded, rate-limited source on a fixed input log,
 its own node pool) is run by the operator (a host process, as in the other operator tests)
-as pods of the task-runtime image ``backstop/runtime:0.1.0`` on three real nodes (kubelet +
+as pods of the task-runtime image ``backstop/runtime:0.2.0`` on three real nodes (kubelet +
 containerd each, ``hack/real-node.sh``). The store is SeaweedFS (S3 API) on this host,
 outside the nodes, as a cloud's S3 is outside a cluster: the input segments, checkpoints,
 batch logs, peer registry and the sink's output objects are all in its bucket, and no task
@@ -13,7 +13,11 @@ left on the surviving nodes must find their recreated peers on another node. Onc
 failure; once with the test kit's ``nodes kill`` of the node with the most tasks mid-stream:
 its kubelet, containerd and every task container get SIGKILL (checked: their processes are
 gone), the node-lifecycle controller turns it NotReady and the operator recreates the lost
-pods on the other nodes, where they restore their checkpoints and replay.
+pods on the other nodes, where they restore their checkpoints and replay. Each lost task
+must be caught up with its input again (a new store epoch, a round past its restored one, its
+lag within its steady median plus 0.5 s) within the topology's ``recoveryLatencyBound``,
+counted from the moment the node's first container process is gone; the input flows on
+(``BOUND_RATE``) for longer than that bound after the kill, so a late catch-up shows.
 The sink's output (the set of lines) must be the same in both runs and equal to the counts
 this test computes from the input itself (``tests/runtime_data.expected_counts``: a plain
 Counter, lowercase words split on non-letters, 10-second tumbling event-time windows).
@@ -50,16 +54,20 @@ from backstop_testkit.support.realnodes import (
 )
 from backstop_testkit.support.runtime_data import counts_of, expected_counts, write_input
 from tests.realnodes.wordcount_env import (
+    BOUND_RATE,
     KILL_RATE,
     PER_FILE,
     REF_RATE,
     ZOMBIE_RATE,
     Env,
     busiest,
+    caught_up_within_bound,
     exact_output,
     host_directories,
+    kill_node,
     under_way,
     wait_recreated,
+    watch_lost,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
@@ -74,34 +82,37 @@ def test_wordcount_on_real_nodes_counts_every_word_once(reference: list[str], en
 def test_killing_a_real_node_mid_stream_changes_no_output_line(
     reference: list[str], env: Env
 ) -> None:
+    """The node with the most tasks is killed mid-stream: every task lost with it is caught
+    up again (:mod:`backstop_testkit.support.catchup`) within the topology's
+    ``recoveryLatencyBound`` counted from the failure, and the output is exact."""
     name = "wc-kill"
     t0 = time.monotonic()
-    env.create(name, KILL_RATE)
-    victim, lost, spread = busiest(under_way(env, name))
-    sock = containerd_socket(env.cluster, victim)
-    pids = list(task_pids(sock).values())
+    env.create(name, BOUND_RATE)
+    pods = under_way(env, name)
+    victim, lost, spread = busiest(pods)
+    assert spread > 1, f"every task on {victim}: nothing survived the kill"
+    catch = watch_lost(env, name, [p.metadata.labels[f"{GROUP}/task"] for p in pods], lost)
+    pids = list(task_pids(containerd_socket(env.cluster, victim)).values())
     assert pids, f"no containers on {victim}"
-    epochs = {t: env.status(name, t).get("epoch") for t in lost}
 
-    result = CliRunner().invoke(app, ["nodes", "kill", victim, "--kubeconfig", env.cluster])
-    assert result.exit_code == 0, result.output
-    killed_at = time.monotonic()
+    failure = kill_node(env, victim)
     wait_for(lambda: all(process_gone(p) for p in pids), 10, f"the containers of {victim} gone")
     assert not env.status(name, "sink-0").get("eos"), "the node was killed after the end"
+    bound = caught_up_within_bound(env, name, catch, failure)
     wait_for(lambda: not node_ready(env.core, victim), 90, f"{victim} NotReady")
     wait_recreated(env, name, lost, victim)
     env.wait_end(name, 300)
-    assert spread > 1, f"every task on {victim}: nothing survived the kill"
     for t in lost:  # the lost tasks really ran again (a new epoch), on another node
-        assert env.status(name, t).get("epoch", 0) > (epochs[t] or 0), t
+        assert env.status(name, t).get("epoch", 0) > catch.epochs[t], t
     n = exact_output(env, name, reference)
     # the node boots again (its containers gone): the runs after this one have three nodes
     result = CliRunner().invoke(app, ["nodes", "revive", victim, "--kubeconfig", env.cluster])
     assert result.exit_code == 0, result.output
     wait_for(lambda: node_ready(env.core, victim), 120, f"{victim} Ready again")
+    took = ", ".join(f"{t} {s:.2f}s" for t, s in catch.since(failure).items())
     print(
-        f"killed {victim} with {lost} {time.monotonic() - killed_at:.0f}s before the end; "
-        f"run {time.monotonic() - t0:.0f}s, {n} lines"
+        f"killed {victim} with {lost}: caught up after {took} (R {bound:g}s; steady lags "
+        f"{catch.steady}); run {time.monotonic() - t0:.0f}s, {n} lines"
     )
 
 

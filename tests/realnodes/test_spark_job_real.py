@@ -4,7 +4,7 @@ Not part of ``make test`` (the Spark image is 1.5 GB and its first build takes m
 CI is at 25 of its 30 minutes): ``make test-spark-job`` runs it. What it runs, end to end:
 
 - two real nodes (kubelet + containerd each, ``hack/real-node.sh``) that import the task-runtime
-  image and the Spark image (``IMAGES=spark hack/images.sh``: ``backstop/spark:0.1.0``), and
+  image and the Spark image (``IMAGES=spark hack/images.sh``: ``backstop/spark:0.2.0``), and
   kube-proxy on the host, so that a pod reaches the API server at ``10.0.0.1:443``;
 - the operator (a host process, as in the other operator tests) in ``mode: job``, with the
   chart's Job ServiceAccount (it may only create ConfigMaps) and the metrics volume the
@@ -69,7 +69,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.spark_image, pytest.mark.timeout(
 
 POOL = "test.backstop.dev/spark-pool"
 SA = "reopt-job"
-SPARK_IMAGE = "backstop/spark:0.1.0"
+SPARK_IMAGE = "backstop/spark:0.2.0"
 IN_POD = "/var/lib/backstop"
 NAME = "wcspark"
 PLURAL = "streamtopologies"

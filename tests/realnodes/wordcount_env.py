@@ -7,12 +7,15 @@ nodes (input segments, checkpoints, batch logs, the peer registry and the sink's
 all in its bucket), and the operator as a host process, without the single-host allowance
 for node-local stores. ``tests/realnodes/conftest.py`` starts it once for the package
 (:func:`open_env`), with the helpers the tests share: a run under way, the node with the
-most tasks, the lost tasks recreated elsewhere, and the exact output.
+most tasks, the failure's moment when it is killed, each lost task's catch-up against the
+topology's bound (:mod:`backstop_testkit.support.catchup`), the lost tasks recreated
+elsewhere, and the exact output.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import shutil
 import subprocess
@@ -25,11 +28,14 @@ from typing import Any
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from typer.testing import CliRunner
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop.k8s.kubeio import plan_age
-from backstop_runtime.blobs import open_blobs
+from backstop_runtime.blobs import Blobs, open_blobs
 from backstop_runtime.input import put_files
+from backstop_testkit.cli import app
+from backstop_testkit.support.catchup import CatchUp, ContainerDeath, steady_lags
 from backstop_testkit.support.kubetools import (
     create_namespace,
     install_crds,
@@ -51,9 +57,11 @@ from backstop_testkit.support.runtime_data import (
 POOL = "test.backstop.dev/wordcount-pool"
 STATE, SECRET = "state", "object-store"  # the topologies' key prefix and store Secret
 NO_NODE_LOCAL = {"BACKSTOP_ALLOW_NODE_LOCAL_STORE": "false"}
+STEADY_SECONDS = 3.0  # the steady stream before a kill: each task's median lag
 REF_RATE, KILL_RATE = 2000.0, 120.0  # records/s per source task
 ZOMBIE_RATE = 50.0  # a run of ~60 s: the zombies write while the new copies run
-FILES, PER_FILE = 2, 3000  # one input file per source task: the killed run lasts ~25 s
+BOUND_RATE = 60.0  # a run of ~50 s: the input flows on for longer than R after the kill
+FILES, PER_FILE = 2, 3000  # one input file per source task: a run at KILL_RATE lasts ~25 s
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,7 @@ class Env:
     operator: subprocess.Popen[bytes]
     uids: dict[str, str] = field(default_factory=dict)  # of the topologies created
     seen: dict[str, Any] = field(default_factory=dict)  # every task pod seen, by uid
+    blobs: dict[str, Blobs] = field(default_factory=dict)  # the tasks' state, opened once
 
     @property
     def custom(self) -> client.CustomObjectsApi:
@@ -96,7 +105,9 @@ class Env:
         """The task's status object, ``<prefix>/<namespace>/<name>/<uid>/tasks/<task>/``."""
         uid = self.uids.get(topology, "-")
         key = f"{self.namespace}/{topology}/{uid}/tasks/{task}/status.json"
-        raw = open_blobs(f"{self.bucket}/{STATE}", self.s3).get(key)
+        if STATE not in self.blobs:  # one client: a status is read up to 10 times a second
+            self.blobs[STATE] = open_blobs(f"{self.bucket}/{STATE}", self.s3)
+        raw = self.blobs[STATE].get(key)
         try:
             doc = json.loads(raw) if raw is not None else {}
         except json.JSONDecodeError:
@@ -160,7 +171,7 @@ class Env:
         spec["nodeSelector"] = dict(where.selector)
         if where.bound is not None:
             spec["recoveryLatencyBound"] = where.bound
-        spec["recovery"] = {"gracePeriodSeconds": 2}
+        spec["recovery"]["gracePeriodSeconds"] = 2  # the example's d and c kept: its plan
         if replication is not None:
             spec["replication"] = {"spareCpu": replication}
         for op in spec["operators"]:
@@ -176,10 +187,21 @@ class Env:
                 op["config"]["path"] = self.output(name)
             if op["name"] == "count" and broken_count:
                 op["config"]["windowSeconds"] = -1  # a config error: the task exits (code 2)
+        self.submit(doc)
+
+    def submit(self, doc: dict[str, Any]) -> None:
+        """Create the StreamTopology ``doc`` in the namespace (its uid kept: its state's key)."""
         created = self.custom.create_namespaced_custom_object(
             GROUP, VERSION, self.namespace, "streamtopologies", doc
         )
-        self.uids[name] = created["metadata"]["uid"]
+        self.uids[doc["metadata"]["name"]] = created["metadata"]["uid"]
+
+    def bound(self, name: str) -> float:
+        """The topology's ``spec.recoveryLatencyBound`` R, as the API server holds it."""
+        st = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "streamtopologies", name
+        )
+        return float(st["spec"]["recoveryLatencyBound"])
 
     def wait_end(self, name: str, timeout: float) -> None:
         def ended() -> bool:
@@ -273,6 +295,49 @@ def wait_recreated(env: Env, name: str, lost: list[str], victim: str) -> None:
         return all(t in now and now[t].spec.node_name not in (None, victim) for t in lost)
 
     wait_for(recreated, 120, f"the lost tasks {lost} recreated on other nodes")
+
+
+def watch_lost(env: Env, name: str, tasks: list[str], lost: list[str]) -> CatchUp:
+    """Once every task of the run has caught up with its input, each one's median lag over
+    :data:`STEADY_SECONDS` of the steady stream; the ``lost`` tasks' watch from then on
+    (their store epochs now)."""
+    status = functools.partial(env.status, name)
+
+    def started() -> bool:
+        env.alive()
+        return all(status(t).get("recoverySeconds") is not None for t in tasks)
+
+    wait_for(started, 120, f"every task of {name} caught up with its input", 0.2)
+    return CatchUp(status, lost, steady_lags(status, tasks, STEADY_SECONDS, 0.25))
+
+
+def kill_node(env: Env, victim: str) -> float:
+    """Kill ``victim`` with the test kit's CLI (``nodes kill``); the failure: the moment its
+    first container process was gone (epoch seconds, :class:`ContainerDeath`)."""
+    death = ContainerDeath(victim)
+    assert death.pids, f"no container on {victim}"
+    death.start()
+    result = CliRunner().invoke(app, ["nodes", "kill", victim, "--kubeconfig", env.cluster])
+    failure = death.moment(5.0)
+    assert result.exit_code == 0, result.output
+    assert failure is not None, f"no container of {victim} seen gone within 5 s of the kill"
+    return failure
+
+
+def caught_up_within_bound(env: Env, name: str, catch: CatchUp, failure: float) -> float:
+    """Watch the lost tasks until each one's new copy has caught up (or R + 30 s passed);
+    assert that each did within the topology's R from ``failure``. Returns R."""
+    bound = env.bound(name)
+    catch.watch(failure + bound + 30.0)
+    took = catch.since(failure)
+    times = ", ".join(f"{t} {s:.2f} s" for t, s in sorted(took.items(), key=lambda x: x[1]))
+    assert len(took) == len(catch.lost), f"{name}: {catch.late()} (caught up: {times})"
+    worst = max(took.values())
+    assert worst <= bound, (
+        f"{name}: a lost task caught up {worst:.2f} s after the failure, over the "
+        f"topology's recoveryLatencyBound R = {bound:g} s (from the failure: {times})"
+    )
+    return bound
 
 
 def exact_output(env: Env, name: str, reference: list[str], inp: Path | None = None) -> int:

@@ -32,7 +32,7 @@ def _gen_docs() -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("key", ["streamtopology", "cli", "testkit-cli", "layers"])
+@pytest.mark.parametrize("key", ["streamtopology", "cli", "testkit-cli", "layers", "readme-demo"])
 def test_generated_reference_is_up_to_date(key: str) -> None:
     gen = _gen_docs()
     path = gen.OUTPUTS[key]

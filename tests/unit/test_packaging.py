@@ -218,13 +218,25 @@ def test_the_spark_job_imports_the_core_and_the_spark_extra() -> None:
 
 
 def test_the_test_kit_imports_the_core_and_its_extras() -> None:
+    """``pip install backstop[testkit,runtime]`` runs it: no development tool it needs."""
     core, extras = declared()
-    allowed = core | extras["testkit"] | extras["runtime"] | extras["dev"]
+    allowed = core | extras["testkit"] | extras["runtime"]
     assert undeclared(_in("backstop_testkit"), allowed) == []
 
 
 def test_the_task_runtime_imports_only_its_requirements() -> None:
     assert undeclared(_in("backstop_runtime"), runtime_requirements()) == []
+
+
+def test_the_runtime_extra_runs_every_example() -> None:
+    """``pip install backstop[runtime]`` runs each example of the task runtime locally
+    (``backstop run``): what the examples import, in functions too, is in the extra, and the
+    extra names everything the runtime image installs (runtime/requirements.txt)."""
+    _, extras = declared()
+    examples = _in("backstop_runtime.examples")
+    assert len(examples) > 1, "no example found"
+    assert undeclared(examples, extras["runtime"]) == []
+    assert runtime_requirements() <= extras["runtime"]
 
 
 def test_the_graph_follows_imports_in_functions_and_skips_type_checking(tmp_path: Path) -> None:

@@ -60,7 +60,7 @@ def test_local_cores_follow_the_master() -> None:
 # ------------------------------------------------------------------ the Job manifest
 SETTINGS = JobSettings(
     namespace="backstop-system",
-    image="backstop/spark:0.1.0",
+    image="backstop/spark:0.2.0",
     spark_master="local[*]",
     service_account="backstop-reoptimize",
     resources={"requests": {"cpu": "1", "memory": "3Gi"}, "limits": {"cpu": "3", "memory": "3Gi"}},
@@ -75,7 +75,7 @@ def test_job_runs_the_job_with_the_settings_and_hands_back_a_configmap() -> None
     spec, pod = job["spec"], job["spec"]["template"]["spec"]
     c = _container(job)
     assert job["metadata"]["namespace"] == "backstop-system"
-    assert c["image"] == "backstop/spark:0.1.0"
+    assert c["image"] == "backstop/spark:0.2.0"
     assert pod["serviceAccountName"] == "backstop-reoptimize"
     assert c["resources"]["limits"] == {"cpu": "3", "memory": "3Gi"}
     assert c["command"] == ["python", "-m", "backstop.jobs.reoptimize"]

@@ -31,8 +31,30 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
+{{/*
+The registry (and namespace) every image of the chart is under: image.registry, required, no
+default (a default would name a namespace the user does not own). The operator, task runtime
+and Spark images are <registry>/operator, <registry>/runtime and <registry>/spark, each tagged
+image.tag or the chart's appVersion.
+*/}}
+{{- define "backstop.registry" -}}
+{{- $msg := "image.registry is required: the registry and namespace your nodes pull Backstop's images from (<registry>/operator, <registry>/runtime, <registry>/spark), e.g. --set image.registry=registry.example.com/team; for the images `make images` builds and loads into the local nodes: --set image.registry=backstop" -}}
+{{- required $msg .Values.image.registry | trimSuffix "/" -}}
+{{- end -}}
+
+{{- define "backstop.imageTag" -}}
+{{- default .Chart.AppVersion .Values.image.tag -}}
+{{- end -}}
+
+{{/* The operator's image: image.repository, or <registry>/operator. */}}
 {{- define "backstop.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $repository := default (printf "%s/operator" (include "backstop.registry" .)) .Values.image.repository -}}
+{{- printf "%s:%s" $repository (include "backstop.imageTag" .) -}}
+{{- end -}}
+
+{{/* The task runtime's image: the operator's default for a topology without spec.image. */}}
+{{- define "backstop.taskImage" -}}
+{{- printf "%s/runtime:%s" (include "backstop.registry" .) (include "backstop.imageTag" .) -}}
 {{- end -}}
 
 {{/* Whether the Spark driver runs on Spark's own Kubernetes scheduler (k8s:// master). */}}
@@ -73,9 +95,10 @@ ServiceAccount of the namespace, mounting any of its Secrets).
 {{- default (printf "%s-reoptimize" (include "backstop.fullname" .)) .Values.reoptimization.driverServiceAccount.name -}}
 {{- end -}}
 
-{{/* The re-optimization Job's image: reoptimization.sparkImage, or backstop/spark:<appVersion>. */}}
+{{/* The re-optimization Job's image: reoptimization.sparkImage, or <registry>/spark:<tag>. */}}
 {{- define "backstop.sparkImage" -}}
-{{- default (printf "backstop/spark:%s" .Chart.AppVersion) .Values.reoptimization.sparkImage -}}
+{{- $derived := printf "%s/spark:%s" (include "backstop.registry" .) (include "backstop.imageTag" .) -}}
+{{- default $derived .Values.reoptimization.sparkImage -}}
 {{- end -}}
 
 {{/* The metrics volume source (reoptimization.metricsVolume), mounted at /var/lib/backstop. */}}
@@ -118,10 +141,11 @@ on core/v1 events (kopf.info/warn; no log line is posted); the pods index needs 
 - apiGroups: ["streams.backstop.dev"]
   resources: ["recoveryplans/status"]
   verbs: ["get", "patch"]
-# Task pods: created pinned to nodes, deleted (force-deleted on lost nodes), indexed by kopf.
+# Task pods: created pinned to nodes, deleted (force-deleted on lost nodes), indexed by kopf;
+# patch: a promoted replica's pod is relabelled primary (its role label and epoch annotation).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # One PodDisruptionBudget per topology: evictions (kubectl drain) wait for the operator's moves.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import typer
 
+from backstop import __version__
 from backstop.cli import backups, operator, place, recover, reoptimize, replicate, run
 from backstop.cli._output import EXIT_INFEASIBLE, EXIT_INVALID, fail, guarded, print_json
 
@@ -38,6 +39,20 @@ for _module in (backups, operator, place, recover, reoptimize, replicate, run):
     _module.register(app)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"backstop {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _main() -> None:
+def _main(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the version (of the package, the chart and the images) and exit.",
+    ),
+) -> None:
     """Backstop: plan backups and placement, recover and re-optimize, run the operator."""

@@ -7,9 +7,12 @@ algorithms compare, without a cluster. The plan printed is the one the
 failure-effect evaluator has already checked.
 
 "The seed" in the help is "Minimum Backups for Stream Processing With Recovery Latency
-Guarantees" (Li, Wu, Jiang, Li, Wei): ``dag`` is its heuristic for general DAGs (section
-IV.D, with the final elimination of redundant backups) and ``share-based`` the baseline
-of its experiments (section V.A).
+Guarantees" (Li, Wu, Jiang, Li, Wei). ``line`` and ``dag`` are Backstop's variants of its
+algorithms, and the help says what differs (docs/seeds.md says how): ``line`` is its
+Algorithm 2 without the backup that algorithm adds every round, ``dag`` its Algorithm FTC
+with candidates ranked by b-cover share, not Algorithm 4's backup workload, and with the
+final elimination of redundant backups; ``share-based`` is the baseline of its experiments
+(section V.A).
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ HELP = (
     "with local search, proven minimum by that bound or by trying every plan of one backup "
     "fewer where there are few, else CP-SAT within --time-limit starting from it, where "
     "the budget left pays for the graph's size (5,000 tasks and edges per second left)), "
-    "line, "
-    "tree, dag (the seed's heuristic with its final redundancy elimination), dag-no-elim "
+    "line (Backstop's variant of the seed's Algorithm 2: no backup added every round), "
+    "tree, dag (Backstop's variant of the seed's DAG heuristic: candidates ranked by b-cover "
+    "share instead of backup workload, then the final redundancy elimination), dag-no-elim "
     "(without it), share-based (the seed's baseline), exhaustive (tiny "
     "graphs), exact (CP-SAT, proven optimal when it finishes in time).\n\n"
     "Exit codes: 0 ok, 2 invalid manifest or option, 3 infeasible bound (the message gives "

@@ -60,7 +60,11 @@ AlgorithmOpt = Annotated[
     str | None,
     typer.Option(
         "--algorithm",
-        help="Placement algorithm: " + ", ".join(PLACEMENT_ALGORITHMS) + " (default: the spec's).",
+        help="Placement algorithm: "
+        + ", ".join(PLACEMENT_ALGORITHMS)
+        + " (default: the spec's). rtap-bf/-ff/-nf are Backstop's variants of the RTAP "
+        "journal's Algorithm 1: tasks grouped by adjacent pairs, not by its Section 5.3.3 "
+        "rule (rtap-*-literal), and the fit checked by the failure-effect model.",
     ),
 ]
 BackupsOpt = Annotated[

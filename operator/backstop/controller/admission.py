@@ -112,6 +112,7 @@ def validate(body: kopf.Body, warnings: list[str] | None = None, **kwargs: Any) 
         old_annotations=(old.get("metadata", {}).get("annotations") or {}) if old else None,
         old_running=old_spec is not None and _running(old or {}, old_spec),
         allow_node_local_store=settings().allow_node_local_store,
+        default_image=settings().task_image,
     )
     if problem is not None:
         raise kopf.AdmissionError(problem, code=422)

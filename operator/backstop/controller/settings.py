@@ -36,7 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 
 from backstop.domain import spec as spec_model
-from backstop.domain.admission import node_local_problem
+from backstop.domain.admission import image_problem, node_local_problem
 from planners import InvalidTopology
 
 #: field name → environment variable
@@ -64,6 +64,7 @@ ENV_VARS: dict[str, str] = {
     "memory_limit": "BACKSTOP_MEMORY_LIMIT",
     "operator_namespace": "BACKSTOP_OPERATOR_NAMESPACE",
     "allow_node_local_store": "BACKSTOP_ALLOW_NODE_LOCAL_STORE",
+    "task_image": "BACKSTOP_TASK_IMAGE",
 }
 TEXT = frozenset(
     {
@@ -81,6 +82,7 @@ TEXT = frozenset(
         "reopt_pod",
         "operator_namespace",
         "allow_node_local_store",
+        "task_image",
     }
 )
 """Settings read as text (pydantic parses booleans and JSON); the others are numbers."""
@@ -129,7 +131,11 @@ class Settings(BaseModel):
     """``local``: a child process of the operator, one JVM at a time; ``job``: a Kubernetes
     Job per run in :attr:`operator_namespace`, from :attr:`spark_image`."""
     spark_image: str | None = None
-    """Image of the re-optimization Job (pyspark and a JRE; ``backstop/spark``)."""
+    """Image of the re-optimization Job (pyspark and a JRE; the chart's
+    ``<image.registry>/spark``)."""
+    task_image: str | None = Field(None, min_length=1)
+    """The task image of a topology without ``spec.image`` (the chart's
+    ``<image.registry>/runtime``); unset: such a topology is refused."""
     spark_resources: Json[dict[str, dict[str, str]]] | None = None
     """The Job container's ``resources`` (``requests``/``limits``), as JSON."""
     spark_conf: Json[dict[str, str]] | None = None
@@ -180,7 +186,8 @@ class Settings(BaseModel):
             raise ValueError(f"{var}: {first['msg']}, got {first.get('input')!r}") from None
 
     def resolve(self, model: spec_model.StreamTopologySpec) -> spec_model.StreamTopologySpec:
-        """``model`` with each recovery field it leaves unset taken from these settings.
+        """``model`` with each recovery field it leaves unset taken from these settings, and
+        its ``image``, when unset, from :attr:`task_image`.
 
         Field by field, not object by object: a topology that sets only ``recovery.mode``
         still gets the operator's grace period, and a field the topology sets wins. The
@@ -196,6 +203,10 @@ class Settings(BaseModel):
         ('blocking', 5.0, 0.5)
         >>> Settings().resolve(m) is m  # no operator-wide defaults: the model's own
         True
+        >>> bare = spec_model.parse_spec({"recoveryLatencyBound": 2,
+        ...     "operators": [{"name": "a", "reprocessingLatency": 1}]})
+        >>> Settings(task_image="r/runtime:1").resolve(bare).image, Settings().resolve(m).image
+        ('r/runtime:1', 'x')
         """
         given = model.recovery.model_fields_set
         update = {
@@ -203,9 +214,12 @@ class Settings(BaseModel):
             for name in RECOVERY_DEFAULTS
             if name not in given and getattr(self, name) is not None
         }
-        if not update:
-            return model
-        return model.model_copy(update={"recovery": model.recovery.model_copy(update=update)})
+        top: dict[str, Any] = {}
+        if update:
+            top["recovery"] = model.recovery.model_copy(update=update)
+        if model.image is None and self.task_image is not None:
+            top["image"] = self.task_image
+        return model.model_copy(update=top) if top else model
 
 
 @functools.cache
@@ -223,7 +237,9 @@ def parse_spec(spec: Any, name: str | None = None) -> spec_model.StreamTopologyS
     admission webhook answers, for a topology applied while no webhook ran.
     """
     model = settings().resolve(spec_model.parse_spec(spec, name))
-    problem = None if settings().allow_node_local_store else node_local_problem(model)
+    problem = image_problem(model, settings().task_image)
+    if problem is None and not settings().allow_node_local_store:
+        problem = node_local_problem(model)
     if problem is not None:
         raise InvalidTopology(problem)
     return model

@@ -121,6 +121,7 @@ def admission_problem(
     old_annotations: Mapping[str, str] | None = None,
     old_running: bool = False,
     allow_node_local_store: bool = False,
+    default_image: str | None = None,
 ) -> str | None:
     """Why a create/update of a StreamTopology must be refused, in one line; ``None``: admit.
 
@@ -155,6 +156,9 @@ def admission_problem(
     wiring = rewired(old_spec, model) if old_running else None
     if wiring is not None:
         return wiring
+    no_image = image_problem(model, default_image)
+    if no_image is not None:
+        return no_image
     too_large = bytes_problem(model)
     if too_large is not None or allow_node_local_store:
         return too_large
@@ -208,6 +212,29 @@ ADVICE = (
     "(a single-host development cluster: run the operator with "
     "BACKSTOP_ALLOW_NODE_LOCAL_STORE=true)"
 )
+
+
+def image_problem(spec: StreamTopologySpec, default_image: str | None) -> str | None:
+    """Why some task of ``spec`` has no image, in one line; ``None``: each has one (its
+    operator's ``image``, ``spec.image``, or the operator's default task image).
+
+    >>> spec = parse_spec({"recoveryLatencyBound": 2, "operators": [
+    ...     {"name": "a", "reprocessingLatency": 1, "image": "a:1"},
+    ...     {"name": "b", "reprocessingLatency": 1}]})
+    >>> image_problem(spec, None)  # doctest: +ELLIPSIS
+    "spec.image: required: operator 'b' names no image, and this operator has no default ...
+    >>> image_problem(spec, "registry.example.com/team/runtime:1") is None
+    True
+    """
+    if spec.image is not None or default_image is not None:
+        return None
+    bare = [op.name for op in spec.operators if op.image is None]
+    if not bare:
+        return None
+    return (
+        f"spec.image: required: operator {bare[0]!r} names no image, and this operator has "
+        "no default task image (BACKSTOP_TASK_IMAGE; the chart sets <image.registry>/runtime)"
+    )
 
 
 def node_local_problem(spec: StreamTopologySpec) -> str | None:

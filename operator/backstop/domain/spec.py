@@ -195,7 +195,12 @@ class BackupMode(StrEnum):
 class StreamTopologySpec(_Model, LifecycleFields):
     """The desired state of a stream topology."""
 
-    image: str = Field(min_length=1, max_length=IMAGE_MAX, description="Default task image.")
+    image: str | None = Field(
+        None,
+        min_length=1,
+        max_length=IMAGE_MAX,
+        description="Default task image; unset: the operator's (the chart's <registry>/runtime).",
+    )
     recovery_latency_bound: float = Field(
         gt=0, le=SECONDS_MAX, description="Seconds (R of the seeds)."
     )
@@ -312,6 +317,26 @@ def parse_spec(spec: Any, name: str | None = None) -> StreamTopologySpec:
         raise InvalidTopology(format_validation_error(err, "spec")) from None
     expand(model)
     return model
+
+
+def task_image(op: OperatorSpec, spec: StreamTopologySpec) -> str:
+    """The image of ``op``'s tasks: its own ``image``, else ``spec.image`` (the operator
+    fills an unset ``spec.image`` with its default task image before it plans).
+
+    >>> m = parse_spec({"recoveryLatencyBound": 2, "operators": [
+    ...     {"name": "a", "reprocessingLatency": 1, "image": "a:1"},
+    ...     {"name": "b", "reprocessingLatency": 1}]})
+    >>> task_image(m.operators[0], m)
+    'a:1'
+    >>> task_image(m.operators[1], m)
+    Traceback (most recent call last):
+    ...
+    planners.errors.InvalidTopology: spec.image: required: operator 'b' names no image
+    """
+    image = op.image or spec.image
+    if image is None:
+        raise InvalidTopology(f"spec.image: required: operator {op.name!r} names no image")
+    return image
 
 
 def load_topology(path: str | Path, *, cluster: bool = False) -> StreamTopology:

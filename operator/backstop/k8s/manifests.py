@@ -33,7 +33,7 @@ from backstop.domain.constants import (
 from backstop.domain.pinning import hashed_pod_spec, pinned
 from backstop.domain.podmerge import build_pod_spec, merge_templates
 from backstop.domain.promotion import replica_numbers
-from backstop.domain.spec import OperatorSpec, StreamTopologySpec
+from backstop.domain.spec import OperatorSpec, StreamTopologySpec, task_image
 from backstop.domain.storespec import store_env
 from backstop.k8s.topologyobjects import (
     Owner,
@@ -331,7 +331,7 @@ def _base_pod_spec(
         "containers": [
             {
                 "name": "task",
-                "image": op.image or spec.image,
+                "image": task_image(op, spec),
                 "env": env,
                 "resources": _once(shared, ("resources", op.name), lambda: task_resources(op)),
                 "securityContext": CONTAINER_SECURITY,

@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop_testkit.sim.nodesim import NodeShape, Simulator
+from backstop_testkit.support.chartrights import chart_operator
 
 ROOT = Path(__file__).resolve().parents[3]
 T = TypeVar("T")
@@ -107,29 +108,27 @@ def start_operator(
     log: Path,
     extra: tuple[str, ...] = (),
     extra_env: Mapping[str, str] | None = None,
+    *,
+    admin: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start ``backstop operator`` for one namespace (``extra`` arguments), logging to ``log``
-    (``extra_env``: more environment, e.g. an armed ``BACKSTOP_FAULT_POINT``)."""
+    (``extra_env``: more environment, e.g. an armed ``BACKSTOP_FAULT_POINT``).
+
+    ``kubeconfig`` is the admin's; the operator runs as the chart's ServiceAccount with the
+    chart's rights for these arguments (:mod:`.chartrights`), so a verb the chart does not
+    grant fails the test with a 403. ``admin``: with the admin's kubeconfig instead."""
     port = free_port()
-    env = {**os.environ, "KUBECONFIG": kubeconfig, **SINGLE_HOST_ENV, **(extra_env or {})}
+    args = ["--namespace", namespace, "--liveness", f"http://127.0.0.1:{port}/healthz",
+            "--log-format", "plain", *extra]  # fmt: skip
+    env = {**SINGLE_HOST_ENV, **(extra_env or {})}
+    if not admin:
+        kubeconfig, args, env = chart_operator(kubeconfig, namespace, args, env, log.parent)
     with log.open("ab") as out:
         return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "backstop",
-                "operator",
-                "--namespace",
-                namespace,
-                "--liveness",
-                f"http://127.0.0.1:{port}/healthz",
-                "--log-format",
-                "plain",
-                *extra,
-            ],
+            [sys.executable, "-m", "backstop", "operator", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=env,
+            env={**os.environ, "KUBECONFIG": kubeconfig, **env},
         )
 
 

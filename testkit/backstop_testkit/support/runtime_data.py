@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -131,6 +134,60 @@ def local_manifest(example: Path, inp: Path, out: Path, name: str = "wordcount")
         if op["name"] not in read:
             config["path"] = str(out / op["name"])
     return doc
+
+
+def bucket_manifest(
+    example: Path, name: str, bucket: str, store: tuple[str, str], selector: Mapping[str, str]
+) -> dict[str, Any]:
+    """``example`` (a StreamTopology manifest) as ``name`` with everything in the S3 bucket
+    ``bucket``: the tasks' state (``spec.store``; ``store``: its key prefix and the Secret
+    with the endpoint and credentials) and each operator's ``config.path`` (input, output)
+    under ``<name>/``; on the nodes ``selector`` picks, with a 2 s grace period."""
+    doc: dict[str, Any] = yaml.safe_load(example.read_text())
+    doc["metadata"] = {"name": name}
+    spec = doc["spec"]
+    prefix, secret = store
+    spec["store"] = {
+        "objectStore": {
+            "bucket": bucket,
+            "prefix": prefix,
+            "secretRef": {"name": secret},  # the endpoint too, under its key "endpoint"
+        }
+    }
+    spec["nodeSelector"] = dict(selector)
+    spec.setdefault("recovery", {})["gracePeriodSeconds"] = 2
+    for op in spec["operators"]:
+        cfg = op.get("config") or {}
+        if "path" in cfg:
+            leaf = str(cfg["path"]).rstrip("/").rpartition("/")[2]  # input, output, trending
+            cfg["path"] = f"s3://{bucket}/{name}/{leaf}"
+    return doc
+
+
+def follow_tweets(
+    location: str, s3: Mapping[str, str], rate: float, seconds: float, errors: Path
+) -> subprocess.Popen[bytes]:
+    """A tweet log appended at ``location`` as the examples' input: one new segment per
+    partition each second, ``rate`` tweets a second in all, for ``seconds``
+    (``python -m backstop_runtime.examples.tweets ... --follow``; ``s3``: the store's
+    settings; its errors appended to ``errors``). The caller stops it."""
+    with errors.open("ab") as err:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "backstop_runtime.examples.tweets",
+                location,
+                "--follow",
+                "--rate",
+                str(rate),
+                "--seconds",
+                str(seconds),
+            ],
+            env={**os.environ, **s3, "PYTHONPATH": str(ROOT / "runtime")},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
 
 
 def sink_paths(doc: dict[str, Any]) -> list[Path]:

@@ -1,0 +1,88 @@
+"""The twitter-sentiment example on REAL nodes: every task lost with a node back within R.
+
+The package's shared environment (``wordcount_env.py``: three real nodes, SeaweedFS outside
+them, the operator as a host process) runs a copy of ``examples/twitter-sentiment.yaml`` (14
+tasks, its own recovery terms and bound; its state, tweet log and both queries' output in
+the store's bucket) while a tweet generator appends one segment per partition each second
+(``python -m backstop_runtime.examples.tweets ... --follow``, as ``make demo`` and the e2e
+run it). Once every task has caught up with its input and the stream has run steady for a
+few seconds (each task's median lag), the node with the most tasks is killed with the test
+kit's ``nodes kill``. Counted from the moment its first container process is gone, each task
+lost with it must be caught up again (a new store epoch, a round past its restored one, its
+lag within its steady median plus 0.5 s: :mod:`backstop_testkit.support.catchup`) within the
+topology's ``recoveryLatencyBound``, as the README promises for any single-node failure.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from backstop.domain.constants import GROUP
+from backstop_testkit.cli import app
+from backstop_testkit.support.kubetools import node_ready, wait_for
+from backstop_testkit.support.runtime_data import ROOT, bucket_manifest, follow_tweets
+from tests.realnodes.wordcount_env import (
+    POOL,
+    SECRET,
+    STATE,
+    Env,
+    busiest,
+    caught_up_within_bound,
+    kill_node,
+    watch_lost,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+TWITTER = ROOT / "examples" / "twitter-sentiment.yaml"
+NAME, TASKS = "tw-kill", 14
+RATE = 100.0  # tweets a second, in all (the bench's rate)
+
+
+def running(env: Env) -> list[Any] | None:
+    """Every task pod Running; else ``None``."""
+    env.alive()
+    pods = [p for p in env.pods(NAME) if p.status.phase == "Running"]
+    return pods if len(pods) == TASKS else None
+
+
+def test_every_task_lost_with_the_busiest_node_is_caught_up_within_the_bound(
+    env: Env, tmp_path: Path
+) -> None:
+    t0 = time.monotonic()
+    doc = bucket_manifest(
+        TWITTER, NAME, env.s3["BACKSTOP_S3_BUCKET"], (STATE, SECRET), {POOL: env.nodes[0]}
+    )
+    errors = tmp_path / "tweets.log"
+    gen = follow_tweets(f"{env.bucket}/{NAME}/input", env.s3, RATE, 600, errors)
+    victim = ""
+    try:
+        env.submit(doc)
+        pods = wait_for(lambda: running(env), 240, f"the {TASKS} tasks of {NAME} running", 0.5)
+        assert pods is not None
+        assert all(p.spec.node_name in env.nodes for p in pods), "every task on a real node"
+        victim, lost, _ = busiest(pods)
+        catch = watch_lost(env, NAME, [p.metadata.labels[f"{GROUP}/task"] for p in pods], lost)
+        assert gen.poll() is None, f"the tweet generator exited:\n{errors.read_text()}"
+        failure = kill_node(env, victim)
+        bound = caught_up_within_bound(env, NAME, catch, failure)
+        assert gen.poll() is None, f"the tweet generator exited:\n{errors.read_text()}"
+        took = ", ".join(f"{t} {s:.2f}s" for t, s in catch.since(failure).items())
+        print(f"\nkilled {victim} with {len(lost)} of {TASKS} tasks: caught up after {took} "
+              f"(R {bound:g}s; steady lags {catch.steady})")  # fmt: skip
+    finally:
+        gen.terminate()
+        gen.wait()
+        env.delete(NAME)
+        if victim:
+            result = CliRunner().invoke(
+                app, ["nodes", "revive", victim, "--kubeconfig", env.cluster]
+            )
+            assert result.exit_code == 0, result.output
+            wait_for(lambda: node_ready(env.core, victim), 120, f"{victim} Ready again")
+    print(f"run {time.monotonic() - t0:.0f}s")
