@@ -36,7 +36,8 @@
 # One line per phase with its duration. Needs root (kubelets, containerd, bridges) and apt.
 # Env: E2E_NODES (3), E2E_RUN_DIR ($BACKSTOP_CACHE/e2e), E2E_API_PORT (36443), KEEP=1 (leave the
 #      cluster running), E2E_EXAMPLE (examples/twitter-sentiment.yaml; its metadata.name is used),
-#      E2E_SPARE_CPU (1: spec.replication.spareCpu, unless the example sets spec.replication).
+#      E2E_SPARE_CPU (250m, 2 replicas of the example on 3 nodes of a 2-core host: more slow it
+#      down; spec.replication.spareCpu, unless the example sets spec.replication).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -49,7 +50,7 @@ NS=backstop-e2e
 RELEASE=backstop
 RELEASE_NS=backstop-system
 EXAMPLE=${E2E_EXAMPLE:-examples/twitter-sentiment.yaml}
-SPARE_CPU=${E2E_SPARE_CPU:-1}
+SPARE_CPU=${E2E_SPARE_CPU:-250m}
 TOPO=$(sed -n 's/^  name: *//p' "$EXAMPLE" | head -1)
 GROUP=streams.backstop.dev
 PATH=$ROOT/.tools/bin:$ROOT/.venv/bin:$PATH

@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 
 from backstop.domain.constants import GROUP, VERSION
 from backstop_testkit.sim.nodesim import NodeShape, Simulator
+from backstop_testkit.support.chartrights import service_account_token, token_kubeconfig
 from backstop_testkit.support.kubetools import (
     ROOT,
     condition,
@@ -46,9 +47,7 @@ from tests.chart.test_chart import (
     namespaces,
     one,
     run_helm,
-    service_account_token,
     start_chart_operator,
-    token_kubeconfig,
     values_file,
     webhook_env,
 )

@@ -36,12 +36,11 @@ from backstop_testkit.sim.nodesim import Simulator
 from backstop_testkit.support.kubetools import (
     POOL_LABEL,
     ROOT,
-    SINGLE_HOST_ENV,
     condition,
     create_namespace,
-    free_port,
     install_crds,
     labelled_nodes,
+    start_operator,
     stop_operator,
     topology_manifest,
     wait_for,
@@ -74,18 +73,12 @@ def env(cluster: str, kube: client.ApiClient, simulator: Simulator, tmp_path_fac
     nodes = labelled_nodes(core, simulator, pool, 4, "4", wait=False)
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     resources = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}}
-    environ = {**os.environ, "KUBECONFIG": cluster, "BACKSTOP_REOPT_TICK": "1",
-               "BACKSTOP_REOPTIMIZE_MODE": "job", "BACKSTOP_SPARK_IMAGE": IMAGE,
-               "BACKSTOP_SPARK_SERVICE_ACCOUNT": SA, "BACKSTOP_OPERATOR_NAMESPACE": ns,
-               "BACKSTOP_SPARK_RESOURCES": json.dumps(resources),
-               "BACKSTOP_METRICS_HOST_PATH": "/srv/backstop", **SINGLE_HOST_ENV}  # fmt: skip
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kopf", "run", "--standalone",
-             "-m", "backstop.controller.handlers", "--namespace", ns,
-             "--liveness", f"http://127.0.0.1:{free_port()}/healthz"],
-            stdout=out, stderr=subprocess.STDOUT, env=environ,
-        )  # fmt: skip
+    # `backstop operator` on the chart's rights for mode: job (its Role for Jobs)
+    proc = start_operator(cluster, ns, log, extra_env={
+        "BACKSTOP_REOPT_TICK": "1", "BACKSTOP_REOPTIMIZE_MODE": "job",
+        "BACKSTOP_SPARK_IMAGE": IMAGE, "BACKSTOP_SPARK_SERVICE_ACCOUNT": SA,
+        "BACKSTOP_OPERATOR_NAMESPACE": ns, "BACKSTOP_SPARK_RESOURCES": json.dumps(resources),
+        "BACKSTOP_METRICS_HOST_PATH": "/srv/backstop"})  # fmt: skip
     custom = client.CustomObjectsApi(kube)
     try:
         yield {"ns": ns, "pool": pool, "core": core, "custom": custom, "cluster": cluster,

@@ -8,9 +8,6 @@ handlers_reopt itself.
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,12 +24,11 @@ from backstop_testkit.sim.nodesim import Simulator
 from backstop_testkit.support.kubetools import (
     POOL_LABEL,
     ROOT,
-    SINGLE_HOST_ENV,
     condition,
     create_namespace,
-    free_port,
     install_crds,
     labelled_nodes,
+    start_operator,
     stop_operator,
     topology_manifest,
     wait_for,
@@ -112,23 +108,10 @@ def env(
     ]
     write_metrics(metrics, fleet, GeneratorParams(rows=20_000, seed=5), "jsonl")
     log = tmp_path_factory.mktemp("operator") / "operator.log"
-    port = free_port()
-    env = {
-        **os.environ,
-        "KUBECONFIG": cluster,
-        "BACKSTOP_REOPT_TICK": "2",
-        "BACKSTOP_SPARK_MASTER": "local[2]",
-        "BACKSTOP_REOPT_TIME_LIMIT": "0.5",
-        **SINGLE_HOST_ENV,
-    }
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kopf", "run", "--standalone",
-             "-m", "backstop.controller.handlers", "-m", "backstop.controller.handlers_reopt",
-             "--namespace", ns,
-             "--liveness", f"http://127.0.0.1:{port}/healthz"],
-            stdout=out, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
+    # `backstop operator` on the chart's rights (mode: local: Spark in the operator process)
+    proc = start_operator(cluster, ns, log, extra_env={
+        "BACKSTOP_REOPT_TICK": "2", "BACKSTOP_SPARK_MASTER": "local[2]",
+        "BACKSTOP_REOPT_TIME_LIMIT": "0.5"})  # fmt: skip
     try:
         yield Env(kube, ns, metrics, pool)
     finally:

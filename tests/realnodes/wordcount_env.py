@@ -302,12 +302,19 @@ def watch_lost(env: Env, name: str, tasks: list[str], lost: list[str]) -> CatchU
     :data:`STEADY_SECONDS` of the steady stream; the ``lost`` tasks' watch from then on
     (their store epochs now)."""
     status = functools.partial(env.status, name)
+    behind: dict[str, Any] = {}  # task: its lag, while it has not caught up once
 
     def started() -> bool:
         env.alive()
-        return all(status(t).get("recoverySeconds") is not None for t in tasks)
+        now = {t: status(t) for t in tasks}
+        behind.clear()
+        behind.update({t: s.get("lag") for t, s in now.items() if s.get("recoverySeconds") is None})
+        return not behind
 
-    wait_for(started, 120, f"every task of {name} caught up with its input", 0.2)
+    try:
+        wait_for(started, 180, f"every task of {name} caught up with its input", 0.5)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; behind (task: lag): {behind}") from None
     return CatchUp(status, lost, steady_lags(status, tasks, STEADY_SECONDS, 0.25))
 
 

@@ -67,13 +67,14 @@ class CatchUp:
         self.epochs = {t: int(status(t).get("epoch", 0)) for t in self.lost}
         self.first: dict[str, int] = {}  # each new copy's first round seen: its restored one
         self.back: dict[str, float] = {}
+        self.last: dict[str, Mapping[str, Any]] = {}  # each task's status.json last read
 
     def poll(self) -> bool:
         """One look at the tasks not back yet; whether every one is back now."""
         for t in self.lost:
             if t in self.back:
                 continue
-            s = self.status(t)
+            s = self.last[t] = self.status(t)
             if caught_up(s, t, self.epochs[t], self.steady.get(t, 0.0), self.first):
                 self.back[t] = time.time()
         return len(self.back) == len(self.lost)
@@ -91,12 +92,20 @@ class CatchUp:
         return {t: at - failure for t, at in self.back.items()}
 
     def late(self) -> str:
-        """The tasks not back: those with no new copy yet, and new copies not caught up."""
+        """The tasks not back: those with no new copy yet, and new copies not caught up
+        (each with its round, from the restored one, and its lag against its steady one)."""
         late = [t for t in self.lost if t not in self.back]
         fresh = [t for t in late if t in self.first]
         return (
             f"no new copy of {[t for t in late if t not in fresh] or 'none'}, "
-            f"new copies not caught up: {fresh or 'none'}"
+            f"new copies not caught up: {', '.join(map(self._where, fresh)) or 'none'}"
+        )
+
+    def _where(self, task: str) -> str:
+        s = self.last.get(task, {})
+        return (
+            f"{task} (round {s.get('round')} from {self.first[task]}, lag "
+            f"{float(s.get('lag') or 0.0):.2f} s, steady {self.steady.get(task, 0.0):.2f} s)"
         )
 
 
