@@ -224,7 +224,9 @@ def test_dockerfile_is_multistage_non_root_lean_and_runs_the_operator() -> None:
     # lean: the operator only; the Spark job (pyspark + a JRE) is not in this image
     runs = " ".join(arg for stage in stages for word, arg in stage if word == "RUN")
     assert "jre" not in runs and "[spark]" not in runs and "pyspark" not in runs
-    assert "pip install --no-compile --no-deps ." in runs, "the project, on its dependencies"
+    # the project: a wheel built without its dependencies, installed on the locked ones
+    assert re.search(r"pip wheel [^&]*--no-deps [^&]*\.(\s|$)", runs), "the project's wheel"
+    assert re.search(r"pip install [^&]*--no-deps [^&]*\.whl", runs), "the project, on its deps"
     assert any(w == "COPY" and a.startswith("--from=") for w, a in final)
     for stage in stages:  # every COPY source from the build context exists
         for word, arg in stage:

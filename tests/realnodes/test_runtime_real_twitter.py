@@ -51,6 +51,24 @@ def running(env: Env) -> list[Any] | None:
     return pods if len(pods) == TASKS else None
 
 
+def caught_up_once(env: Env, tasks: list[str]) -> None:
+    """Wait until every task has caught up with the tweet log once (``recoverySeconds``
+    set: the backlog from before it started worked off), so the steady stream follows."""
+    behind: dict[str, Any] = {}  # task: its lag, while it has not caught up once
+
+    def started() -> bool:
+        env.alive()
+        now = {t: env.status(NAME, t) for t in tasks}
+        behind.clear()
+        behind.update({t: s.get("lag") for t, s in now.items() if s.get("recoverySeconds") is None})
+        return not behind
+
+    try:
+        wait_for(started, 180, f"every task of {NAME} caught up with its input", 0.5)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; behind (task: lag): {behind}") from None
+
+
 def test_every_task_lost_with_the_busiest_node_is_caught_up_within_the_bound(
     env: Env, tmp_path: Path
 ) -> None:
@@ -67,7 +85,9 @@ def test_every_task_lost_with_the_busiest_node_is_caught_up_within_the_bound(
         assert pods is not None
         assert all(p.spec.node_name in env.nodes for p in pods), "every task on a real node"
         victim, lost, _ = busiest(pods)
-        catch = watch_lost(env, NAME, [p.metadata.labels[f"{GROUP}/task"] for p in pods], lost)
+        tasks = [p.metadata.labels[f"{GROUP}/task"] for p in pods]
+        caught_up_once(env, tasks)
+        catch = watch_lost(env, NAME, tasks, lost)
         assert gen.poll() is None, f"the tweet generator exited:\n{errors.read_text()}"
         failure = kill_node(env, victim)
         bound = caught_up_within_bound(env, NAME, catch, failure)

@@ -9,7 +9,6 @@ docs/ points at a file that does not exist.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from types import ModuleType
@@ -19,17 +18,13 @@ import typer.main
 
 from backstop.cli import app
 from backstop.domain.spec import StreamTopologySpec
-from backstop_testkit.support.kubetools import ROOT
+from backstop_testkit.support.kubetools import ROOT, hack_script
 
 README = ROOT / "README.md"
 
 
 def _gen_docs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "hack" / "gen-docs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return hack_script("gen-docs")
 
 
 @pytest.mark.parametrize("key", ["streamtopology", "cli", "testkit-cli", "layers", "readme-demo"])

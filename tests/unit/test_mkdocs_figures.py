@@ -7,22 +7,17 @@ the benchmarks index quotes its figures this way.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-from backstop_testkit.support.kubetools import ROOT
+from backstop_testkit.support.kubetools import ROOT, hack_script
 
 
 def _hooks() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "hack" / "mkdocs_hooks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return hack_script("mkdocs_hooks")
 
 
 @pytest.fixture

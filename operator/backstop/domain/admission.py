@@ -222,7 +222,7 @@ def image_problem(spec: StreamTopologySpec, default_image: str | None) -> str | 
     ...     {"name": "a", "reprocessingLatency": 1, "image": "a:1"},
     ...     {"name": "b", "reprocessingLatency": 1}]})
     >>> image_problem(spec, None)  # doctest: +ELLIPSIS
-    "spec.image: required: operator 'b' names no image, and this operator has no default ...
+    "spec.image: required: operator 'b' names no image, and the Backstop operator has ..."
     >>> image_problem(spec, "registry.example.com/team/runtime:1") is None
     True
     """
@@ -232,8 +232,8 @@ def image_problem(spec: StreamTopologySpec, default_image: str | None) -> str | 
     if not bare:
         return None
     return (
-        f"spec.image: required: operator {bare[0]!r} names no image, and this operator has "
-        "no default task image (BACKSTOP_TASK_IMAGE; the chart sets <image.registry>/runtime)"
+        f"spec.image: required: operator {bare[0]!r} names no image, and the Backstop operator "
+        "has no default task image (BACKSTOP_TASK_IMAGE; the chart sets <image.registry>/runtime)"
     )
 
 

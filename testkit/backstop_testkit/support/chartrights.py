@@ -35,7 +35,6 @@ from backstop.k8s.cluster import api_client
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "backstop"
 Doc = dict[str, Any]
-RBAC_KINDS = ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 _CACHE: dict[tuple[str, str, str, str], Path] = {}
 
 

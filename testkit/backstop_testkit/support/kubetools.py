@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import socket
 import subprocess
@@ -15,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 import pytest
@@ -29,6 +31,16 @@ from backstop_testkit.support.chartrights import chart_operator
 
 ROOT = Path(__file__).resolve().parents[3]
 T = TypeVar("T")
+
+
+def hack_script(name: str) -> ModuleType:
+    """``hack/<name>.py`` as a module: the scripts there are no package, and their tests
+    call their functions instead of parsing what they print."""
+    spec = importlib.util.spec_from_file_location(f"hack_{name}", ROOT / "hack" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def wait_for(pred: Callable[[], T], timeout: float, what: str, interval: float = 0.5) -> T:
@@ -108,21 +120,18 @@ def start_operator(
     log: Path,
     extra: tuple[str, ...] = (),
     extra_env: Mapping[str, str] | None = None,
-    *,
-    admin: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start ``backstop operator`` for one namespace (``extra`` arguments), logging to ``log``
     (``extra_env``: more environment, e.g. an armed ``BACKSTOP_FAULT_POINT``).
 
     ``kubeconfig`` is the admin's; the operator runs as the chart's ServiceAccount with the
     chart's rights for these arguments (:mod:`.chartrights`), so a verb the chart does not
-    grant fails the test with a 403. ``admin``: with the admin's kubeconfig instead."""
+    grant fails the test with a 403."""
     port = free_port()
     args = ["--namespace", namespace, "--liveness", f"http://127.0.0.1:{port}/healthz",
             "--log-format", "plain", *extra]  # fmt: skip
     env = {**SINGLE_HOST_ENV, **(extra_env or {})}
-    if not admin:
-        kubeconfig, args, env = chart_operator(kubeconfig, namespace, args, env, log.parent)
+    kubeconfig, args, env = chart_operator(kubeconfig, namespace, args, env, log.parent)
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "backstop", "operator", *args],
