@@ -9,7 +9,7 @@ CLUSTER := hack/local-cluster.sh
 export BACKSTOP_CACHE ?= $(HOME)/.cache/backstop
 export KUBECONFIG_LOCAL := $(BACKSTOP_CACHE)/run/kubeconfig
 
-.PHONY: help install lock tools test-oldest test-spark-job test-spark-k8s lint typecheck imports docs-site unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds images e2e e2e-when-possible
+.PHONY: help install lock tools test-oldest test-bound-open test-spark-job test-spark-k8s lint typecheck imports docs-site unit test demo cluster-build cluster-up cluster-down cluster-status clean bench bench-cluster crds images e2e e2e-when-possible
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -93,12 +93,17 @@ test-spark-job: $(STAMP) tools ## the re-optimization Job in the Spark image on 
 test-spark-k8s: $(STAMP) tools ## the re-optimization Job with Spark executor pods on real nodes (root); not part of make test
 	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest -m spark_image -p no:cacheprovider tests/realnodes/test_spark_k8s_real.py
 
+# Issue 45's bound tests that fail today (twitter-sentiment's kill, the replicated word count's
+# sink gap): real nodes, root, about 6 min; not part of make test until they pass.
+test-bound-open: $(STAMP) tools ## the bound tests on real nodes that fail today (root); not part of make test
+	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest -m bound_open -p no:cacheprovider tests/realnodes
+
 # The unit tests (CPU) and the e2e (mostly waiting for nodes and pods, with its own control plane,
 # ports, subnets and Docker) share nothing but the CPU, so they run side by side; the e2e's output
 # is kept in .e2e.log and shown when both are done. Either failing fails the target.
 test: $(STAMP) tools lint typecheck imports docs-site ## lint, types, layering, docs site, unit + cluster tests, e2e (CI: then make test-oldest)
 	$(BIN)/pip check
-	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest --durations=25 -m 'not spark_image' tests/chart tests/cluster tests/realnodes
+	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest --durations=25 -m 'not spark_image and not bound_open' tests/chart tests/cluster tests/realnodes
 	@$(MAKE) --no-print-directory e2e-when-possible > .e2e.log 2>&1 & e2e=$$!; \
 	  PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest --durations=25 tests/unit planners runtime operator/backstop; \
 	  unit=$$?; wait $$e2e; rc=$$?; echo "--- make e2e-when-possible (ran beside the unit tests):"; \

@@ -96,19 +96,21 @@ def test_killing_a_real_node_mid_stream_changes_no_output_line(
     assert pids, f"no containers on {victim}"
 
     failure = kill_node(env, victim)
-    wait_for(lambda: all(process_gone(p) for p in pids), 10, f"the containers of {victim} gone")
-    assert not env.status(name, "sink-0").get("eos"), "the node was killed after the end"
-    bound = caught_up_within_bound(env, name, catch, failure)
-    wait_for(lambda: not node_ready(env.core, victim), 90, f"{victim} NotReady")
-    wait_recreated(env, name, lost, victim)
-    env.wait_end(name, 300)
-    for t in lost:  # the lost tasks really ran again (a new epoch), on another node
-        assert env.status(name, t).get("epoch", 0) > catch.epochs[t], t
-    n = exact_output(env, name, reference)
-    # the node boots again (its containers gone): the runs after this one have three nodes
-    result = CliRunner().invoke(app, ["nodes", "revive", victim, "--kubeconfig", env.cluster])
-    assert result.exit_code == 0, result.output
-    wait_for(lambda: node_ready(env.core, victim), 120, f"{victim} Ready again")
+    try:
+        wait_for(lambda: all(process_gone(p) for p in pids), 10, f"{victim}'s containers gone")
+        assert not env.status(name, "sink-0").get("eos"), "the node was killed after the end"
+        bound = caught_up_within_bound(env, name, catch, failure)
+        wait_for(lambda: not node_ready(env.core, victim), 90, f"{victim} NotReady")
+        wait_recreated(env, name, lost, victim)
+        env.wait_end(name, 300)
+        for t in lost:  # the lost tasks really ran again (a new epoch), on another node
+            assert env.status(name, t).get("epoch", 0) > catch.epochs[t], t
+        n = exact_output(env, name, reference)
+    finally:  # the node boots again (its containers gone): the runs after this have three
+        env.delete(name)
+        result = CliRunner().invoke(app, ["nodes", "revive", victim, "--kubeconfig", env.cluster])
+        assert result.exit_code == 0, result.output
+        wait_for(lambda: node_ready(env.core, victim), 120, f"{victim} Ready again")
     took = ", ".join(f"{t} {s:.2f}s" for t, s in catch.since(failure).items())
     print(
         f"killed {victim} with {lost}: caught up after {took} (R {bound:g}s; steady lags "

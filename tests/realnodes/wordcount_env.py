@@ -325,7 +325,10 @@ def caught_up_within_bound(env: Env, name: str, catch: CatchUp, failure: float) 
     catch.watch(failure + bound + 30.0)
     took = catch.since(failure)
     times = ", ".join(f"{t} {s:.2f} s" for t, s in sorted(took.items(), key=lambda x: x[1]))
-    assert len(took) == len(catch.lost), f"{name}: {catch.late()} (caught up: {times})"
+    assert len(took) == len(catch.lost), (
+        f"{name}: {bound + 30:g} s after the failure (R = {bound:g} s + 30 s), "
+        f"{catch.late()} (caught up: {times or 'none'})"
+    )
     worst = max(took.values())
     assert worst <= bound, (
         f"{name}: a lost task caught up {worst:.2f} s after the failure, over the "
