@@ -12,16 +12,14 @@ The images are built here as the real-node tests build them (cached: seconds; co
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import tomllib
 from pathlib import Path
 
 import pytest
 from packaging.utils import canonicalize_name
 
-from backstop_testkit.support.realnodes import CACHE, require_root
+from backstop_testkit.support.realnodes import CACHE, build_image, require_root
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = {  # image -> (its lock, what it installs besides the lock)
@@ -39,23 +37,10 @@ def lock_pins(path: str) -> dict[str, str]:
     return {canonicalize_name(name): version for name, version in found}
 
 
-def build(image: str) -> None:
-    env = {**os.environ, "IMAGES": image, "K8S_RUN_DIR": str(CACHE / "no-cluster")}
-    proc = subprocess.run(
-        ["bash", str(ROOT / "hack" / "images.sh")],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, f"IMAGES={image} hack/images.sh:\n{proc.stderr[-4000:]}"
-
-
 @pytest.mark.parametrize("image", sorted(IMAGES))
 def test_the_sbom_lists_the_image_packages_at_the_lock_versions(image: str) -> None:
     require_root()
-    build(image)
+    build_image(image)
     sbom = CACHE / "images" / "sbom"
     built = (CACHE / "images" / "load" / f"{image}.id").read_text()
     assert (sbom / f"{image}.id").read_text() == built, "the SBOM is of the image just built"

@@ -162,18 +162,26 @@ def real_node_pool(
             real_node(run_dir, "down", name, env=env)
 
 
-def build_runtime_image() -> Path:
-    """``IMAGES=runtime hack/images.sh`` (cached: seconds); a folder with only its archive."""
-    env = {**os.environ, "IMAGES": "runtime", "K8S_RUN_DIR": str(CACHE / "no-cluster")}
+def build_image(image: str) -> None:
+    """``IMAGES=<image> hack/images.sh`` into ``$BACKSTOP_CACHE/images`` (cached: seconds),
+    with no cluster to load it into."""
+    env = {**os.environ, "IMAGES": image, "K8S_RUN_DIR": str(CACHE / "no-cluster")}
     proc = subprocess.run(
         ["bash", str(ROOT / "hack" / "images.sh")],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1200,
         env=env,
         check=False,
     )
-    assert proc.returncode == 0, f"hack/images.sh:\n{proc.stdout}{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, (
+        f"IMAGES={image} hack/images.sh:\n{proc.stdout}{proc.stderr[-4000:]}"
+    )
+
+
+def build_runtime_image() -> Path:
+    """The runtime image (:func:`build_image`); a folder with only its archive."""
+    build_image("runtime")
     only = Path(tempfile.mkdtemp(prefix="backstop-runtime-image-"))
     for name in ("runtime.tar", "runtime.id"):
         (only / name).symlink_to(CACHE / "images" / "load" / name)
