@@ -17,7 +17,8 @@ pods on the other nodes, where they restore their checkpoints and replay. Each l
 must be caught up with its input again (a new store epoch, a round past its restored one, its
 lag within its steady median plus 0.5 s) within the topology's ``recoveryLatencyBound``,
 counted from the moment the node's first container process is gone; the input flows on
-(``BOUND_RATE``) for longer than that bound after the kill, so a late catch-up shows.
+(``BOUND_RATE``, the kill at round ``BOUND_ROUNDS`` and a few) for longer than that bound
+after the kill, so a late catch-up shows and is never hidden by the end of the input.
 The sink's output (the set of lines) must be the same in both runs and equal to the counts
 this test computes from the input itself (``tests/runtime_data.expected_counts``: a plain
 Counter, lowercase words split on non-letters, 10-second tumbling event-time windows).
@@ -55,6 +56,7 @@ from backstop_testkit.support.realnodes import (
 from backstop_testkit.support.runtime_data import counts_of, expected_counts, write_input
 from tests.realnodes.wordcount_env import (
     BOUND_RATE,
+    BOUND_ROUNDS,
     KILL_RATE,
     PER_FILE,
     REF_RATE,
@@ -88,7 +90,7 @@ def test_killing_a_real_node_mid_stream_changes_no_output_line(
     name = "wc-kill"
     t0 = time.monotonic()
     env.create(name, BOUND_RATE)
-    pods = under_way(env, name)
+    pods = under_way(env, name, rounds=BOUND_ROUNDS)
     victim, lost, spread = busiest(pods)
     assert spread > 1, f"every task on {victim}: nothing survived the kill"
     catch = watch_lost(env, name, [p.metadata.labels[f"{GROUP}/task"] for p in pods], lost)

@@ -71,6 +71,17 @@ def test_the_watch_records_when_each_lost_task_was_back_and_names_the_late_ones(
     )
 
 
+def test_a_new_copy_that_came_to_the_end_of_its_input_lagging_is_named_so() -> None:
+    ended = {"epoch": 2, "round": 60, "lag": 0.92, "eos": True}  # the run's last round
+    status = Script(a=[{"epoch": 1, "round": 44, "lag": 0.3}, {"epoch": 2, "round": 40}, ended])
+    catch = CatchUp(status, ["a"], {"a": 0.3})
+    assert not catch.watch(time.time() + 0.1, interval=0.01)
+    assert catch.late() == (
+        "no new copy of none, new copies not caught up: a (round 60 from 40, lag 0.92 s, "
+        "steady 0.30 s, at the end of its input: its lag stays as it was)"
+    )
+
+
 def test_the_steady_lag_is_the_median_of_the_samples() -> None:
     lags = [0.3, 9.0, 0.1, 0.2, 0.4, 7.0]  # five read, one an outlier: a slow round
     status = Script(a=[{"lag": x} for x in lags], b=[{}])

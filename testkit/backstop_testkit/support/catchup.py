@@ -93,7 +93,9 @@ class CatchUp:
 
     def late(self) -> str:
         """The tasks not back: those with no new copy yet, and new copies not caught up
-        (each with its round, from the restored one, and its lag against its steady one)."""
+        (each with its round, from the restored one, and its lag against its steady one;
+        named when the copy came to the end of its input first, so a test's input that ends
+        too soon after the kill shows as such)."""
         late = [t for t in self.lost if t not in self.back]
         fresh = [t for t in late if t in self.first]
         return (
@@ -105,7 +107,8 @@ class CatchUp:
         s = self.last.get(task, {})
         return (
             f"{task} (round {s.get('round')} from {self.first[task]}, lag "
-            f"{float(s.get('lag') or 0.0):.2f} s, steady {self.steady.get(task, 0.0):.2f} s)"
+            f"{float(s.get('lag') or 0.0):.2f} s, steady {self.steady.get(task, 0.0):.2f} s"
+            f"{', at the end of its input: its lag stays as it was' if s.get('eos') else ''})"
         )
 
 
