@@ -72,6 +72,12 @@ class _Cluster:
             None if net_capacity is None else {h: float(net_capacity.get(h, 0.0)) for h in spare}
         )
         self.p = host_failure_prob
+        self.rank = _hops_to_output(graph)
+
+    def tie(self, v: int) -> tuple[int, int]:
+        """Between tasks of equal importance, the nearer to an output first: a lost
+        output stops its query's output at once (see :func:`_hops_to_output`)."""
+        return self.rank[v], v
 
     def fits_somewhere(self, v: int) -> bool:
         w = self.graph.weight[v]
@@ -181,6 +187,35 @@ class _Cluster:
             crash_availability=crash,
             baseline_crash_availability=base_crash,
         )
+
+
+def _hops_to_output(graph: TaskGraph) -> list[int]:
+    """Edges from each task to the nearest output (an output: 0; none reachable: ``V``).
+
+    The tie-break of every selection: with one query every task's QOD is 1, and with
+    equal weights every LU (``1 - w / max w``) is 0, so importance ranks nothing and task
+    ids decided, sources first and the sink last; with room for some replicas only, the
+    sink, whose loss stops the output at once, went without.
+
+    >>> g = TaskGraph.build(["s", "a", "q"], [("s", "a"), ("a", "q")],
+    ...     latency={"s": 1, "a": 1, "q": 1})
+    >>> _hops_to_output(g)
+    [2, 1, 0]
+    """
+    n = len(graph)
+    hops = [n] * n
+    frontier = sorted(graph.outputs)
+    for v in frontier:
+        hops[v] = 0
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for u in graph.preds[v]:
+                if hops[u] > hops[v] + 1:
+                    hops[u] = hops[v] + 1
+                    nxt.append(u)
+        frontier = nxt
+    return hops
 
 
 def _knapsack(values: list[float], weights: list[float], budget: float) -> list[int]:

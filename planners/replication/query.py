@@ -148,8 +148,9 @@ def replicate_query_fill(
     Examples
     --------
     Queries ``a`` (``s → a``) and ``b`` (``t → b``), 1 core to spend. LU rates
-    ``a`` highest, so the operator-level sort-and-fill takes ``a`` and ``t`` and
-    leaves both queries with an unreplicated operator; the query-level selection
+    ``a`` highest, so the operator-level sort-and-fill takes ``a`` and ``b`` (``t`` and
+    ``b`` tie: the output first) and leaves both queries with an unreplicated operator;
+    the query-level selection
     replicates query ``b`` whole (mean LU 0.5 against 0.4):
 
     >>> g = TaskGraph.build(["s", "a", "t", "b"], [("s", "a"), ("t", "b")],
@@ -160,7 +161,7 @@ def replicate_query_fill(
     ['b', 't']
     >>> from planners.replication.select import replicate_sort_fill
     >>> sorted(replicate_sort_fill(*args, budget=1.0, strategy="lu").replicas)
-    ['a', 't']
+    ['a', 'b']
 
     References
     ----------

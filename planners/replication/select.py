@@ -78,7 +78,8 @@ def replicate_sort_fill(
     """The seed's simple operator selection: sort by importance, fill the spare resources.
 
     Operators are sorted by decreasing importance (``strategy``; ``random``
-    gives the seed's random selection, a uniformly random order) and selected
+    gives the seed's random selection, a uniformly random order; ties: the nearer
+    to an output first, the seed leaves them open) and selected
     while the next one fits in what is left of ``load_rem`` (``budget``); with
     ``level > 1`` the pass repeats, raising each selected operator's
     replication level by one per pass (the seed's procedure 1, Section 3.2.1).
@@ -164,7 +165,7 @@ def replicate_sort_fill(
         net_capacity,
         host_failure_prob,
     )
-    order = sorted(cl.primary, key=lambda v: (-imp[graph.tasks[v]], v))
+    order = sorted(cl.primary, key=lambda v: (-imp[graph.tasks[v]], cl.tie(v)))
     chosen: list[int] = []
     used = 0.0
     for _ in range(level):
@@ -173,7 +174,7 @@ def replicate_sort_fill(
             if cl.fits_somewhere(v) and used + w <= cl.limit + _EPS:
                 chosen.append(v)
                 used += w
-    chosen.sort(key=lambda v: (-imp[graph.tasks[v]], v))
+    chosen.sort(key=lambda v: (-imp[graph.tasks[v]], cl.tie(v)))
     placed, missed, _, _ = cl.place_colored(chosen, max_colors)
     return cl.plan(strategy, "sort-fill", imp, placed, missed)
 
@@ -238,7 +239,9 @@ def replicate_knapsack(
     QOD·LU sort as an approximation; here the knapsack is solved exactly
     (ortools). The replicas are placed by colored bin packing (hosts with the
     most spare CPU first by default); whatever budget is left is spent on
-    further replicas by decreasing importance, level by level up to ``level``.
+    further replicas by decreasing importance (ties: the nearer to an output
+    first, so with one query and equal weights, where every task's value is 0, the
+    sink comes first), level by level up to ``level``.
 
     Parameters
     ----------
@@ -300,12 +303,12 @@ def replicate_knapsack(
     values = [imp[graph.tasks[v]] for v in cands]
     weights = [graph.weight[v] for v in cands]
     chosen = [cands[i] for i in _knapsack(values, weights, cl.limit)]
-    order = sorted(chosen, key=lambda v: (-imp[graph.tasks[v]], -graph.weight[v], v))
+    order = sorted(chosen, key=lambda v: (-imp[graph.tasks[v]], -graph.weight[v], cl.tie(v)))
     placed, missed, rem, net_left = cl.place_colored(order, max_colors)
     # spend what is left of the budget, most important first, level by level
     rest = sorted(
         (v for v in cands if v not in missed),
-        key=lambda v: (-imp[graph.tasks[v]], graph.weight[v], v),
+        key=lambda v: (-imp[graph.tasks[v]], graph.weight[v], cl.tie(v)),
     )
     _fill_levels(graph, cl, rest, placed, rem, net_left, level)
     return cl.plan(strategy, "knapsack", imp, placed, missed)

@@ -199,6 +199,18 @@ class Env:
         )
         self.uids[doc["metadata"]["name"]] = created["metadata"]["uid"]
 
+    def save_logs(self, name: str, folder: Path) -> Path:
+        """Every pod's log of ``name`` that the API server still serves (a killed node's
+        pods are gone with it), one file per pod under ``folder``, for a failure's story."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for p in self.pods(name):
+            try:
+                text = self.core.read_namespaced_pod_log(p.metadata.name, self.namespace)
+            except ApiException as err:
+                text = f"(no log: {err.status} {err.reason})"
+            (folder / f"{p.metadata.name}.log").write_text(text)
+        return folder
+
     def settled(self, timeout: float = 150.0) -> None:
         """Wait until no pod of an earlier, deleted run is still being deleted. Its pods hold
         their CPU on their nodes (for the scheduler and the operator's capacity ledger alike)

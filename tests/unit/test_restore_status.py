@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from backstop.controller.restore import apply_step, next_action, restore_record
-from backstop.domain.status import PlanStatus, RestoreStatus, derive_conditions
+from backstop.controller.restore import apply_step, next_action, restore_record, settling
+from backstop.domain.status import PlanStatus, RecoveryStatus, RestoreStatus, derive_conditions
 from planners import TaskGraph
 from planners.evaluate import worst_node_failure
 from planners.placement import Node
@@ -99,3 +99,15 @@ def test_after_a_restore_the_last_recovery_reads_as_history_next_to_the_current_
     assert {c["type"]: c for c in derive_conditions(1, idle, [])}["Recovering"]["message"] == (
         "nothing to recover"
     )
+
+
+def test_no_restore_starts_while_the_last_recovery_may_still_be_catching_up() -> None:
+    """The bound is broken after a recovery, but its tasks are owed R from the failure:
+    a restore that moved a task they replay from would delay them, so none starts before."""
+    broken = PlanStatus.model_validate({"boundSatisfied": False})
+    rec = RecoveryStatus(lost_history={"n1": 1000.0})
+    for now, expected in [(1000.0, "none"), (1033.9, "none"), (1034.0, "plan")]:
+        calm = settling(rec, 34.0, now)
+        assert next_action(broken, RestoreStatus(), 1, settling=calm) == expected, now
+    running = RestoreStatus.model_validate({"active": True, "generation": 1, "steps": [{}]})
+    assert next_action(broken, running, 1, settling=True) == "issue", "a running one goes on"

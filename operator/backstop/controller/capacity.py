@@ -116,18 +116,33 @@ def task_profile(model: StreamTopologySpec) -> tuple[float, float]:
 
 
 def step_capacity(
-    booking: Booking,
+    booking: Reading,
     nodes: Mapping[str, NodeInfo],
     usable: Iterable[str],
     model: StreamTopologySpec,
     *,
     cap: float,
 ) -> dict[str, float]:
-    """CPU a recovery or drain step may fill per usable node (every pod counted, own too)."""
+    """CPU a recovery or drain step may fill per usable node (every pod counted, own too);
+    read inside the booking the step reserves in, or outside it only to look."""
     alloc = allocatable(nodes, usable)
     cpu, memory = task_profile(model)
     free = booking.free(alloc)
     return planner_cpu(alloc, free, task_cpu=cpu, task_memory=memory, cap=cap)
+
+
+def capacity_grew(before: Mapping[str, float] | None, now: Mapping[str, float]) -> bool:
+    """Whether some node has more free CPU in ``now`` than in ``before`` (a node missing
+    from ``before`` had none); with ``before`` unknown (``None``), yes.
+
+    >>> capacity_grew({"a": 0.2}, {"a": 0.2, "b": 0.0}), capacity_grew({"a": 0.2}, {"a": 0.4})
+    (False, True)
+    >>> capacity_grew(None, {}), capacity_grew({"a": 0.4}, {"a": 0.2, "b": 0.2})
+    (True, True)
+    """
+    if before is None:
+        return True
+    return any(c > before.get(n, 0.0) + 1e-6 for n, c in now.items())
 
 
 def plan_nodes(

@@ -74,6 +74,13 @@ class TopologyMemo:
     counts them lost at once (:mod:`backstop.controller.dataplane`)."""
     dataplane_told: dict[str, float] = field(default_factory=dict)
     """When a node's last false suspicion was logged (epoch seconds)."""
+    recovery_free: dict[str, float] | None = None
+    """The free CPU per usable node that the recovery decision last planned on, while a
+    session waits for capacity: a tick that sees more tries again at once
+    (:func:`~backstop.controller.supervisor.recovery_tick`)."""
+    replicas_looked: dict[str, float] | None = None
+    """The free CPU per usable node when missing replicas were last looked for
+    (:func:`~backstop.controller.replicas.replica_tick`): looked for again when it changes."""
     steady: tuple[Any, float] | None = None
     """The inputs (:attr:`~backstop.controller.tick.Tick.inputs`) of the last whole round
     that found everything settled, and when (``time.monotonic``): a round on the same

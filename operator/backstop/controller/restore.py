@@ -15,6 +15,10 @@ write-ahead log as everything else:
 3. the next step is issued only once the previous one runs where it was put;
 4. after the last, ``BoundRestored``.
 
+Nothing starts moving before the bound R has passed since the last node loss
+(:func:`settling`): the recovered tasks are still catching up then, and a moved task
+they replay from would make them wait on it again.
+
 A restarted operator resumes from ``status.restore``, and the RecoveryPlan of the
 step in progress is derived from it on every tick (:func:`restore_recoveryplan`), so
 a crash between the status write and the RecoveryPlan loses nothing. Decisions are
@@ -39,6 +43,7 @@ from backstop.domain.recovery import plan_with_worst
 from backstop.domain.spec import ApplyMode
 from backstop.domain.status import (
     PlanStatus,
+    RecoveryStatus,
     RestoreStatus,
     RestoreStepRecord,
     with_changes,
@@ -91,6 +96,7 @@ def next_action(
     generation: int,
     *,
     consolidate: bool = False,
+    settling: bool = False,
 ) -> str:
     """What the restore does next, from the recorded facts alone.
 
@@ -98,7 +104,8 @@ def next_action(
     ``"issue"`` (the next step), ``"finish"`` (every step has landed),
     ``"plan"`` (the bound is broken and no restore runs), ``"consolidate"``
     (the bound holds and ``consolidate`` allows looking for fewer nodes), or
-    ``"none"``. The caller issues or finishes only once the previous step's
+    ``"none"`` (also while the last recovery's tasks are ``settling``: see
+    :func:`settling`). The caller issues or finishes only once the previous step's
     pods run.
 
     Examples
@@ -115,14 +122,36 @@ def next_action(
     'supersede'
     >>> next_action(P({"boundSatisfied": True}), R({}), 1, consolidate=True)
     'consolidate'
+    >>> next_action(P({"boundSatisfied": False}), R({}), 1, settling=True)
+    'none'
     """
     if restore.active:
         if restore.generation != generation:
             return "supersede"
         return "issue" if restore.issued < len(restore.steps) else "finish"
+    if settling:
+        return "none"
     if plan.bound_satisfied is False:
         return "plan"
     return "consolidate" if consolidate else "none"
+
+
+def settling(recovery: RecoveryStatus | None, bound: float, now: float) -> bool:
+    """Whether the tasks of the last recovery may still be catching up: less than the
+    bound R has passed since its newest node loss.
+
+    A restore or consolidation moves running tasks, and each one moved restarts from its
+    checkpoint and replays. Moving a task that recovered tasks read from while they
+    catch up makes them wait on it again; the bound promises every lost task back
+    within R of the failure, so nothing starts moving before R has passed.
+
+    >>> rec = RecoveryStatus(lost_history={"n1": 100.0, "n2": 110.0})
+    >>> settling(rec, 34.0, 143.9), settling(rec, 34.0, 144.0), settling(None, 34.0, 0.0)
+    (True, False, False)
+    """
+    if recovery is None or not recovery.lost_history:
+        return False
+    return now - max(recovery.lost_history.values()) < bound
 
 
 def restore_record(
@@ -214,7 +243,8 @@ def restore_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None = 
         return False
     policy = t.model.reoptimization
     consolidate = policy is not None and policy.apply is ApplyMode.auto
-    action = next_action(plan, rst, t.generation, consolidate=consolidate)
+    calm = settling(t.status.recovery, t.model.recovery_latency_bound, now)
+    action = next_action(plan, rst, t.generation, consolidate=consolidate, settling=calm)
     if action == "supersede":
         update = {"active": False, "phase": "Superseded"}
         done = rst.model_copy(update={**update, "message": "a new plan replaced this restore"})

@@ -27,10 +27,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from backstop.controller import faults
-from backstop.controller.capacity import owner_key, step_capacity
+from backstop.controller.capacity import capacity_grew, owner_key, step_capacity
 from backstop.controller.drain import drain_tick
 from backstop.controller.lifecycle import held_tasks, rolling, rollout_tick, suspend_tick
 from backstop.controller.lostpods import lost_tick
+from backstop.controller.replicas import replica_tick
 from backstop.controller.restore import next_action, restore_recoveryplan, restore_tick
 from backstop.controller.tick import (
     Tick,
@@ -59,7 +60,7 @@ from backstop.domain.status import (
     with_changes,
 )
 from backstop.k8s.apierrors import PodRefused, refusal_record
-from backstop.k8s.ledger import manifest_holds
+from backstop.k8s.ledger import Reading, manifest_holds
 from backstop.k8s.manifests import build_recoveryplan, replica_name
 from backstop.k8s.sessionmap import build_session_configmap
 from planners.recovery import failed_queries
@@ -97,8 +98,13 @@ def recovery_tick(t: Tick, indexed: list[Mapping[str, Any]], now: float | None =
     t.metrics.observe_decision(*_labels(t), before, decision, t.nodes, grace, now)
     for n in decision.notices:
         t.emit(n.reason, n.message, n.warning)
+    rec = decision.status.recovery
     if decision.issued is not None:
         _log_step(t, decision.issued, now, clock)
+    elif rec is not None and rec.failed:  # what it waits for, in the log as in the status
+        free = ", ".join(f"{n} {c:g}" for n, c in sorted((t.memory.recovery_free or {}).items()))
+        log.info("recovery of %s/%s (%s): %s wait for capacity; free CPU under the cap: %s",
+                 *_labels(t), decision.trigger, ", ".join(rec.failed), free or "none")  # fmt: skip
     return True
 
 
@@ -144,10 +150,12 @@ def _decide(t: Tick, now: float) -> recovery.Decision | None:
     def no_capacity(usable: Sequence[str]) -> dict[str, float]:
         raise _NeedsCapacity
 
+    freed = _freed(t)
     try:
         quick = recovery.decide(
-            t.status, t.model, t.graph, t.nodes, now, no_capacity, generation=t.generation
-        )
+            t.status, t.model, t.graph, t.nodes, now, no_capacity, generation=t.generation,
+            freed=freed,
+        )  # fmt: skip
     except _NeedsCapacity:
         pass
     else:
@@ -157,15 +165,34 @@ def _decide(t: Tick, now: float) -> recovery.Decision | None:
     with t.ledger.booking(urgent=True) as booking:
 
         def capacity(usable: Sequence[str]) -> dict[str, float]:
-            return step_capacity(booking, t.nodes, usable, t.model, cap=cap)
+            free = t.memory.recovery_free = step_capacity(
+                booking, t.nodes, usable, t.model, cap=cap
+            )
+            return free
 
         decision = recovery.decide(
-            t.status, t.model, t.graph, t.nodes, now, capacity, generation=t.generation
-        )
+            t.status, t.model, t.graph, t.nodes, now, capacity, generation=t.generation,
+            freed=freed,
+        )  # fmt: skip
         if decision is not None and decision.issued is not None and t.status.plan is not None:
             assignment = decision.status.plan_or_empty.assignment or {}
             reserve_tasks(booking, t, t.status.plan, assignment, decision.issued.recover)
     return decision
+
+
+def _freed(t: Tick) -> bool:
+    """Whether a session waiting for capacity has more of it on its usable nodes than it
+    last planned on (the ledger read without a booking), another topology's pods gone,
+    say: it then tries again on this tick, not only every
+    :data:`~backstop.domain.recovery.RETRY_SECONDS`."""
+    rec = t.status.recovery
+    if rec is None or not rec.active:
+        t.memory.recovery_free = None
+        return False
+    usable = [n for n in recovery.usable_nodes(t.model, t.nodes) if n not in rec.lost]
+    cap = t.model.recovery.utilization_cap
+    free = step_capacity(Reading(t.ledger), t.nodes, usable, t.model, cap=cap)
+    return capacity_grew(t.memory.recovery_free, free)
 
 
 def _fingerprint(obj: Any) -> str:
@@ -371,7 +398,7 @@ def supervise_once(t: Tick, pods: Pods) -> tuple[int, int]:
     if not recovered and not t.fallback:
         acted = lost_tick(t, indexed) or rollout_tick(t, indexed)
         if not acted and not rolling(t):  # a rollout first, then drains and restores
-            _ = drain_tick(t, indexed) or restore_tick(t, indexed)
+            _ = drain_tick(t, indexed) or restore_tick(t, indexed) or replica_tick(t)
     ensure_session_objects(t)
     deleted, created, waiting = converge(t, pods(), force_nodes=dead_nodes(t))
     mark_applied(t, pods())

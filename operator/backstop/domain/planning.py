@@ -21,7 +21,7 @@ from planners import Infeasible, TaskGraph
 from planners.evaluate import check_plan, node_failure_latency, tasks_by_node
 from planners.migration import place_min_migration
 from planners.placement import Node, NodePool, Placement
-from planners.replication import select_replicas
+from planners.replication import check_replication, select_replicas
 
 
 @dataclass(frozen=True)
@@ -135,17 +135,58 @@ def plan_replicas(
     for t, n in assignment.items():
         used[n] = used.get(n, 0.0) + graph.weight[graph.index(t)]
     spare = {n.name: max(0.0, n.cpu - used.get(n.name, 0.0)) for n in nodes}
+    budget = cpu_cores(model.replication.spare_cpu)
     rep = select_replicas(
         graph,
         assignment,
         spare,
-        budget=cpu_cores(model.replication.spare_cpu),
+        budget=budget,
         strategy=model.replication.strategy,
         # with a crash probability, pick the selection its availability model rates best
         selection="knapsack" if model.replication.host_failure_prob is None else "best",
         host_failure_prob=model.replication.host_failure_prob,
     )
+    problems = check_replication(graph, assignment, spare, rep, budget=budget)
+    if problems:  # the planners promise this never happens; refuse to act on it
+        raise RuntimeError("replica planner returned an invalid plan: " + problems[0])
     return dict(rep.replicas), rep.availability
+
+
+def more_replicas(
+    model: StreamTopologySpec,
+    graph: TaskGraph,
+    assignment: Mapping[str, str],
+    replicas: Mapping[str, Sequence[str]],
+    free: Mapping[str, float],
+) -> dict[str, tuple[str, ...]]:
+    """Replicas for the tasks that have none, on CPU free now (``free``: every pod counted,
+    this topology's own too), within what ``spec.replication.spareCpu`` leaves after the
+    replicas there are: the reconcile chose them on the spare CPU of its moment, which
+    other pods (a deleted topology's, still terminating) may have held. The same selection
+    as :func:`plan_replicas`, checked the same way.
+    """
+    if model.replication is None:
+        return {}
+    known = {t: ns for t, ns in replicas.items() if t in graph._index and ns}
+    spent = sum(graph.weight[graph.index(t)] * len(ns) for t, ns in known.items())
+    budget = cpu_cores(model.replication.spare_cpu) - spent
+    bare = {t: n for t, n in assignment.items() if t in graph._index and t not in known}
+    if budget <= 1e-9 or not bare:
+        return {}
+    spare = {n: max(0.0, c) for n, c in free.items()}
+    rep = select_replicas(
+        graph,
+        bare,
+        spare,
+        budget=budget,
+        strategy=model.replication.strategy,
+        selection="knapsack" if model.replication.host_failure_prob is None else "best",
+        host_failure_prob=model.replication.host_failure_prob,
+    )
+    problems = check_replication(graph, bare, spare, rep, budget=budget)
+    if problems:  # the planners promise this never happens; refuse to act on it
+        raise RuntimeError("replica planner returned an invalid plan: " + problems[0])
+    return dict(rep.replicas)
 
 
 def per_node_worst(

@@ -40,7 +40,8 @@ from planners import PlannerError, TaskGraph
 from planners.recovery import NodesLost, RecoverySession, RecoveryStep, fill_leftover, node_load
 
 RETRY_SECONDS = 10.0
-"""While tasks stay failed, re-plan at least this often (capacity may free up)."""
+"""While tasks stay failed, re-plan at least this often, and at once when the controller
+sees usable capacity grow (``decide(freed=True)``)."""
 RECOVERY_TIME_LIMIT = 1.0
 """Planner budget per step: a plan must be out within ~2 s of its trigger."""
 
@@ -97,21 +98,20 @@ def usable_nodes(spec: StreamTopologySpec, nodes: Mapping[str, NodeInfo]) -> lis
 
 def _trigger(
     rec: RecoveryStatus,
-    newly: set[str],
-    back: set[str],
-    ready: list[str],
-    dropped: bool,
+    seen: Observed,
+    nodes: Mapping[str, NodeInfo],
     now: float,
+    freed: bool = False,
 ) -> Trigger | None:
-    if newly:
-        return "NodeLost"
-    if back:
+    if seen.newly:  # all confirmed on the data plane: lost before their Ready condition says so
+        return "DataPlane" if all(_confirmed(nodes, n) for n in seen.newly) else "NodeLost"
+    if seen.back:
         return "NodeBack"
-    if dropped:
+    if seen.dropped:
         return "SpecChanged"
-    if rec.active and set(ready) - set(rec.seen_ready):
+    if rec.active and set(seen.ready) - set(rec.seen_ready):
         return "NodeReady"
-    if rec.active and now - rec.last_attempt >= RETRY_SECONDS:
+    if rec.active and (freed or now - rec.last_attempt >= RETRY_SECONDS):
         return "Retry"
     return None
 
@@ -250,22 +250,23 @@ def decide(
     capacity: Capacity,
     *,
     generation: int,
+    freed: bool = False,
 ) -> Decision | None:
     """Advance the recovery session by at most one step; ``None`` when nothing happened.
 
     Pure: the same status, spec, nodes, time and capacity give the same Decision.
     A planner error (e.g. an algorithm an older CRD let through) is recorded in
-    ``status.recovery.message`` and retried, never raised.
+    ``status.recovery.message`` and retried, never raised. ``freed``: the usable nodes
+    have more free capacity than when the session last tried, so a session waiting for
+    capacity tries again now (``Retry``), not :data:`RETRY_SECONDS` after its last try.
     """
     plan, prev = status.plan, status.recovery_or_empty
     seen = observe(status, spec, graph, nodes, now)
     if plan is None or seen is None or not plan.recorded_for(generation):
         return None  # the reconcile handler has not recorded a plan for this spec yet
-    trigger = _trigger(prev, seen.newly, seen.back, seen.ready, bool(seen.dropped), now)
+    trigger = _trigger(prev, seen, nodes, now, freed)
     if trigger is None:
         return None
-    if trigger == "NodeLost" and all(_confirmed(nodes, n) for n in seen.newly):
-        trigger = "DataPlane"
     rec = prev
     if seen.newly and not prev.active:
         rec = RecoveryStatus(session=f"s{int(now)}", started_at=epoch_rfc3339(now), lost=prev.lost)
