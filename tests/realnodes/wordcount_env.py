@@ -155,9 +155,11 @@ class Env:
         inp: str | None = None,
         placement: Placement | None = None,
         replication: str | None = None,
+        batch: int = 50,
     ) -> None:
         """Create the word count ``name`` (400m CPU per task on the pool's nodes, unless
-        ``placement`` says otherwise; active replicas on ``replication`` spare CPU)."""
+        ``placement`` says otherwise; active replicas on ``replication`` spare CPU; source
+        rounds of ``batch`` records)."""
         where = placement or Placement({POOL: self.nodes[0]})
         doc = yaml.safe_load(WORDCOUNT.read_text())
         doc["metadata"] = {"name": name}
@@ -182,7 +184,7 @@ class Env:
                     path=inp or f"{self.bucket}/input",
                     bounded=True,
                     maxRecordsPerSecond=rate,
-                    maxRecordsPerBatch=50,
+                    maxRecordsPerBatch=batch,
                 )
             if op["name"] == "sink":
                 op["config"]["path"] = self.output(name)
