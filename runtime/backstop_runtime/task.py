@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import os
 import time
 from typing import Any
@@ -67,6 +68,27 @@ MAX_RECORDS_PER_BATCH = 4000
 ``BACKSTOP_BATCH_INTERVAL`` too, so this bounds only a round read from a backlog (a bounded
 input, a restart's catch-up): there a round's fixed costs (its frames, log entry and
 barrier) are spread over this many records, and a round stays a small unit of replay."""
+
+
+def until_paced(period: float, now: float) -> float:
+    """Seconds a paced source (``config.maxRecordsPerSecond``) waits after a full round of
+    ``period`` seconds' worth of records: until the next multiple of ``period`` on the
+    wall clock, not ``period`` from now.
+
+    A downstream round waits for every source's batch of that round, so its lag is the
+    spread of the sources' cut times. Sources paced from when each started stay apart by
+    whatever separated their starts, and one restarted after a node loss comes back out
+    of phase for good: its consumers then lag by up to a whole period more than before the
+    loss. On the shared clock every source cuts at the same moments, whenever it started
+    (one round per period at most: the rate holds).
+
+    >>> until_paced(1.25, 100.0), until_paced(1.25, 100.5), until_paced(1.25, 101.25)
+    (1.25, 0.75, 1.25)
+    """
+    if period <= 0:
+        return 0.0
+    wait = (math.floor(now / period) + 1) * period - now
+    return wait + period if wait < 1e-6 else wait  # on a grid point: the next one
 
 
 class Task:
@@ -327,8 +349,8 @@ class Task:
                     await asyncio.sleep(0)  # behind another source's rounds: catch up
                 else:
                     await asyncio.sleep(self.cfg.batch_interval)  # no backlog: pace the batches
-            elif self.rate:
-                await asyncio.sleep(n / self.rate)  # config.maxRecordsPerSecond
+            elif self.rate:  # config.maxRecordsPerSecond, on the clock every source shares
+                await asyncio.sleep(until_paced(n / self.rate, time.time()))
         await asyncio.Event().wait()  # keep serving replays
 
     async def _process_loop(self) -> None:

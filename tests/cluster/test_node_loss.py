@@ -410,9 +410,14 @@ def test_a_drain_that_cannot_keep_the_bound_says_so(env: Env, pool: Pool) -> Non
         assert _min_available(env, name) == len(before)
         lowered = len(before) - len(on_victim)
         wait_for(lambda: _min_available(env, name) == lowered, 60, "the budget lowered")
-        assert any(
-            e.reason == "DrainReleased" and e.involved_object.name == name
-            for e in env.core.list_namespaced_event(env.namespace).items
+        # the Event follows the budget's write: read until it is there (not once, at once)
+        wait_for(
+            lambda: any(
+                e.reason == "DrainReleased" and e.involved_object.name == name
+                for e in env.core.list_namespaced_event(env.namespace).items
+            ),
+            10,
+            "a DrainReleased Event",
         )
     finally:
         pool.sim.core.patch_node(victim, {"spec": {"unschedulable": False}})

@@ -193,9 +193,7 @@ class Env:
         self.submit(doc)
 
     def submit(self, doc: dict[str, Any]) -> None:
-        """Create the StreamTopology ``doc`` in the namespace (its uid kept: its state's key),
-        once the pods of the runs before it are gone (:meth:`settled`)."""
-        self.settled()
+        """Create the StreamTopology ``doc`` in the namespace (its uid kept: its state's key)."""
         created = self.custom.create_namespaced_custom_object(
             GROUP, VERSION, self.namespace, "streamtopologies", doc
         )
@@ -214,7 +212,8 @@ class Env:
         return folder
 
     def settled(self, timeout: float = 150.0) -> None:
-        """Wait until no pod of an earlier, deleted run is still being deleted. Its pods hold
+        """Wait until no pod of an earlier, deleted run is still being deleted (the bound
+        tests do, before they create their run). Its pods hold
         their CPU on their nodes (for the scheduler and the operator's capacity ledger alike)
         until the API server removes them, and the kubelets here (v1.20) remove a stopped
         pod only after their container garbage collection, once a minute: a node killed
