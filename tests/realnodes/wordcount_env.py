@@ -212,16 +212,16 @@ class Env:
         return folder
 
     def settled(self, timeout: float = 150.0) -> None:
-        """Wait until no pod of an earlier, deleted run is still being deleted (the bound
-        tests do, before they create their run). Its pods hold
-        their CPU on their nodes (for the scheduler and the operator's capacity ledger alike)
-        until the API server removes them, and the kubelets here (v1.20) remove a stopped
-        pod only after their container garbage collection, once a minute: a node killed
-        before that would leave its tasks no room to be recovered in."""
+        """Wait until no pod of an earlier run is left in the namespace (the bound tests do,
+        before they create their run; nothing else runs beside them). A deleted run's pods
+        are deleted by the garbage collector a moment after their topology, and hold their
+        CPU on their nodes (for the scheduler and the operator's capacity ledger alike)
+        until the API server removes them; the kubelets here (v1.20) remove a stopped pod
+        only after their container garbage collection, once a minute. A node killed before
+        that would leave its tasks no room to be recovered in."""
 
         def none_left() -> bool:
-            pods = self.core.list_namespaced_pod(self.namespace).items
-            return not [p for p in pods if p.metadata.deletion_timestamp]
+            return not self.core.list_namespaced_pod(self.namespace).items
 
         wait_for(none_left, timeout, "the pods of the runs before deleted", 0.5)
 
