@@ -16,6 +16,7 @@ from typing import Any
 from backstop.domain.budget import fixed_terms_text
 from backstop.domain.constants import ANN_HASH, ANN_NODE, DEFAULT_TIME_LIMIT, LABEL_ROLE, LABEL_TASK
 from backstop.domain.podfaults import TERMINAL_PHASES
+from backstop.domain.policy_spec import ReplicationPolicy
 from backstop.domain.spec import BackupMode, StreamTopologySpec, cpu_cores
 from planners import Infeasible, TaskGraph
 from planners.evaluate import check_plan, node_failure_latency, tasks_by_node
@@ -135,21 +136,35 @@ def plan_replicas(
     for t, n in assignment.items():
         used[n] = used.get(n, 0.0) + graph.weight[graph.index(t)]
     spare = {n.name: max(0.0, n.cpu - used.get(n.name, 0.0)) for n in nodes}
-    budget = cpu_cores(model.replication.spare_cpu)
+    rep = _checked_replicas(
+        model.replication, graph, assignment, spare, cpu_cores(model.replication.spare_cpu)
+    )
+    return dict(rep.replicas), rep.availability
+
+
+def _checked_replicas(
+    policy: ReplicationPolicy,
+    graph: TaskGraph,
+    assignment: Mapping[str, str],
+    spare: Mapping[str, float],
+    budget: float,
+) -> Any:
+    """The replica selection ``policy`` asks for on ``spare`` CPU within ``budget``, checked
+    by :func:`planners.replication.check_replication` before anything acts on it."""
     rep = select_replicas(
         graph,
         assignment,
         spare,
         budget=budget,
-        strategy=model.replication.strategy,
+        strategy=policy.strategy,
         # with a crash probability, pick the selection its availability model rates best
-        selection="knapsack" if model.replication.host_failure_prob is None else "best",
-        host_failure_prob=model.replication.host_failure_prob,
+        selection="knapsack" if policy.host_failure_prob is None else "best",
+        host_failure_prob=policy.host_failure_prob,
     )
     problems = check_replication(graph, assignment, spare, rep, budget=budget)
     if problems:  # the planners promise this never happens; refuse to act on it
         raise RuntimeError("replica planner returned an invalid plan: " + problems[0])
-    return dict(rep.replicas), rep.availability
+    return rep
 
 
 def more_replicas(
@@ -174,19 +189,7 @@ def more_replicas(
     if budget <= 1e-9 or not bare:
         return {}
     spare = {n: max(0.0, c) for n, c in free.items()}
-    rep = select_replicas(
-        graph,
-        bare,
-        spare,
-        budget=budget,
-        strategy=model.replication.strategy,
-        selection="knapsack" if model.replication.host_failure_prob is None else "best",
-        host_failure_prob=model.replication.host_failure_prob,
-    )
-    problems = check_replication(graph, bare, spare, rep, budget=budget)
-    if problems:  # the planners promise this never happens; refuse to act on it
-        raise RuntimeError("replica planner returned an invalid plan: " + problems[0])
-    return dict(rep.replicas)
+    return dict(_checked_replicas(model.replication, graph, bare, spare, budget).replicas)
 
 
 def per_node_worst(
