@@ -93,7 +93,7 @@ test-spark-job: $(STAMP) tools ## the re-optimization Job in the Spark image on 
 test-spark-k8s: $(STAMP) tools ## the re-optimization Job with Spark executor pods on real nodes (root); not part of make test
 	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest -m spark_image -p no:cacheprovider tests/realnodes/test_spark_k8s_real.py
 
-# Issue 45's bound tests that fail today (the word count's catch-up after some kills, the
+# The bound tests that fail today (the word count's catch-up after some kills, the
 # replicated word count's sink gap): real nodes, root, about 6 min; not in make test until they pass.
 test-bound-open: $(STAMP) tools ## the bound tests on real nodes that fail today (root); not part of make test
 	PATH=$(CURDIR)/$(TOOLS):$$PATH $(BIN)/pytest -m bound_open -p no:cacheprovider tests/realnodes

@@ -17,7 +17,7 @@ pods on the other nodes, where they restore their checkpoints and replay. The sa
 each lost task's catch-up within the topology's ``recoveryLatencyBound`` asserted too
 (:func:`kill_busiest` with ``bound=True``) is in ``test_runtime_real_zz_bound_open.py``,
 open: it passes when the killed node held the tokenizers, counts and sink, and fails when
-it held both sources with ``count-0`` and the sink (those two stay ~1.3 s behind).
+it held both sources with ``count-0`` and the sink (those two stay behind).
 The sink's output (the set of lines) must be the same in both runs and equal to the counts
 this test computes from the input itself (``tests/runtime_data.expected_counts``: a plain
 Counter, lowercase words split on non-letters, 10-second tumbling event-time windows).

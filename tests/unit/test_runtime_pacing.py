@@ -2,8 +2,8 @@
 
 A downstream round waits for every source's batch of that round. Two sources paced from
 their own starts stay apart by whatever separated their starts, and a source restarted
-after a node loss comes back out of phase: the word count's ``count`` and sink then lagged
-1.3 s behind their steady 0.33 s for the rest of the run on real nodes. On the shared clock
+after a node loss comes back out of phase: its consumers then lag by up to a whole period
+more than before, for the rest of the run. On the shared clock
 (:func:`backstop_runtime.task.until_paced`) both cut at the same moments.
 """
 
